@@ -1,0 +1,9 @@
+//! The contract between the orchestrator's binaries. Types only: no I/O.
+//!
+//! - [`taskrun`]: the `TaskRun` custom resource (`orchestrator.io/v1`) and its status.
+//! - [`proxy`]: the config file the operator renders and the MCP proxy sidecar reads.
+//! - [`catalog`]: the known MCP servers and how to start them.
+
+pub mod catalog;
+pub mod proxy;
+pub mod taskrun;

@@ -1,0 +1,1 @@
+//! Placeholder: defined by the issue that owns it.
