@@ -1,1 +1,154 @@
-//! Placeholder: defined by the issue that owns it.
+//! The proxy config: what the operator renders into the task's ConfigMap (`proxy.yaml`) and the
+//! MCP proxy sidecar reads. This module holds the wire types only; the sidecar's `config` module
+//! parses them strictly (every problem at once, each with a stable code) and normalizes them.
+//!
+//! Secrets never travel in this file: a stdio server names the env vars the sidecar passes
+//! through from its own environment (`passEnv`), an HTTP server names the env vars its headers
+//! come from (`headersFromEnv`); the values arrive in the pod as env from Secret references.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The default address the proxy serves MCP on.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// The separator between server name and tool name in exposed tool names (`github__create_issue`).
+pub const PREFIX_SEPARATOR: &str = "__";
+
+/// The file name of the proxy config inside the mounted ConfigMap directory.
+pub const PROXY_CONFIG_FILE: &str = "proxy.yaml";
+
+/// The whole proxy config file.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Increments each time the task's tool configuration changes (add-context).
+    #[serde(default)]
+    pub context_version: u64,
+    /// The task this proxy serves (for logs, audit records and metrics).
+    pub task: TaskRef,
+    /// Address to serve MCP (streamable HTTP at `/mcp`) and the HTTP endpoints on.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// How exposed tool names are formed.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub tool_prefix: ToolPrefix,
+    /// Extra `Host` header values accepted besides loopback names (e.g. the pod IP).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+    /// Per-call timeout for `tools/call` on an upstream, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_timeout_seconds: Option<u64>,
+    /// Audit log settings.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub audit: AuditSpec,
+    /// The upstream MCP servers.
+    #[serde(default)]
+    pub servers: Vec<ServerSpec>,
+}
+
+/// Which task a proxy belongs to.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskRef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+}
+
+/// How the proxy names the tools it exposes.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolPrefix {
+    /// `<server>__<tool>` (the default).
+    #[default]
+    Server,
+    /// The upstream tool name as is; any two servers exposing the same name is a load error.
+    None,
+}
+
+/// Audit log settings.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuditSpec {
+    /// Where to write one JSON line per `tools/call`; stderr when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Record argument values too (off by default: only their size is recorded).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub include_arguments: bool,
+}
+
+/// One upstream MCP server.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerSpec {
+    /// Unique name; the prefix of its exposed tools.
+    pub name: String,
+    /// A disabled server is never started and exposes nothing.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Start the server as a child process speaking MCP over stdio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdio: Option<StdioSpec>,
+    /// Reach the server over streamable HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpSpec>,
+    /// Which of the server's tools are exposed.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub tools: ToolFilter,
+}
+
+/// A stdio upstream: a child process.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StdioSpec {
+    pub command: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Literal environment for the child (no secrets here: use `passEnv`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Names of variables the child gets from the proxy's own environment (how Secrets arrive).
+    /// The child gets nothing else from the proxy's environment except a minimal base
+    /// (`PATH`, `HOME`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_env: Vec<String>,
+    /// Working directory of the child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// A streamable-HTTP upstream.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpSpec {
+    pub url: String,
+    /// Header name -> name of the env var in the proxy's environment holding its value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_from_env: BTreeMap<String, String>,
+}
+
+/// Glob patterns over the upstream's tool names. Deny wins; an empty `allow` allows all.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolFilter {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+fn default_listen() -> String {
+    DEFAULT_LISTEN.to_string()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
