@@ -102,7 +102,9 @@ where
         }
         if start.elapsed() > timeout {
             match last_err {
-                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
+                Some(e) => {
+                    bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}")
+                }
                 None => bail!("timed out after {timeout:?} waiting for {what}"),
             }
         }

@@ -34,7 +34,10 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         if let Ok(raw) = std::fs::read(entry.path().join("cmdline")) {
@@ -73,7 +76,11 @@ fn up_is_idempotent_and_down_leaves_nothing() -> Result<()> {
     let left = processes_mentioning(&needle);
     ensure!(left.is_empty(), "processes left after down: {left:#?}");
     for offset in PORT_OFFSETS {
-        ensure!(!listening(PORT_BASE + offset), "port {} still listens", PORT_BASE + offset);
+        ensure!(
+            !listening(PORT_BASE + offset),
+            "port {} still listens",
+            PORT_BASE + offset
+        );
     }
     ensure!(!state.exists(), "down removes the state dir");
     // And `down` on nothing is fine.

@@ -22,10 +22,22 @@ async fn version_reports_the_pinned_release() -> Result<()> {
     assert_eq!(info.git_version, pinned, "/version of the API server");
 
     let out = kubectl(&["version", "-o", "json"])?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    assert_eq!(v["clientVersion"]["gitVersion"], pinned.as_str(), "kubectl's own version");
-    assert_eq!(v["serverVersion"]["gitVersion"], pinned.as_str(), "server version seen by kubectl");
+    assert_eq!(
+        v["clientVersion"]["gitVersion"],
+        pinned.as_str(),
+        "kubectl's own version"
+    );
+    assert_eq!(
+        v["serverVersion"]["gitVersion"],
+        pinned.as_str(),
+        "server version seen by kubectl"
+    );
     Ok(())
 }
 
@@ -60,16 +72,20 @@ async fn api_server_refuses_an_object_that_breaks_a_cel_rule() -> Result<()> {
     }))?;
     crds.create(&PostParams::default(), &crd).await?;
     let name = crd.name_any();
-    wait_for("the CRD to be Established", Duration::from_secs(30), || async {
-        let crd = crds.get(&name).await?;
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        Ok(established.then_some(()))
-    })
+    wait_for(
+        "the CRD to be Established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(&name).await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()))
+        },
+    )
     .await?;
 
     let ns = TestNamespace::create(&client, "cel").await?;
@@ -84,12 +100,16 @@ async fn api_server_refuses_an_object_that_breaks_a_cel_rule() -> Result<()> {
         }))?)
     };
     // The new resource may take a moment to be served after Established.
-    wait_for("a valid object to be accepted", Duration::from_secs(30), || async {
-        Ok(ranges
-            .create(&PostParams::default(), &object("good", 1, 2)?)
-            .await
-            .ok())
-    })
+    wait_for(
+        "a valid object to be accepted",
+        Duration::from_secs(30),
+        || async {
+            Ok(ranges
+                .create(&PostParams::default(), &object("good", 1, 2)?)
+                .await
+                .ok())
+        },
+    )
     .await?;
 
     let err = ranges
@@ -135,37 +155,52 @@ async fn job_is_run_by_the_controllers_on_a_kwok_node() -> Result<()> {
     let job_uid = job.uid().context("created job has a uid")?;
 
     // The Job controller creates the pod, owned by the Job...
-    let pod = wait_for("the Job controller to create a pod", Duration::from_secs(60), || async {
-        let list = pods.list(&ListParams::default().labels("job-name=hello")).await?;
-        Ok(list.items.into_iter().next())
-    })
+    let pod = wait_for(
+        "the Job controller to create a pod",
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("job-name=hello"))
+                .await?;
+            Ok(list.items.into_iter().next())
+        },
+    )
     .await?;
     let owner = pod
         .owner_references()
         .iter()
         .find(|o| o.controller == Some(true))
         .context("pod has a controller")?;
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Job", job_uid.as_str()));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Job", job_uid.as_str())
+    );
 
     // ...the scheduler binds it to a kwok node...
     let pod_name = pod.name_any();
-    let node = wait_for("the scheduler to bind the pod", Duration::from_secs(60), || async {
-        Ok(pods.get(&pod_name).await?.spec.and_then(|s| s.node_name))
-    })
+    let node = wait_for(
+        "the scheduler to bind the pod",
+        Duration::from_secs(60),
+        || async { Ok(pods.get(&pod_name).await?.spec.and_then(|s| s.node_name)) },
+    )
     .await?;
     assert!(node.starts_with("kwok-node-"), "bound to {node}");
 
     // ...kwok runs it to Succeeded, and the Job controller marks the Job Complete.
-    wait_for("the Job to be Complete", Duration::from_secs(90), || async {
-        let job = jobs.get("hello").await?;
-        let complete = job
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True");
-        Ok(complete.then_some(()))
-    })
+    wait_for(
+        "the Job to be Complete",
+        Duration::from_secs(90),
+        || async {
+            let job = jobs.get("hello").await?;
+            let complete = job
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True");
+            Ok(complete.then_some(()))
+        },
+    )
     .await?;
     let phase = pods.get(&pod_name).await?.status.and_then(|s| s.phase);
     assert_eq!(phase.as_deref(), Some("Succeeded"));
