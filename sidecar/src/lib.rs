@@ -1,6 +1,12 @@
-//! Placeholder library; filled in by the issue that builds this binary.
+//! `orchestrator-mcp-proxy`: the MCP proxy sidecar of an orchestrator task.
+//!
+//! Module map (one concern each):
+//! - [`config`]: strict parse, validation with stable codes, normalized [`config::Config`].
+//! - [`filter`]: allow/deny globs to a verdict naming the deciding rule.
+//! - [`router`]: exposed tool names <-> upstream server/tool.
+//! - [`names`]: newtypes for server, upstream tool and exposed tool names.
 
-/// Runs the program. Placeholder: does nothing yet.
-pub fn run() -> anyhow::Result<()> {
-    Ok(())
-}
+pub mod config;
+pub mod filter;
+pub mod names;
+pub mod router;

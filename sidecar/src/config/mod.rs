@@ -1,0 +1,267 @@
+//! The proxy config: parse strictly (every problem at once, each with a stable code), validate,
+//! and normalize into [`Config`]. The rest of the proxy only ever sees [`Config`], never the
+//! wire types of `orchestrator_crds::proxy`.
+
+mod normalize;
+mod problem;
+mod shape;
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use orchestrator_crds::proxy::{ProxyConfig, ToolPrefix};
+pub use problem::{Code, Problem, Problems, Severity};
+use serde_json::Value;
+
+use crate::{filter::ToolFilter, names::ServerName};
+
+/// Default per-call timeout when `callTimeoutSeconds` is not set.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A validated, normalized config.
+#[derive(Debug)]
+pub struct Config {
+    pub context_version: u64,
+    pub task_name: String,
+    pub task_namespace: String,
+    pub listen: SocketAddr,
+    pub tool_prefix: ToolPrefix,
+    /// Extra accepted `Host` header values besides the loopback names.
+    pub allowed_hosts: Vec<String>,
+    pub call_timeout: Duration,
+    pub audit: AuditConfig,
+    /// In file order; names are unique.
+    pub servers: Vec<Arc<Server>>,
+}
+
+impl Config {
+    pub fn server(&self, name: &str) -> Option<&Arc<Server>> {
+        self.servers.iter().find(|s| s.name.as_str() == name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// Where audit lines go; stderr when `None`.
+    pub path: Option<PathBuf>,
+    pub include_arguments: bool,
+}
+
+/// One upstream server.
+#[derive(Debug)]
+pub struct Server {
+    pub name: ServerName,
+    pub enabled: bool,
+    pub transport: Transport,
+    pub filter: ToolFilter,
+    /// Hash of the transport spec: equal hashes mean "the same server process would be started".
+    /// Keys the on-disk tool-list cache and decides whether a reload keeps a running upstream.
+    pub spec_hash: SpecHash,
+}
+
+impl Server {
+    /// Whether this server may ever be started: enabled, with at least one tool name that could
+    /// pass its filter. A server whose tools are all disabled is never started.
+    pub fn is_startable(&self) -> bool {
+        self.enabled && !self.filter.denies_everything()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    Stdio(StdioTransport),
+    Http(HttpTransport),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioTransport {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub pass_env: Vec<String>,
+    pub cwd: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTransport {
+    pub url: String,
+    /// Header name -> env var holding the value.
+    pub headers_from_env: BTreeMap<String, String>,
+}
+
+/// Hex SHA-256 (truncated) of a server's transport spec.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SpecHash(pub String);
+
+impl std::fmt::Display for SpecHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The outcome of loading a config: the config (when there are no errors) and every problem
+/// (warnings ride along with a good config).
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Option<Config>,
+    pub problems: Problems,
+}
+
+/// Reads and validates a config file.
+pub fn load_file(path: &Path) -> Loaded {
+    match std::fs::read(path) {
+        Ok(bytes) => load_bytes(&bytes),
+        Err(e) => Loaded {
+            config: None,
+            problems: Problems(vec![Problem::new(
+                Code::Read,
+                "",
+                format!("cannot read {}: {e}", path.display()),
+            )]),
+        },
+    }
+}
+
+/// Parses and validates config text (YAML or JSON, which is YAML too).
+pub fn load_bytes(bytes: &[u8]) -> Loaded {
+    let fail = |problems: Vec<Problem>| Loaded {
+        config: None,
+        problems: Problems(problems),
+    };
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return fail(vec![Problem::new(
+            Code::Parse,
+            "",
+            "the file is not UTF-8 text",
+        )]);
+    };
+    // YAML 1.2 booleans only: `off`, `y`, `no` stay strings (a server named `off` is a name).
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    let doc: Value = match serde_saphyr::from_str_with_options(text, options) {
+        Ok(Value::Null) => {
+            return fail(vec![Problem::new(Code::Parse, "", "the file is empty")]);
+        }
+        Ok(doc) => doc,
+        Err(e) => {
+            return fail(vec![Problem::new(
+                Code::Parse,
+                "",
+                format!("not valid YAML/JSON: {e}"),
+            )]);
+        }
+    };
+    let schema = schemars::schema_for!(ProxyConfig);
+    let found = shape::check(schema.as_value(), &doc);
+    let mut problems: Vec<Problem> = found.iter().map(|f| f.problem.clone()).collect();
+    annotate_server_names(&doc, &mut problems);
+
+    // Carry on with what is usable, so semantic problems are reported in the same pass:
+    // drop unknown keys, set aside servers with other structural problems.
+    let mut pruned = doc.clone();
+    let mut broken_servers = std::collections::HashSet::new();
+    let mut top_level_broken = false;
+    for f in &found {
+        if f.problem.code == Code::UnknownKey {
+            remove_pointer(&mut pruned, &f.pointer);
+        } else if let Some(index) = server_index(&f.pointer) {
+            broken_servers.insert(index);
+        } else {
+            top_level_broken = true;
+        }
+    }
+    let raw_servers = pruned
+        .get("servers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let servers: Vec<normalize::Entry> = raw_servers
+        .iter()
+        .enumerate()
+        .map(|(index, raw)| normalize::Entry {
+            index,
+            name: raw.get("name").and_then(Value::as_str).map(str::to_string),
+            spec: if broken_servers.contains(&index) {
+                None
+            } else {
+                serde_json::from_value(raw.clone()).ok()
+            },
+        })
+        .collect();
+    let top: Option<ProxyConfig> = if top_level_broken {
+        None
+    } else {
+        let mut top_doc = pruned;
+        if let Some(map) = top_doc.as_object_mut() {
+            map.insert("servers".into(), Value::Array(Vec::new()));
+        }
+        match serde_path_to_error::deserialize(&top_doc) {
+            Ok(top) => Some(top),
+            Err(e) => {
+                let path = e.path().to_string();
+                problems.push(Problem::new(
+                    Code::BadValue,
+                    path,
+                    e.into_inner().to_string(),
+                ));
+                None
+            }
+        }
+    };
+    let mut loaded = normalize::normalize(top.as_ref(), &servers);
+    if !problems.is_empty() {
+        problems.append(&mut loaded.problems.0);
+        problems.sort_by_key(|p| !p.is_error());
+        loaded = Loaded {
+            config: None,
+            problems: Problems(problems),
+        };
+    }
+    loaded
+}
+
+/// `/servers/3/...` -> 3.
+fn server_index(pointer: &str) -> Option<usize> {
+    pointer
+        .strip_prefix("/servers/")?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn remove_pointer(doc: &mut Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    let key = last.replace("~1", "/").replace("~0", "~");
+    if let Some(map) = doc.pointer_mut(parent).and_then(Value::as_object_mut) {
+        map.remove(&key);
+    }
+}
+
+/// Appends `(server "x")` to problems under `servers[i]` so a reader knows which one is meant.
+fn annotate_server_names(doc: &Value, problems: &mut [Problem]) {
+    for p in problems {
+        let Some(rest) = p.path.strip_prefix("servers[") else {
+            continue;
+        };
+        let Some(index) = rest.split(']').next().and_then(|i| i.parse::<usize>().ok()) else {
+            continue;
+        };
+        if let Some(name) = doc
+            .pointer(&format!("/servers/{index}/name"))
+            .and_then(Value::as_str)
+        {
+            p.message.push_str(&format!(" (server {name:?})"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

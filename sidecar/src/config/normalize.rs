@@ -1,0 +1,478 @@
+//! Semantic validation of a structurally valid config, and normalization into [`Config`].
+//! Every check runs; all problems are returned together.
+
+use std::{collections::HashMap, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use orchestrator_crds::proxy::{PREFIX_SEPARATOR, ProxyConfig, ServerSpec, ToolPrefix};
+use sha2::{Digest, Sha256};
+
+use super::{
+    AuditConfig, Code, Config, DEFAULT_CALL_TIMEOUT, HttpTransport, Loaded, Problem, Problems,
+    Server, SpecHash, StdioTransport, Transport,
+};
+use crate::{filter::ToolFilter, names::ServerName};
+
+/// Longest accepted server name: it prefixes every exposed tool name, and clients limit those.
+const MAX_SERVER_NAME: usize = 64;
+
+/// One `servers[]` entry: its spec when it is structurally sound, else just its name.
+pub(super) struct Entry {
+    pub index: usize,
+    pub name: Option<String>,
+    pub spec: Option<ServerSpec>,
+}
+
+/// Validates the top level (`None` when it is structurally broken) and the servers; returns a
+/// config only when nothing is wrong.
+pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded {
+    let mut problems = Vec::new();
+    let servers = check_servers(entries, &mut problems);
+    let Some(wire) = top else {
+        return Loaded {
+            config: None,
+            problems: sorted(problems),
+        };
+    };
+    if wire.tool_prefix == ToolPrefix::None {
+        let startable: Vec<&Arc<Server>> = servers
+            .iter()
+            .filter(|(_, s)| s.is_startable())
+            .map(|(_, s)| s)
+            .collect();
+        let index_of = |name: &ServerName| {
+            servers
+                .iter()
+                .find(|(_, s)| s.name == *name)
+                .map(|(i, _)| *i)
+                .unwrap_or_default()
+        };
+        check_unprefixed_collisions(&startable, index_of, &mut problems);
+    }
+
+    let listen = match wire.listen.parse::<SocketAddr>() {
+        Ok(addr) => {
+            if addr.ip().is_unspecified() {
+                problems.push(Problem::new(
+                    Code::WideListen,
+                    "listen",
+                    format!(
+                        "{addr} accepts connections on every interface; use 127.0.0.1 or the pod IP"
+                    ),
+                ));
+            }
+            Some(addr)
+        }
+        Err(_) => {
+            problems.push(Problem::new(
+                Code::BadListen,
+                "listen",
+                format!(
+                    "{:?} is not an IP:port address, e.g. \"127.0.0.1:8080\"",
+                    wire.listen
+                ),
+            ));
+            None
+        }
+    };
+
+    for (i, host) in wire.allowed_hosts.iter().enumerate() {
+        if !is_host_or_authority(host) {
+            problems.push(Problem::new(
+                Code::BadHost,
+                format!("allowedHosts[{i}]"),
+                format!("{host:?} is not a host name, IP or host:port (no scheme, no path)"),
+            ));
+        }
+    }
+
+    let call_timeout = match wire.call_timeout_seconds {
+        Some(0) => {
+            problems.push(Problem::new(
+                Code::BadTimeout,
+                "callTimeoutSeconds",
+                "must be at least 1; leave it out for the default (300)",
+            ));
+            DEFAULT_CALL_TIMEOUT
+        }
+        Some(s) => Duration::from_secs(s),
+        None => DEFAULT_CALL_TIMEOUT,
+    };
+
+    if wire
+        .audit
+        .path
+        .as_deref()
+        .is_some_and(|p| p.trim().is_empty())
+    {
+        problems.push(Problem::new(
+            Code::BadPath,
+            "audit.path",
+            "empty path; leave it out to write audit lines to stderr",
+        ));
+    }
+
+    if wire.task.name.trim().is_empty() {
+        problems.push(Problem::new(
+            Code::BadValue,
+            "task.name",
+            "must not be empty",
+        ));
+    }
+
+    let problems = sorted(problems);
+    if problems.has_errors() {
+        return Loaded {
+            config: None,
+            problems,
+        };
+    }
+    let Some(listen) = listen else {
+        return Loaded {
+            config: None,
+            problems,
+        };
+    };
+    let config = Config {
+        context_version: wire.context_version,
+        task_name: wire.task.name.clone(),
+        task_namespace: wire.task.namespace.clone(),
+        listen,
+        tool_prefix: wire.tool_prefix,
+        allowed_hosts: wire.allowed_hosts.clone(),
+        call_timeout,
+        audit: AuditConfig {
+            path: wire.audit.path.as_ref().map(PathBuf::from),
+            include_arguments: wire.audit.include_arguments,
+        },
+        servers: servers.into_iter().map(|(_, s)| s).collect(),
+    };
+    Loaded {
+        config: Some(config),
+        problems,
+    }
+}
+
+/// Per-server checks, duplicate names and "nothing enabled"; returns the servers that are sound,
+/// with their index in the file.
+fn check_servers(entries: &[Entry], problems: &mut Vec<Problem>) -> Vec<(usize, Arc<Server>)> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut servers = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let at = format!("servers[{}]", entry.index);
+        if let Some(name) = entry.name.as_deref() {
+            if let Some(&first) = seen.get(name) {
+                problems.push(Problem::new(
+                    Code::DuplicateServer,
+                    format!("{at}.name"),
+                    format!("{name:?} is already the name of servers[{first}]; server names must be unique"),
+                ));
+            } else {
+                seen.insert(name, entry.index);
+            }
+        }
+        if let Some(spec) = &entry.spec
+            && let Some(server) = server(spec, &at, problems)
+        {
+            servers.push((entry.index, Arc::new(server)));
+        }
+    }
+    // Judged on the file, not on the servers that normalized: a structurally broken entry might
+    // be meant as enabled, so it does not count as "nothing enabled".
+    let any_startable = entries.iter().any(|e| match &e.spec {
+        Some(s) => {
+            s.enabled
+                && !s
+                    .tools
+                    .deny
+                    .iter()
+                    .any(|p| !p.is_empty() && p.chars().all(|c| c == '*'))
+        }
+        None => true,
+    });
+    if !any_startable {
+        problems.push(Problem::new(
+            Code::NothingEnabled,
+            "servers",
+            "no server is enabled with any tool allowed; enable a server (enabled: true) whose \
+             tools.deny does not deny everything",
+        ));
+    }
+    servers
+}
+
+fn sorted(mut problems: Vec<Problem>) -> Problems {
+    // Errors first; otherwise keep file order.
+    problems.sort_by_key(|p| !p.is_error());
+    Problems(problems)
+}
+
+fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Server> {
+    let before = problems.iter().filter(|p| p.is_error()).count();
+    check_server_name(&spec.name, at, problems);
+
+    let transport = match (&spec.stdio, &spec.http) {
+        (Some(stdio), None) => {
+            if stdio.command.trim().is_empty() {
+                problems.push(Problem::new(
+                    Code::EmptyCommand,
+                    format!("{at}.stdio.command"),
+                    "the command to start the server is empty",
+                ));
+            }
+            let mut names: HashMap<&str, &str> = HashMap::new();
+            for name in stdio.env.keys() {
+                check_env_name(name, &format!("{at}.stdio.env.{name}"), problems);
+                names.insert(name, "env");
+                if looks_secret(name) && !stdio.env[name].is_empty() {
+                    problems.push(Problem::new(
+                        Code::LiteralSecret,
+                        format!("{at}.stdio.env.{name}"),
+                        "this looks like a secret written into the config (a ConfigMap); deliver \
+                         it as pod env from a Secret and list its name in passEnv instead",
+                    ));
+                }
+            }
+            for (j, name) in stdio.pass_env.iter().enumerate() {
+                let path = format!("{at}.stdio.passEnv[{j}]");
+                check_env_name(name, &path, problems);
+                if let Some(first) = names.insert(name, "passEnv") {
+                    problems.push(Problem::new(
+                        Code::DuplicateEnv,
+                        path,
+                        format!("{name:?} is already set by {first}; set each variable once"),
+                    ));
+                }
+            }
+            if stdio.cwd.as_deref().is_some_and(|c| c.trim().is_empty()) {
+                problems.push(Problem::new(
+                    Code::BadPath,
+                    format!("{at}.stdio.cwd"),
+                    "empty path; leave cwd out to use the proxy's working directory",
+                ));
+            }
+            let mut pass_env = stdio.pass_env.clone();
+            pass_env.sort();
+            Transport::Stdio(StdioTransport {
+                command: stdio.command.clone(),
+                args: stdio.args.clone(),
+                env: stdio.env.clone(),
+                pass_env,
+                cwd: stdio.cwd.as_ref().map(PathBuf::from),
+            })
+        }
+        (None, Some(http)) => {
+            check_url(&http.url, &format!("{at}.http.url"), problems);
+            for (header, var) in &http.headers_from_env {
+                let path = format!("{at}.http.headersFromEnv.{header}");
+                if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                    problems.push(Problem::new(
+                        Code::BadHeader,
+                        path.clone(),
+                        format!("{header:?} is not a valid HTTP header name"),
+                    ));
+                }
+                check_env_name(var, &path, problems);
+            }
+            Transport::Http(HttpTransport {
+                url: http.url.clone(),
+                headers_from_env: http.headers_from_env.clone(),
+            })
+        }
+        (None, None) => {
+            problems.push(Problem::new(
+                Code::NoTransport,
+                at.to_string(),
+                "set how to reach the server: `stdio` (a command) or `http` (a URL)",
+            ));
+            return None;
+        }
+        (Some(_), Some(_)) => {
+            problems.push(Problem::new(
+                Code::TwoTransports,
+                at.to_string(),
+                "set only one of `stdio` and `http`",
+            ));
+            return None;
+        }
+    };
+
+    let filter = match ToolFilter::compile(spec.enabled, &spec.tools.allow, &spec.tools.deny) {
+        Ok(f) => Some(f),
+        Err(errors) => {
+            for e in errors {
+                problems.push(Problem::new(
+                    Code::BadPattern,
+                    format!("{at}.tools.{}[{}]", e.list, e.index),
+                    format!("bad glob pattern: {}", e.message),
+                ));
+            }
+            None
+        }
+    };
+    let after = problems.iter().filter(|p| p.is_error()).count();
+    if after > before {
+        return None;
+    }
+    let spec_hash = spec_hash(&transport);
+    Some(Server {
+        name: ServerName::new(spec.name.as_str()),
+        enabled: spec.enabled,
+        transport,
+        filter: filter?,
+        spec_hash,
+    })
+}
+
+fn check_server_name(name: &str, at: &str, problems: &mut Vec<Problem>) {
+    let path = format!("{at}.name");
+    let valid_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let starts_ends_ok = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    if name.is_empty() || !valid_chars || !starts_ends_ok || name.len() > MAX_SERVER_NAME {
+        problems.push(Problem::new(
+            Code::BadName,
+            path,
+            format!(
+                "{name:?} is not a usable server name: use 1-{MAX_SERVER_NAME} letters, digits, \
+                 '-', '_' or '.', starting and ending with a letter or digit"
+            ),
+        ));
+    } else if name.contains(PREFIX_SEPARATOR) {
+        problems.push(Problem::new(
+            Code::BadName,
+            path,
+            format!(
+                "{name:?} contains {PREFIX_SEPARATOR:?}, the separator of exposed tool names \
+                 (<server>{PREFIX_SEPARATOR}<tool>); rename it"
+            ),
+        ));
+    }
+}
+
+/// With `toolPrefix: none`, two servers that could expose the same tool name are refused now,
+/// not discovered at runtime. Provably disjoint means: both have allow lists of literal names
+/// with no name in common.
+fn check_unprefixed_collisions(
+    startable: &[&Arc<Server>],
+    index_of: impl Fn(&ServerName) -> usize,
+    problems: &mut Vec<Problem>,
+) {
+    for (a_pos, a) in startable.iter().enumerate() {
+        for b in &startable[a_pos + 1..] {
+            let at = format!("servers[{}]", index_of(&b.name));
+            match (a.filter.literal_allow_list(), b.filter.literal_allow_list()) {
+                (Some(la), Some(lb)) => {
+                    let common: Vec<&str> = la.iter().copied().filter(|n| lb.contains(n)).collect();
+                    if !common.is_empty() {
+                        problems.push(Problem::new(
+                            Code::NameCollision,
+                            format!("{at}.tools.allow"),
+                            format!(
+                                "with toolPrefix: none, servers {:?} and {:?} would both expose {}; \
+                                 allow each name on one server only, or use toolPrefix: server",
+                                a.name.as_str(),
+                                b.name.as_str(),
+                                common.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                _ => problems.push(Problem::new(
+                    Code::NameCollision,
+                    "toolPrefix",
+                    format!(
+                        "with toolPrefix: none, servers {:?} and {:?} may expose the same tool \
+                         name; use toolPrefix: server, or give both a tools.allow list of \
+                         literal, disjoint names",
+                        a.name.as_str(),
+                        b.name.as_str()
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+fn check_env_name(name: &str, path: &str, problems: &mut Vec<Problem>) {
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !ok {
+        problems.push(Problem::new(
+            Code::BadEnvName,
+            path.to_string(),
+            format!("{name:?} is not a usable environment variable name (letters, digits, '_', '.', '-'; not starting with a digit)"),
+        ));
+    }
+}
+
+fn check_url(url: &str, path: &str, problems: &mut Vec<Problem>) {
+    let ok = url
+        .parse::<http::Uri>()
+        .ok()
+        .is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    if !ok {
+        problems.push(Problem::new(
+            Code::BadUrl,
+            path.to_string(),
+            format!("{url:?} is not an absolute http:// or https:// URL"),
+        ));
+    }
+}
+
+fn is_host_or_authority(host: &str) -> bool {
+    !host.is_empty()
+        && !host.contains("://")
+        && !host.contains('/')
+        && format!("http://{host}/")
+            .parse::<http::Uri>()
+            .is_ok_and(|u| u.host().is_some())
+}
+
+fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "API_KEY",
+        "APIKEY",
+        "PRIVATE_KEY",
+        "CREDENTIAL",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
+}
+
+/// Hash of what decides which process (or endpoint) a server is. Secrets are not in the spec
+/// (only the names of the variables that carry them), so they never reach the hash either.
+fn spec_hash(transport: &Transport) -> SpecHash {
+    let canonical = match transport {
+        Transport::Stdio(s) => serde_json::json!({
+            "stdio": {
+                "command": s.command,
+                "args": s.args,
+                "env": s.env,
+                "passEnv": s.pass_env,
+                "cwd": s.cwd,
+            }
+        }),
+        Transport::Http(h) => serde_json::json!({
+            "http": {"url": h.url, "headersFromEnv": h.headers_from_env}
+        }),
+    };
+    let digest = Sha256::digest(canonical.to_string().as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    SpecHash(hex)
+}

@@ -1,0 +1,510 @@
+use orchestrator_crds::proxy::{
+    HttpSpec, ProxyConfig, ServerSpec, StdioSpec, TaskRef, ToolFilter as WireFilter, ToolPrefix,
+};
+
+use super::*;
+
+const ISSUE_EXAMPLE: &str = r#"
+contextVersion: 3
+task: {name: task-1001, namespace: default}
+listen: 127.0.0.1:8080
+servers:
+  - name: github
+    enabled: true
+    stdio:
+      command: npx
+      args: ["-y", "@modelcontextprotocol/server-github"]
+      passEnv: [GITHUB_PERSONAL_ACCESS_TOKEN]
+    tools:
+      allow: ["create_issue", "list_*"]
+      deny: ["delete_*"]
+  - name: docs
+    enabled: false
+    http: {url: "http://127.0.0.1:9000/mcp", headersFromEnv: {Authorization: DOCS_TOKEN}}
+"#;
+
+fn load(text: &str) -> Loaded {
+    load_bytes(text.as_bytes())
+}
+
+fn codes(text: &str) -> Vec<&'static str> {
+    load(text).problems.codes()
+}
+
+fn paths(loaded: &Loaded) -> Vec<&str> {
+    loaded.problems.0.iter().map(|p| p.path.as_str()).collect()
+}
+
+#[test]
+fn the_issue_example_loads() {
+    let loaded = load(ISSUE_EXAMPLE);
+    assert!(loaded.problems.0.is_empty(), "{}", loaded.problems);
+    let config = loaded.config.expect("config");
+    assert_eq!(config.context_version, 3);
+    assert_eq!(config.task_name, "task-1001");
+    assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.servers.len(), 2);
+    let github = config.server("github").expect("github");
+    assert!(github.is_startable());
+    assert!(github.filter.verdict("list_issues").is_allowed());
+    assert!(!github.filter.verdict("delete_repo").is_allowed());
+    let docs = config.server("docs").expect("docs");
+    assert!(!docs.is_startable(), "a disabled server is never started");
+    assert!(
+        matches!(&docs.transport, Transport::Http(h) if h.headers_from_env["Authorization"] == "DOCS_TOKEN")
+    );
+}
+
+#[test]
+fn json_is_accepted_too() {
+    let json = r#"{"task": {"name": "t"}, "servers": [{"name": "a", "stdio": {"command": "x"}}]}"#;
+    let loaded = load(json);
+    assert!(loaded.config.is_some(), "{}", loaded.problems);
+    let config = loaded.config.expect("config");
+    assert_eq!(
+        config.listen.to_string(),
+        orchestrator_crds::proxy::DEFAULT_LISTEN
+    );
+    assert_eq!(config.call_timeout, DEFAULT_CALL_TIMEOUT);
+}
+
+#[test]
+fn every_unknown_key_is_reported_at_once_with_its_path_and_a_suggestion() {
+    let text = r#"
+task: {name: t}
+lisen: 127.0.0.1:1
+servers:
+  - name: a
+    stdio: {comand: x}
+    tools: {allow: ["*"], denny: []}
+"#;
+    let loaded = load(text);
+    assert!(loaded.config.is_none());
+    let unknown: Vec<&Problem> = loaded
+        .problems
+        .0
+        .iter()
+        .filter(|p| p.code == Code::UnknownKey)
+        .collect();
+    let unknown_paths: Vec<&str> = unknown.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(
+        unknown_paths,
+        vec!["lisen", "servers[0].stdio.comand", "servers[0].tools.denny"]
+    );
+    assert!(
+        unknown[0].message.contains("did you mean `listen`"),
+        "{}",
+        unknown[0].message
+    );
+    assert!(
+        unknown[1].message.contains("did you mean `command`"),
+        "{}",
+        unknown[1].message
+    );
+    assert!(
+        unknown[1].message.contains("(server \"a\")"),
+        "{}",
+        unknown[1].message
+    );
+    // The missing required field behind the typo is reported in the same pass.
+    assert!(
+        loaded
+            .problems
+            .0
+            .iter()
+            .any(|p| p.code == Code::MissingField && p.path == "servers[0].stdio.command")
+    );
+}
+
+#[test]
+fn wrong_types_and_bad_enum_values_are_reported_with_paths() {
+    let text = r#"
+task: {name: t}
+contextVersion: "3"
+toolPrefix: tool
+servers:
+  - name: a
+    enabled: "yes please"
+    stdio: {command: x, args: "-y"}
+"#;
+    let loaded = load(text);
+    let got: Vec<(&str, &str)> = loaded
+        .problems
+        .0
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("PROXY.BAD_TYPE", "contextVersion"),
+            ("PROXY.BAD_TYPE", "servers[0].enabled"),
+            ("PROXY.BAD_TYPE", "servers[0].stdio.args"),
+            ("PROXY.BAD_VALUE", "toolPrefix"),
+        ]
+    );
+    assert!(
+        loaded.problems.0[3]
+            .message
+            .contains("\"server\", \"none\""),
+        "{}",
+        loaded.problems.0[1].message
+    );
+}
+
+#[test]
+fn a_negative_context_version_is_refused() {
+    assert_eq!(
+        codes("task: {name: t}\ncontextVersion: -1\nservers: [{name: a, stdio: {command: x}}]"),
+        vec!["PROXY.BAD_VALUE"]
+    );
+}
+
+#[test]
+fn missing_task_is_reported() {
+    let loaded = load("servers: [{name: a, stdio: {command: x}}]");
+    assert_eq!(loaded.problems.codes(), vec!["PROXY.MISSING_FIELD"]);
+    assert_eq!(paths(&loaded), vec!["task"]);
+}
+
+#[test]
+fn duplicate_server_names_are_refused() {
+    let text = r#"
+task: {name: t}
+servers:
+  - {name: a, stdio: {command: x}}
+  - {name: b, stdio: {command: y}}
+  - {name: a, stdio: {command: z}}
+"#;
+    let loaded = load(text);
+    assert_eq!(loaded.problems.codes(), vec!["PROXY.DUPLICATE_SERVER"]);
+    assert_eq!(paths(&loaded), vec!["servers[2].name"]);
+    assert!(loaded.problems.0[0].message.contains("servers[0]"));
+}
+
+#[test]
+fn server_names_that_break_prefixing_are_refused() {
+    let text = r#"
+task: {name: t}
+servers:
+  - {name: "a__b", stdio: {command: x}}
+  - {name: "has space", stdio: {command: x}}
+  - {name: "", stdio: {command: x}}
+  - {name: ok, stdio: {command: x}}
+"#;
+    let loaded = load(text);
+    assert_eq!(loaded.problems.codes(), vec!["PROXY.BAD_NAME"; 3]);
+    assert_eq!(
+        paths(&loaded),
+        vec!["servers[0].name", "servers[1].name", "servers[2].name"]
+    );
+}
+
+#[test]
+fn bad_patterns_are_all_reported() {
+    let text = r#"
+task: {name: t}
+servers:
+  - name: a
+    stdio: {command: x}
+    tools: {allow: ["ok_*", "broken[", ""], deny: ["{x"]}
+"#;
+    let loaded = load(text);
+    assert_eq!(loaded.problems.codes(), vec!["PROXY.BAD_PATTERN"; 3]);
+    assert_eq!(
+        paths(&loaded),
+        vec![
+            "servers[0].tools.allow[1]",
+            "servers[0].tools.allow[2]",
+            "servers[0].tools.deny[0]"
+        ]
+    );
+}
+
+#[test]
+fn nothing_enabled_is_refused() {
+    let text = r#"
+task: {name: t}
+servers:
+  - {name: a, enabled: false, stdio: {command: x}}
+  - {name: b, stdio: {command: x}, tools: {deny: ["*"]}}
+"#;
+    assert_eq!(codes(text), vec!["PROXY.NOTHING_ENABLED"]);
+    assert_eq!(codes("task: {name: t}"), vec!["PROXY.NOTHING_ENABLED"]);
+}
+
+#[test]
+fn nothing_enabled_is_reported_alongside_other_problems() {
+    let text = r#"
+task: {name: t}
+servers:
+  - {name: a, enabled: false, stdio: {command: ""}}
+"#;
+    assert_eq!(
+        codes(text),
+        vec!["PROXY.EMPTY_COMMAND", "PROXY.NOTHING_ENABLED"]
+    );
+}
+
+#[test]
+fn transports_must_be_exactly_one() {
+    let text = r#"
+task: {name: t}
+servers:
+  - {name: a}
+  - {name: b, stdio: {command: x}, http: {url: "http://127.0.0.1:1/mcp"}}
+  - {name: c, http: {url: "ftp://x/"}}
+  - {name: d, stdio: {command: x}}
+"#;
+    let loaded = load(text);
+    assert_eq!(
+        loaded.problems.codes(),
+        vec![
+            "PROXY.NO_TRANSPORT",
+            "PROXY.TWO_TRANSPORTS",
+            "PROXY.BAD_URL"
+        ]
+    );
+    assert_eq!(
+        paths(&loaded),
+        vec!["servers[0]", "servers[1]", "servers[2].http.url"]
+    );
+}
+
+#[test]
+fn unprefixed_servers_that_may_collide_are_refused_at_load() {
+    let globby = r#"
+task: {name: t}
+toolPrefix: none
+servers:
+  - {name: a, stdio: {command: x}}
+  - {name: b, stdio: {command: y}}
+"#;
+    assert_eq!(codes(globby), vec!["PROXY.NAME_COLLISION"]);
+
+    let overlapping = r#"
+task: {name: t}
+toolPrefix: none
+servers:
+  - {name: a, stdio: {command: x}, tools: {allow: [read, write]}}
+  - {name: b, stdio: {command: y}, tools: {allow: [write, list]}}
+"#;
+    let loaded = load(overlapping);
+    assert_eq!(loaded.problems.codes(), vec!["PROXY.NAME_COLLISION"]);
+    assert!(loaded.problems.0[0].message.contains("write"));
+
+    let disjoint = r#"
+task: {name: t}
+toolPrefix: none
+servers:
+  - {name: a, stdio: {command: x}, tools: {allow: [read]}}
+  - {name: b, stdio: {command: y}, tools: {allow: [write]}}
+  - {name: c, enabled: false, stdio: {command: y}}
+"#;
+    assert!(codes(disjoint).is_empty());
+
+    let single = "task: {name: t}\ntoolPrefix: none\nservers: [{name: a, stdio: {command: x}}]";
+    assert!(
+        codes(single).is_empty(),
+        "no prefix for a single server is fine"
+    );
+}
+
+#[test]
+fn env_problems_are_reported() {
+    let text = r#"
+task: {name: t}
+servers:
+  - name: a
+    stdio:
+      command: x
+      env: {"1BAD": v, GITHUB_TOKEN: ghp_literal, OK: v}
+      passEnv: [OK, "A=B"]
+"#;
+    let loaded = load(text);
+    let got: Vec<(&str, &str)> = loaded
+        .problems
+        .0
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("PROXY.BAD_ENV_NAME", "servers[0].stdio.env.1BAD"),
+            ("PROXY.DUPLICATE_ENV", "servers[0].stdio.passEnv[0]"),
+            ("PROXY.BAD_ENV_NAME", "servers[0].stdio.passEnv[1]"),
+            ("PROXY.LITERAL_SECRET", "servers[0].stdio.env.GITHUB_TOKEN"),
+        ]
+    );
+}
+
+#[test]
+fn warnings_alone_do_not_block_loading() {
+    let text = r#"
+task: {name: t}
+listen: 0.0.0.0:8080
+servers: [{name: a, stdio: {command: x, env: {API_TOKEN: abc}}}]
+"#;
+    let loaded = load(text);
+    assert!(loaded.config.is_some());
+    assert_eq!(
+        loaded.problems.codes(),
+        vec!["PROXY.LITERAL_SECRET", "PROXY.WIDE_LISTEN"]
+    );
+    assert!(!loaded.problems.has_errors());
+}
+
+#[test]
+fn top_level_values_are_checked() {
+    let text = r#"
+task: {name: ""}
+listen: localhost
+allowedHosts: ["10.0.0.7", "http://x/", "pod.local:8080"]
+callTimeoutSeconds: 0
+audit: {path: ""}
+servers: [{name: a, stdio: {command: x}}]
+"#;
+    let loaded = load(text);
+    let got: Vec<(&str, &str)> = loaded
+        .problems
+        .0
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("PROXY.BAD_LISTEN", "listen"),
+            ("PROXY.BAD_HOST", "allowedHosts[1]"),
+            ("PROXY.BAD_TIMEOUT", "callTimeoutSeconds"),
+            ("PROXY.BAD_PATH", "audit.path"),
+            ("PROXY.BAD_VALUE", "task.name"),
+        ]
+    );
+}
+
+#[test]
+fn syntax_errors_are_parse_problems() {
+    assert_eq!(codes("task: {name: t\nservers: ["), vec!["PROXY.PARSE"]);
+    assert_eq!(codes(""), vec!["PROXY.PARSE"]);
+    assert_eq!(
+        codes("task: {name: t}\ntask: {name: u}"),
+        vec!["PROXY.PARSE"],
+        "duplicate keys"
+    );
+}
+
+#[test]
+fn spec_hash_tracks_the_transport_not_the_filter() {
+    let base = r#"
+task: {name: t}
+servers: [{name: a, stdio: {command: x, args: [one]}, tools: {allow: [p]}}]
+"#;
+    let filter_changed = base.replace("allow: [p]", "allow: [q]");
+    let args_changed = base.replace("[one]", "[two]");
+    let hash = |t: &str| load(t).config.expect("config").servers[0].spec_hash.clone();
+    assert_eq!(hash(base), hash(&filter_changed));
+    assert_ne!(hash(base), hash(&args_changed));
+}
+
+/// The operator renders `ProxyConfig` with serde; what it writes must load here unchanged.
+#[test]
+fn what_the_operator_renders_round_trips() {
+    let wire = ProxyConfig {
+        context_version: 7,
+        task: TaskRef {
+            name: "task-9".into(),
+            namespace: "ns".into(),
+        },
+        listen: "127.0.0.1:18080".into(),
+        tool_prefix: ToolPrefix::Server,
+        allowed_hosts: vec!["10.1.2.3".into()],
+        call_timeout_seconds: Some(30),
+        audit: Default::default(),
+        servers: vec![
+            ServerSpec {
+                name: "fs".into(),
+                enabled: true,
+                stdio: Some(StdioSpec {
+                    command: "mcp-server-filesystem".into(),
+                    args: vec!["/work".into()],
+                    pass_env: vec!["TOKEN".into()],
+                    ..Default::default()
+                }),
+                http: None,
+                tools: WireFilter {
+                    allow: vec!["read_*".into()],
+                    deny: vec!["write_*".into()],
+                },
+            },
+            ServerSpec {
+                name: "docs".into(),
+                enabled: false,
+                stdio: None,
+                http: Some(HttpSpec {
+                    url: "http://127.0.0.1:9000/mcp".into(),
+                    ..Default::default()
+                }),
+                tools: Default::default(),
+            },
+        ],
+    };
+    for text in [
+        serde_saphyr::to_string(&wire).expect("yaml"),
+        serde_json::to_string_pretty(&wire).expect("json"),
+    ] {
+        let loaded = load(&text);
+        assert!(loaded.problems.0.is_empty(), "{text}\n{}", loaded.problems);
+        let config = loaded.config.expect("config");
+        assert_eq!(config.context_version, 7);
+        assert_eq!(config.call_timeout, Duration::from_secs(30));
+        assert_eq!(config.allowed_hosts, vec!["10.1.2.3".to_string()]);
+        assert_eq!(config.servers.len(), 2);
+    }
+}
+
+#[test]
+fn every_code_has_a_distinct_string() {
+    let mut seen = std::collections::HashSet::new();
+    for code in Code::ALL {
+        assert!(code.as_str().starts_with("PROXY."));
+        assert!(seen.insert(code.as_str()), "{code} twice");
+    }
+}
+
+#[test]
+fn structural_and_semantic_problems_are_reported_together() {
+    let text = r#"
+task: {name: t}
+lisen: 127.0.0.1:8080
+servers:
+  - name: github
+    stdio: {comand: npx}
+  - name: github
+    http: {url: "http://127.0.0.1:9000/mcp"}
+    tools: {allow: ["list_*["]}
+  - name: other
+    stdio: {command: x}
+    tools: {allow: [a], deny: [b], extra: 1}
+"#;
+    let loaded = load(text);
+    assert!(loaded.config.is_none());
+    let got: Vec<(&str, &str)> = loaded
+        .problems
+        .0
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("PROXY.UNKNOWN_KEY", "lisen"),
+            ("PROXY.UNKNOWN_KEY", "servers[0].stdio.comand"),
+            ("PROXY.MISSING_FIELD", "servers[0].stdio.command"),
+            ("PROXY.UNKNOWN_KEY", "servers[2].tools.extra"),
+            ("PROXY.DUPLICATE_SERVER", "servers[1].name"),
+            ("PROXY.BAD_PATTERN", "servers[1].tools.allow[0]"),
+        ]
+    );
+}

@@ -1,0 +1,343 @@
+//! The exposed tool table: which upstream server and tool each exposed name routes to, built from
+//! the config and the tool lists known so far. A [`Router`] is immutable; a config reload or a new
+//! tool list builds a new one that replaces the old one atomically.
+
+use std::{collections::HashMap, sync::Arc};
+
+use orchestrator_crds::proxy::{PREFIX_SEPARATOR, ToolPrefix};
+use rmcp::model::Tool;
+
+use crate::{
+    config::{Config, Server},
+    filter::{Rule, Verdict},
+    names::{ExposedToolName, ServerName, ToolName},
+};
+
+/// Where an exposed tool goes.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub server: Arc<Server>,
+    pub tool: ToolName,
+}
+
+/// One upstream tool known to the proxy, with its verdict (for `GET /tools`).
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KnownTool {
+    pub server: ServerName,
+    pub tool: ToolName,
+    /// The name clients see, when exposed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exposed_as: Option<ExposedToolName>,
+    pub verdict: Verdict,
+}
+
+/// The answer to "where does this exposed name go?".
+#[derive(Debug)]
+pub enum Lookup<'a> {
+    /// Exposed: forward to this route.
+    Routed(&'a Route),
+    /// A tool the upstream has, hidden by a rule.
+    Denied {
+        server: ServerName,
+        tool: ToolName,
+        rule: Rule,
+    },
+    /// Would be decided by these servers' tool lists, which are not known yet.
+    NeedsLists(Vec<Arc<Server>>),
+    /// No such tool.
+    Unknown,
+}
+
+/// An immutable snapshot of the exposed tool table.
+#[derive(Debug, Default)]
+pub struct Router {
+    tools: Arc<Vec<Tool>>,
+    routes: HashMap<ExposedToolName, Route>,
+    known: Vec<KnownTool>,
+    prefix: ToolPrefix,
+    /// Servers that are startable and whose list is not known.
+    missing: Vec<Arc<Server>>,
+    servers: Vec<Arc<Server>>,
+}
+
+/// The exposed name of an upstream tool.
+pub fn exposed_name(prefix: ToolPrefix, server: &ServerName, tool: &str) -> ExposedToolName {
+    match prefix {
+        ToolPrefix::Server => ExposedToolName::new(format!("{server}{PREFIX_SEPARATOR}{tool}")),
+        ToolPrefix::None => ExposedToolName::new(tool),
+    }
+}
+
+impl Router {
+    /// Builds the table from `config` and the tool lists known per server. `lists` may miss
+    /// servers (not started yet); those are reported by [`Router::missing_lists`].
+    pub fn build(config: &Config, lists: &HashMap<ServerName, Arc<Vec<Tool>>>) -> Router {
+        let mut tools = Vec::new();
+        let mut routes = HashMap::new();
+        let mut known = Vec::new();
+        let mut missing = Vec::new();
+        for server in &config.servers {
+            let Some(list) = lists.get(&server.name) else {
+                if server.is_startable() {
+                    missing.push(server.clone());
+                }
+                continue;
+            };
+            for tool in list.iter() {
+                let verdict = server.filter.verdict(&tool.name);
+                let name = exposed_name(config.tool_prefix, &server.name, &tool.name);
+                let exposed = verdict.is_allowed() && !routes.contains_key(&name);
+                if verdict.is_allowed() && !exposed {
+                    // Load-time validation makes this unreachable; keep the first, say so.
+                    tracing::error!(tool = %name, server = %server.name, "exposed tool name collision; keeping the first");
+                }
+                if exposed {
+                    let mut visible = tool.clone();
+                    visible.name = name.as_str().to_string().into();
+                    tools.push(visible);
+                    routes.insert(
+                        name.clone(),
+                        Route {
+                            server: server.clone(),
+                            tool: ToolName::new(tool.name.as_ref()),
+                        },
+                    );
+                }
+                known.push(KnownTool {
+                    server: server.name.clone(),
+                    tool: ToolName::new(tool.name.as_ref()),
+                    exposed_as: exposed.then_some(name),
+                    verdict,
+                });
+            }
+        }
+        Router {
+            tools: Arc::new(tools),
+            routes,
+            known,
+            prefix: config.tool_prefix,
+            missing,
+            servers: config.servers.clone(),
+        }
+    }
+
+    /// The exposed tools, ready for `tools/list`.
+    pub fn tools(&self) -> Arc<Vec<Tool>> {
+        self.tools.clone()
+    }
+
+    /// Every upstream tool known so far, exposed or not.
+    pub fn known(&self) -> &[KnownTool] {
+        &self.known
+    }
+
+    /// Startable servers whose tool list is not known yet.
+    pub fn missing_lists(&self) -> &[Arc<Server>] {
+        &self.missing
+    }
+
+    pub fn route(&self, exposed: &str) -> Option<&Route> {
+        self.routes.get(exposed)
+    }
+
+    /// Decides where an exposed name goes, or why it goes nowhere.
+    pub fn lookup(&self, exposed: &str) -> Lookup<'_> {
+        if let Some(route) = self.routes.get(exposed) {
+            return Lookup::Routed(route);
+        }
+        if let Some(k) = self
+            .known
+            .iter()
+            .find(|k| exposed_name(self.prefix, &k.server, k.tool.as_str()).as_str() == exposed)
+        {
+            return Lookup::Denied {
+                server: k.server.clone(),
+                tool: k.tool.clone(),
+                rule: k.verdict.rule().clone(),
+            };
+        }
+        // The name may belong to a server whose list is not known yet.
+        let candidates: Vec<Arc<Server>> = match self.prefix {
+            ToolPrefix::Server => {
+                let Some((server, tool)) = exposed.split_once(PREFIX_SEPARATOR) else {
+                    return Lookup::Unknown;
+                };
+                let Some(s) = self.servers.iter().find(|s| s.name.as_str() == server) else {
+                    return Lookup::Unknown;
+                };
+                let verdict = s.filter.verdict(tool);
+                if !verdict.is_allowed() {
+                    // Refuse without starting the server: the rule decides whatever its list says.
+                    return Lookup::Denied {
+                        server: s.name.clone(),
+                        tool: ToolName::new(tool),
+                        rule: verdict.rule().clone(),
+                    };
+                }
+                self.missing
+                    .iter()
+                    .filter(|m| m.name == s.name)
+                    .cloned()
+                    .collect()
+            }
+            ToolPrefix::None => self
+                .missing
+                .iter()
+                .filter(|m| m.filter.verdict(exposed).is_allowed())
+                .cloned()
+                .collect(),
+        };
+        if candidates.is_empty() {
+            Lookup::Unknown
+        } else {
+            Lookup::NeedsLists(candidates)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_bytes;
+
+    fn config(text: &str) -> Config {
+        let loaded = load_bytes(text.as_bytes());
+        loaded
+            .config
+            .unwrap_or_else(|| panic!("{}", loaded.problems))
+    }
+
+    fn tool(name: &str) -> Tool {
+        let mut t = Tool::default();
+        t.name = name.to_string().into();
+        t.title = Some(format!("Title of {name}"));
+        t
+    }
+
+    fn lists(entries: &[(&str, &[&str])]) -> HashMap<ServerName, Arc<Vec<Tool>>> {
+        entries
+            .iter()
+            .map(|(s, ts)| {
+                (
+                    ServerName::new(*s),
+                    Arc::new(ts.iter().map(|t| tool(t)).collect()),
+                )
+            })
+            .collect()
+    }
+
+    const TWO: &str = r#"
+task: {name: t}
+servers:
+  - {name: gh, stdio: {command: x}, tools: {allow: ["create_issue", "list_*"], deny: ["delete_*"]}}
+  - {name: fs, stdio: {command: y}}
+  - {name: off, enabled: false, stdio: {command: z}}
+"#;
+
+    #[test]
+    fn lists_only_allowed_tools_prefixed_with_definitions_unchanged() {
+        let c = config(TWO);
+        let r = Router::build(
+            &c,
+            &lists(&[
+                (
+                    "gh",
+                    &["create_issue", "list_issues", "delete_repo", "merge_pr"],
+                ),
+                ("fs", &["read"]),
+            ]),
+        );
+        let names: Vec<String> = r.tools().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(
+            names,
+            vec!["gh__create_issue", "gh__list_issues", "fs__read"]
+        );
+        assert_eq!(r.tools()[0].title.as_deref(), Some("Title of create_issue"));
+        assert!(r.missing_lists().is_empty());
+        let route = r.route("gh__list_issues").expect("route");
+        assert_eq!(
+            (route.server.name.as_str(), route.tool.as_str()),
+            ("gh", "list_issues")
+        );
+    }
+
+    #[test]
+    fn denied_tools_are_known_with_their_rule() {
+        let c = config(TWO);
+        let r = Router::build(
+            &c,
+            &lists(&[("gh", &["delete_repo", "merge_pr"]), ("fs", &[])]),
+        );
+        match r.lookup("gh__delete_repo") {
+            Lookup::Denied {
+                rule: Rule::Deny { pattern, .. },
+                ..
+            } => assert_eq!(pattern, "delete_*"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            r.lookup("gh__merge_pr"),
+            Lookup::Denied {
+                rule: Rule::NotAllowed,
+                ..
+            }
+        ));
+        assert!(matches!(
+            r.lookup("gh__nonexistent_tool_xyz"),
+            Lookup::Denied {
+                rule: Rule::NotAllowed,
+                ..
+            }
+        ));
+        assert!(matches!(r.lookup("fs__nope"), Lookup::Unknown));
+        assert!(matches!(r.lookup("nobody__x"), Lookup::Unknown));
+        assert!(matches!(r.lookup("no-separator"), Lookup::Unknown));
+        let exposed: Vec<_> = r
+            .known()
+            .iter()
+            .filter(|k| k.exposed_as.is_some())
+            .collect();
+        assert!(exposed.is_empty());
+        assert_eq!(r.known().len(), 2);
+    }
+
+    #[test]
+    fn unknown_lists_are_reported_and_denials_need_no_list() {
+        let c = config(TWO);
+        let r = Router::build(&c, &HashMap::new());
+        let missing: Vec<&str> = r.missing_lists().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            missing,
+            vec!["gh", "fs"],
+            "the disabled server is never needed"
+        );
+        assert!(matches!(r.lookup("gh__delete_repo"), Lookup::Denied { .. }));
+        assert!(matches!(
+            r.lookup("off__anything"),
+            Lookup::Denied {
+                rule: Rule::ServerDisabled,
+                ..
+            }
+        ));
+        match r.lookup("gh__list_issues") {
+            Lookup::NeedsLists(s) => assert_eq!(s[0].name.as_str(), "gh"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn no_prefix_exposes_names_as_is() {
+        let c = config(
+            "task: {name: t}\ntoolPrefix: none\nservers: [{name: e, stdio: {command: x}, tools: {deny: [secret]}}]",
+        );
+        let r = Router::build(&c, &lists(&[("e", &["echo", "secret"])]));
+        let names: Vec<String> = r.tools().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, vec!["echo"]);
+        assert!(matches!(r.lookup("echo"), Lookup::Routed(_)));
+        assert!(matches!(r.lookup("secret"), Lookup::Denied { .. }));
+        let empty = Router::build(&c, &HashMap::new());
+        assert!(matches!(empty.lookup("echo"), Lookup::NeedsLists(_)));
+        assert!(matches!(empty.lookup("secret"), Lookup::Unknown));
+    }
+}
