@@ -1,1 +1,388 @@
-//! Placeholder: defined by the issue that owns it.
+//! The catalog: the MCP servers a TaskRun may name, how to start them, the env they need (and
+//! from which Secret key), and, where known, their tools. The operator loads it from a ConfigMap
+//! (key [`CATALOG_KEY`]) that the Helm chart creates; the CLI reads the same ConfigMap.
+//!
+//! [`Catalog::parse`] is strict: unknown keys are refused with the path of the field, and every
+//! semantic problem is reported at once, each with a stable code (`CATALOG.*`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The ConfigMap key holding the catalog YAML.
+pub const CATALOG_KEY: &str = "catalog.yaml";
+
+/// The whole catalog.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Catalog {
+    /// The known servers; names are unique.
+    #[serde(default)]
+    pub servers: Vec<CatalogServer>,
+}
+
+/// One known MCP server.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogServer {
+    /// The name TaskRuns use (a DNS-1123 label); also the prefix of its exposed tools.
+    pub name: String,
+    /// What the server is for.
+    #[serde(default)]
+    pub description: String,
+    /// Start it as a child process of the proxy speaking MCP over stdio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdio: Option<CatalogStdio>,
+    /// Reach it over streamable HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<CatalogHttp>,
+    /// Env vars whose values come from a Secret (reach the proxy via `secretKeyRef`, never the
+    /// ConfigMap).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_env: Vec<SecretEnv>,
+    /// The server's tools, where known (for the CLI, status and documentation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<CatalogTool>,
+}
+
+/// How to start a stdio server.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogStdio {
+    pub command: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Literal, non-secret environment (secrets go in `secretEnv`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory of the child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// How to reach an HTTP server.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogHttp {
+    pub url: String,
+    /// Header name -> the `secretEnv` entry holding its value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_from_env: BTreeMap<String, String>,
+}
+
+/// An env var a server needs from a Secret.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretEnv {
+    /// The variable's name.
+    pub name: String,
+    /// What it must hold.
+    #[serde(default)]
+    pub description: String,
+    /// The Secret (in the TaskRun's namespace) it comes from unless the TaskRun says otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// The key in that Secret.
+    pub secret_key: String,
+    /// The server works without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+}
+
+/// A tool a server is known to offer.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogTool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// A coarse grouping, e.g. `read`, `write`, `issues`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+}
+
+/// One thing wrong with a catalog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Stable code, e.g. `CATALOG.DUPLICATE_SERVER`.
+    pub code: &'static str,
+    /// Where, e.g. `servers[2].name`.
+    pub path: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at {}: {}", self.code, self.path, self.message)
+    }
+}
+
+/// Every problem found in a catalog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogError {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for CatalogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid catalog ({} problem", self.problems.len())?;
+        if self.problems.len() != 1 {
+            write!(f, "s")?;
+        }
+        write!(f, ")")?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CatalogError {}
+
+impl Catalog {
+    /// Parses and validates catalog YAML, reporting every problem at once.
+    pub fn parse(yaml: &str) -> Result<Catalog, CatalogError> {
+        let catalog: Catalog = serde_saphyr::from_str(yaml).map_err(|e| CatalogError {
+            problems: vec![Problem {
+                code: "CATALOG.PARSE",
+                path: "catalog.yaml".into(),
+                message: e.to_string(),
+            }],
+        })?;
+        let problems = catalog.problems();
+        if problems.is_empty() {
+            Ok(catalog)
+        } else {
+            Err(CatalogError { problems })
+        }
+    }
+
+    /// The entry named `name`.
+    pub fn get(&self, name: &str) -> Option<&CatalogServer> {
+        self.servers.iter().find(|s| s.name == name)
+    }
+
+    /// The names of all entries, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.servers.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Semantic checks (the parser already refused unknown keys and wrong types).
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, s) in self.servers.iter().enumerate() {
+            let at = |field: &str| format!("servers[{i}]{field}");
+            if !is_dns1123_label(&s.name) {
+                out.push(Problem {
+                    code: "CATALOG.BAD_NAME",
+                    path: at(".name"),
+                    message: format!(
+                        "{:?} is not a DNS-1123 label (lowercase letters, digits, '-'; at most 63)",
+                        s.name
+                    ),
+                });
+            }
+            if !seen.insert(s.name.as_str()) {
+                out.push(Problem {
+                    code: "CATALOG.DUPLICATE_SERVER",
+                    path: at(".name"),
+                    message: format!("server {:?} is listed more than once", s.name),
+                });
+            }
+            match (&s.stdio, &s.http) {
+                (None, None) => out.push(Problem {
+                    code: "CATALOG.NO_TRANSPORT",
+                    path: at(""),
+                    message: "set one of `stdio` or `http`".into(),
+                }),
+                (Some(_), Some(_)) => out.push(Problem {
+                    code: "CATALOG.TWO_TRANSPORTS",
+                    path: at(""),
+                    message: "set only one of `stdio` or `http`".into(),
+                }),
+                _ => {}
+            }
+            if let Some(stdio) = &s.stdio {
+                if stdio.command.trim().is_empty() {
+                    out.push(Problem {
+                        code: "CATALOG.EMPTY_COMMAND",
+                        path: at(".stdio.command"),
+                        message: "the command to start the server is empty".into(),
+                    });
+                }
+                for name in stdio.env.keys() {
+                    if !is_env_name(name) {
+                        out.push(Problem {
+                            code: "CATALOG.BAD_ENV_NAME",
+                            path: at(&format!(".stdio.env.{name}")),
+                            message: format!("{name:?} is not an environment variable name"),
+                        });
+                    }
+                    if s.secret_env.iter().any(|e| &e.name == name) {
+                        out.push(Problem {
+                            code: "CATALOG.DUPLICATE_ENV",
+                            path: at(&format!(".stdio.env.{name}")),
+                            message: format!("{name} is both a literal and a secretEnv variable"),
+                        });
+                    }
+                }
+            }
+            if let Some(http) = &s.http {
+                if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
+                    out.push(Problem {
+                        code: "CATALOG.BAD_URL",
+                        path: at(".http.url"),
+                        message: format!("{:?} is not an http:// or https:// URL", http.url),
+                    });
+                }
+                for (header, env) in &http.headers_from_env {
+                    if !s.secret_env.iter().any(|e| &e.name == env) {
+                        out.push(Problem {
+                            code: "CATALOG.UNDECLARED_HEADER_ENV",
+                            path: at(&format!(".http.headersFromEnv.{header}")),
+                            message: format!("{env} is not declared in this server's secretEnv"),
+                        });
+                    }
+                }
+            }
+            let mut envs = BTreeSet::new();
+            for (j, e) in s.secret_env.iter().enumerate() {
+                if !is_env_name(&e.name) {
+                    out.push(Problem {
+                        code: "CATALOG.BAD_ENV_NAME",
+                        path: at(&format!(".secretEnv[{j}].name")),
+                        message: format!("{:?} is not an environment variable name", e.name),
+                    });
+                }
+                if !envs.insert(e.name.as_str()) {
+                    out.push(Problem {
+                        code: "CATALOG.DUPLICATE_ENV",
+                        path: at(&format!(".secretEnv[{j}].name")),
+                        message: format!("{} is listed more than once", e.name),
+                    });
+                }
+                if e.secret_key.is_empty() {
+                    out.push(Problem {
+                        code: "CATALOG.EMPTY_SECRET_KEY",
+                        path: at(&format!(".secretEnv[{j}].secretKey")),
+                        message: "name the key of the Secret that holds the value".into(),
+                    });
+                }
+            }
+            let mut tools = BTreeSet::new();
+            for (j, t) in s.tools.iter().enumerate() {
+                if t.name.is_empty() || !tools.insert(t.name.as_str()) {
+                    out.push(Problem {
+                        code: "CATALOG.DUPLICATE_TOOL",
+                        path: at(&format!(".tools[{j}].name")),
+                        message: format!("tool {:?} is empty or listed more than once", t.name),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A DNS-1123 label: what Kubernetes requires of most names.
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A portable environment variable name.
+pub fn is_env_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let err = Catalog::parse("servers:\n  - name: a\n    comand: x\n").expect_err("typo");
+        assert_eq!(err.problems[0].code, "CATALOG.PARSE");
+        assert!(err.to_string().contains("comand"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let yaml = r#"
+servers:
+  - name: Bad_Name
+    stdio: {command: ""}
+  - name: dup
+    http: {url: "ftp://x", headersFromEnv: {Authorization: TOKEN}}
+  - name: dup
+    stdio: {command: x}
+    http: {url: "http://x"}
+  - name: none
+    secretEnv:
+      - {name: "1X", secretKey: ""}
+"#;
+        let err = Catalog::parse(yaml).expect_err("many problems");
+        let codes: Vec<_> = err.problems.iter().map(|p| p.code).collect();
+        assert_eq!(
+            codes,
+            [
+                "CATALOG.BAD_NAME",
+                "CATALOG.EMPTY_COMMAND",
+                "CATALOG.BAD_URL",
+                "CATALOG.UNDECLARED_HEADER_ENV",
+                "CATALOG.DUPLICATE_SERVER",
+                "CATALOG.TWO_TRANSPORTS",
+                "CATALOG.NO_TRANSPORT",
+                "CATALOG.BAD_ENV_NAME",
+                "CATALOG.EMPTY_SECRET_KEY",
+            ]
+        );
+        assert!(
+            err.to_string().contains("servers[3].secretEnv[0].name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_shipped_catalog_is_valid_and_has_the_required_servers() {
+        let catalog = Catalog::parse(include_str!("../../config/catalog.yaml"))
+            .unwrap_or_else(|e| panic!("config/catalog.yaml: {e}"));
+        for name in [
+            "filesystem",
+            "memory",
+            "everything",
+            "time",
+            "git",
+            "github",
+        ] {
+            let server = catalog
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} missing"));
+            assert!(!server.tools.is_empty(), "{name} lists its tools");
+        }
+        let github = catalog.get("github").expect("github");
+        assert_eq!(github.secret_env[0].name, "GITHUB_PERSONAL_ACCESS_TOKEN");
+    }
+
+    #[test]
+    fn names_are_sorted() {
+        let c = Catalog::parse(
+            "servers:\n  - {name: time, stdio: {command: t}}\n  - {name: git, stdio: {command: g}}\n",
+        )
+        .expect("valid");
+        assert_eq!(c.names(), ["git", "time"]);
+        assert!(c.get("time").is_some());
+    }
+}
