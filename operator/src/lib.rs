@@ -1,6 +1,11 @@
-//! Placeholder library; filled in by the issue that builds this binary.
+//! The orchestrator operator: reconciles `TaskRun`s into a ConfigMap (the proxy and agent
+//! configuration) and a Job (the agent with the MCP proxy as a native sidecar).
+//!
+//! - [`render`]: pure TaskRun + catalog -> ConfigMap + Job.
 
-/// Runs the program. Placeholder: does nothing yet.
+pub mod render;
+
+/// Runs the program. Placeholder until the reconciler lands.
 pub fn run() -> anyhow::Result<()> {
     Ok(())
 }

@@ -1,0 +1,143 @@
+//! The files of the task's ConfigMap: the proxy config the sidecar parses (`proxy.yaml`, the
+//! `crds::proxy` schema), the agent's MCP client config pointing at the sidecar only, the agent's
+//! permission settings for its built-in tools, and the inline task text. Never a Secret value:
+//! the proxy config names env vars, and their values reach the pod through `secretKeyRef`.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use orchestrator_crds::proxy::{
+    AuditSpec, DEFAULT_LISTEN, HttpSpec, PROXY_CONFIG_FILE, ProxyConfig, ServerSpec, StdioSpec,
+    TaskRef, ToolFilter, ToolPrefix,
+};
+use orchestrator_crds::taskrun::TaskRun;
+use serde_json::json;
+
+use super::resolve::Resolved;
+
+/// The agent's MCP client config (Claude Code `--mcp-config`).
+pub const MCP_CONFIG_FILE: &str = "mcp-config.json";
+/// The agent's settings with its built-in tool permissions (Claude Code `--settings`).
+pub const SETTINGS_FILE: &str = "settings.json";
+/// The task text when given inline.
+pub const TASK_FILE: &str = "task.md";
+/// The name of the proxy in the agent's MCP config; Claude Code names its tools
+/// `mcp__orchestrator__<server>__<tool>`.
+pub const PROXY_SERVER_NAME: &str = "orchestrator";
+
+/// The rendered files; the proxy config is kept typed so the version can be set last.
+#[derive(Clone, Debug)]
+pub struct Files {
+    proxy: ProxyConfig,
+    mcp_config: String,
+    settings: String,
+    task: Option<String>,
+}
+
+impl Files {
+    pub fn render(tr: &TaskRun, namespace: &str, resolved: &Resolved<'_>) -> Files {
+        let servers = resolved
+            .servers
+            .iter()
+            .map(|s| {
+                let pass_env: Vec<String> = resolved
+                    .secrets
+                    .iter()
+                    .filter(|b| b.servers.contains(&s.spec.name))
+                    .map(|b| b.env.clone())
+                    .collect();
+                ServerSpec {
+                    name: s.spec.name.clone(),
+                    enabled: s.spec.enabled,
+                    stdio: s.entry.stdio.as_ref().map(|stdio| StdioSpec {
+                        command: stdio.command.clone(),
+                        args: stdio.args.clone(),
+                        env: stdio.env.clone(),
+                        pass_env,
+                        cwd: stdio.cwd.clone(),
+                    }),
+                    http: s.entry.http.as_ref().map(|http| HttpSpec {
+                        url: http.url.clone(),
+                        headers_from_env: http.headers_from_env.clone(),
+                    }),
+                    tools: ToolFilter {
+                        allow: s.spec.tools.allow.clone(),
+                        deny: s.spec.tools.deny.clone(),
+                    },
+                }
+            })
+            .collect();
+        let proxy = ProxyConfig {
+            context_version: 0,
+            task: TaskRef {
+                name: tr.name_any(),
+                namespace: namespace.to_string(),
+            },
+            listen: DEFAULT_LISTEN.to_string(),
+            tool_prefix: ToolPrefix::Server,
+            allowed_hosts: Vec::new(),
+            call_timeout_seconds: None,
+            audit: AuditSpec::default(),
+            servers,
+        };
+        Files {
+            proxy,
+            mcp_config: pretty(&mcp_config()),
+            settings: pretty(&settings(tr)),
+            task: tr.spec.task.prompt.clone(),
+        }
+    }
+
+    /// The ConfigMap data with `contextVersion` set.
+    pub fn data(&self, context_version: u64) -> BTreeMap<String, String> {
+        let mut proxy = self.proxy.clone();
+        proxy.context_version = context_version;
+        let proxy_yaml = match serde_saphyr::to_string(&proxy) {
+            Ok(text) => text,
+            // Serializing plain structs of strings cannot fail; if it ever did, an unparsable
+            // file makes the sidecar keep its last good config instead of running with a wrong one.
+            Err(e) => format!("# render error: {e}\n"),
+        };
+        let mut data = BTreeMap::from([
+            (PROXY_CONFIG_FILE.to_string(), proxy_yaml),
+            (MCP_CONFIG_FILE.to_string(), self.mcp_config.clone()),
+            (SETTINGS_FILE.to_string(), self.settings.clone()),
+        ]);
+        if let Some(task) = &self.task {
+            data.insert(TASK_FILE.to_string(), task.clone());
+        }
+        data
+    }
+}
+
+/// The proxy is the agent's only MCP server (used with `--strict-mcp-config`).
+fn mcp_config() -> serde_json::Value {
+    json!({
+        "mcpServers": {
+            PROXY_SERVER_NAME: {
+                "type": "http",
+                "url": format!("http://{DEFAULT_LISTEN}/mcp"),
+            }
+        }
+    })
+}
+
+/// Claude Code permission settings for the built-in tools. `*` in `allow` (the default) means
+/// every tool not denied: permission prompts are bypassed (nobody could answer them in a Job)
+/// and deny rules still apply. The proxy's tools are always allowed here: the proxy itself
+/// decides which of them exist.
+fn settings(tr: &TaskRun) -> serde_json::Value {
+    let p = &tr.spec.tool_config.internal_tools.permissions;
+    let allow_all = p.allow.iter().any(|a| a == "*");
+    let mut allow: Vec<String> = p.allow.iter().filter(|a| *a != "*").cloned().collect();
+    allow.push(format!("mcp__{PROXY_SERVER_NAME}"));
+    let mut permissions = json!({ "allow": allow, "deny": p.deny });
+    if allow_all {
+        permissions["defaultMode"] = json!("bypassPermissions");
+    }
+    json!({ "permissions": permissions })
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+}

@@ -1,0 +1,326 @@
+//! The Job: the agent container and the MCP proxy as a native sidecar (an init container with
+//! `restartPolicy: Always`), so the Job completes when the agent exits. The task's ConfigMap is
+//! mounted as a directory (never `subPath`: those mounts are never updated) so a new tool config
+//! reaches the running proxy. Secrets reach the proxy as env through `secretKeyRef` only.
+//! Restricted pod security everywhere.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    ExecAction, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::ResourceExt;
+use orchestrator_crds::proxy::{DEFAULT_LISTEN, PROXY_CONFIG_FILE};
+use orchestrator_crds::taskrun::TaskRun;
+
+use super::files::{MCP_CONFIG_FILE, SETTINGS_FILE, TASK_FILE};
+use super::{RenderSettings, SecretBinding, config_map_name};
+
+/// Name of the proxy container (the e2e kubelet stand-in looks it up by this name).
+pub const PROXY_CONTAINER: &str = "mcp-proxy";
+/// Name of the agent container.
+pub const AGENT_CONTAINER: &str = "agent";
+/// Where the task's ConfigMap is mounted (a directory, in both containers).
+pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";
+/// Where the task text is mounted for the agent.
+pub const TASK_DIR: &str = "/etc/orchestrator/task";
+/// The directory both containers share (the filesystem and git servers work on it).
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// The proxy binary inside the sidecar image.
+pub const PROXY_BINARY: &str = "orchestrator-mcp-proxy";
+/// Non-root uid/gid the pod runs as.
+pub const RUN_AS: i64 = 65532;
+
+const TOOLS_VOLUME: &str = "tools";
+const TASK_VOLUME: &str = "task";
+const WORKSPACE_VOLUME: &str = "workspace";
+const PROXY_TMP_VOLUME: &str = "proxy-tmp";
+const AGENT_TMP_VOLUME: &str = "agent-tmp";
+
+pub struct JobInput<'a> {
+    pub taskrun: &'a TaskRun,
+    pub namespace: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+    pub owner: &'a OwnerReference,
+    pub settings: &'a RenderSettings,
+    pub secrets: &'a [SecretBinding],
+}
+
+pub fn render(input: JobInput<'_>) -> Job {
+    let tr = input.taskrun;
+    let name = tr.name_any();
+    let mut pod_labels = input.labels.clone();
+    pod_labels.insert("app.kubernetes.io/component".into(), "agent".into());
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(input.namespace.to_string()),
+            labels: Some(input.labels.clone()),
+            owner_references: Some(vec![input.owner.clone()]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            // An agent run has side effects (commits, issues); never run it twice on its own.
+            backoff_limit: Some(0),
+            active_deadline_seconds: tr.spec.active_deadline_seconds,
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    // Neither container talks to the Kubernetes API.
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(RUN_AS),
+                        run_as_group: Some(RUN_AS),
+                        fs_group: Some(RUN_AS),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    init_containers: Some(vec![proxy_container(&input)]),
+                    containers: vec![agent_container(&input)],
+                    volumes: Some(volumes(&input)),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn proxy_container(input: &JobInput<'_>) -> Container {
+    let mut vars = vec![env("HOME", "/tmp")];
+    if let Some(endpoint) = &input.settings.sidecar_otlp_endpoint {
+        vars.push(env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint));
+    }
+    vars.extend(input.secrets.iter().map(|b| EnvVar {
+        name: b.env.clone(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: b.secret.clone(),
+                key: b.key.clone(),
+                optional: b.optional.then_some(true),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
+    // The proxy serves on loopback only; kubelet's HTTP probes would hit the pod IP, so the
+    // probes run the proxy binary's own HTTP check inside the container.
+    let probe = |period: i32, failures: i32| Probe {
+        exec: Some(ExecAction {
+            command: Some(vec![
+                PROXY_BINARY.into(),
+                "probe".into(),
+                format!("http://{DEFAULT_LISTEN}/readyz"),
+            ]),
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    };
+    Container {
+        name: PROXY_CONTAINER.into(),
+        image: Some(input.settings.sidecar_image.clone()),
+        // A native sidecar: starts before the agent, runs beside it, and does not keep the
+        // Job from completing when the agent exits.
+        restart_policy: Some("Always".into()),
+        command: Some(vec![PROXY_BINARY.into()]),
+        args: Some(vec![
+            "--config".into(),
+            format!("{TOOLS_DIR}/{PROXY_CONFIG_FILE}"),
+        ]),
+        env: Some(vars),
+        volume_mounts: Some(vec![
+            mount(TOOLS_VOLUME, TOOLS_DIR, true),
+            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+            mount(PROXY_TMP_VOLUME, "/tmp", false),
+        ]),
+        startup_probe: Some(probe(1, 60)),
+        readiness_probe: Some(probe(5, 3)),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "100m"), ("memory", "128Mi")])),
+            // The proxy's stdio servers (node, python) run inside its container.
+            limits: Some(quantities(&[("memory", "1Gi")])),
+            ..Default::default()
+        }),
+        security_context: Some(restricted()),
+        ..Default::default()
+    }
+}
+
+fn agent_container(input: &JobInput<'_>) -> Container {
+    let tr = input.taskrun;
+    let agent = tr.spec.agent.clone().unwrap_or_default();
+    let mut vars = vec![
+        env("HOME", "/tmp"),
+        env("ORCHESTRATOR_TASK_ID", &tr.spec.task_id.to_string()),
+        env("ORCHESTRATOR_SERVICE", &tr.spec.service_name),
+        env("ORCHESTRATOR_TASK_FILE", &format!("{TASK_DIR}/{TASK_FILE}")),
+        env(
+            "ORCHESTRATOR_MCP_URL",
+            &format!("http://{DEFAULT_LISTEN}/mcp"),
+        ),
+        env(
+            "ORCHESTRATOR_MCP_CONFIG",
+            &format!("{TOOLS_DIR}/{MCP_CONFIG_FILE}"),
+        ),
+        env(
+            "ORCHESTRATOR_SETTINGS",
+            &format!("{TOOLS_DIR}/{SETTINGS_FILE}"),
+        ),
+    ];
+    // The user's env comes last and replaces ours of the same name.
+    vars.retain(|e| !agent.env.iter().any(|u| u.name == e.name));
+    vars.extend(agent.env.iter().cloned());
+    let (command, args) = match (&agent.command, &agent.args) {
+        (None, None) => (
+            Some(vec!["sh".into(), "-c".into(), DEFAULT_AGENT_SCRIPT.into()]),
+            None,
+        ),
+        (command, args) => (command.clone(), args.clone()),
+    };
+    Container {
+        name: AGENT_CONTAINER.into(),
+        image: Some(
+            agent
+                .image
+                .unwrap_or_else(|| input.settings.agent_image.clone()),
+        ),
+        command,
+        args,
+        working_dir: Some(WORKSPACE_DIR.into()),
+        env: Some(vars),
+        volume_mounts: Some(vec![
+            mount(TOOLS_VOLUME, TOOLS_DIR, true),
+            mount(TASK_VOLUME, TASK_DIR, true),
+            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+            mount(AGENT_TMP_VOLUME, "/tmp", false),
+        ]),
+        resources: agent.resources,
+        security_context: Some(restricted()),
+        ..Default::default()
+    }
+}
+
+/// Claude Code, headless, with the proxy as its only MCP server and the rendered permissions;
+/// the task text on stdin (no argument-length limit).
+pub const DEFAULT_AGENT_SCRIPT: &str = "exec claude -p --strict-mcp-config \
+--mcp-config \"$ORCHESTRATOR_MCP_CONFIG\" --settings \"$ORCHESTRATOR_SETTINGS\" \
+< \"$ORCHESTRATOR_TASK_FILE\"";
+
+fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
+    let tr = input.taskrun;
+    let name = tr.name_any();
+    let task_item = |key: &str| {
+        Some(vec![KeyToPath {
+            key: key.to_string(),
+            path: TASK_FILE.into(),
+            ..Default::default()
+        }])
+    };
+    let task = &tr.spec.task;
+    let task_volume = if let Some(r) = &task.secret_key_ref {
+        Volume {
+            name: TASK_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(r.name.clone()),
+                items: task_item(&r.key),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    } else {
+        let (cm, key) = match &task.config_map_key_ref {
+            Some(r) => (r.name.clone(), r.key.clone()),
+            None => (config_map_name(&name), TASK_FILE.to_string()),
+        };
+        Volume {
+            name: TASK_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: cm,
+                items: task_item(&key),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    };
+    vec![
+        Volume {
+            name: TOOLS_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map_name(&name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        task_volume,
+        empty_dir(WORKSPACE_VOLUME),
+        empty_dir(PROXY_TMP_VOLUME),
+        empty_dir(AGENT_TMP_VOLUME),
+    ]
+}
+
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+        .collect()
+}

@@ -1,0 +1,221 @@
+//! Rendering: a pure function of TaskRun + catalog + operator settings to the ConfigMap and the
+//! Job the reconciler applies. Nothing here talks to the API server; snapshot tests pin the output.
+//!
+//! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems.
+//! - [`files`]: the ConfigMap's files (`proxy.yaml` for the sidecar, the agent's MCP config and
+//!   permission settings, the task text).
+//! - [`job`]: the Job: the agent container and the proxy as a native sidecar.
+
+pub mod files;
+pub mod job;
+pub mod resolve;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::taskrun::{CONFIG_MAP_SUFFIX, EffectiveTools, TaskRun};
+use sha2::{Digest, Sha256};
+
+pub use resolve::{Problem, SecretBinding};
+
+/// Annotation on the ConfigMap: the context version it holds.
+pub const CONTEXT_VERSION_ANNOTATION: &str = "orchestrator.io/context-version";
+/// Annotation on the ConfigMap: the digest of its tool configuration (without the version).
+pub const CONFIG_HASH_ANNOTATION: &str = "orchestrator.io/config-hash";
+/// Label on every child: the TaskRun it belongs to.
+pub const TASKRUN_LABEL: &str = "orchestrator.io/taskrun";
+/// Label on every child: the task id.
+pub const TASK_ID_LABEL: &str = "orchestrator.io/task-id";
+/// Label on every child: the service.
+pub const SERVICE_LABEL: &str = "orchestrator.io/service";
+/// `app.kubernetes.io/managed-by` value of every child (the operator watches children by it).
+pub const MANAGED_BY: &str = "orchestrator-operator";
+
+/// What the operator's flags decide about rendered objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderSettings {
+    /// Image of the MCP proxy sidecar.
+    pub sidecar_image: String,
+    /// Agent image when the TaskRun names none.
+    pub agent_image: String,
+    /// OTLP endpoint handed to every sidecar (`OTEL_EXPORTER_OTLP_ENDPOINT`), if any.
+    pub sidecar_otlp_endpoint: Option<String>,
+}
+
+/// Everything rendered for one TaskRun, before the context version is known.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    namespace: String,
+    name: String,
+    labels: BTreeMap<String, String>,
+    owner: OwnerReference,
+    /// The ConfigMap's files with `contextVersion` 0 (see [`Plan::config_map`]).
+    files: files::Files,
+    config_hash: String,
+    job: Job,
+    /// Per enabled server: its patterns and the known tools they expose.
+    pub tools: Vec<EffectiveTools>,
+    /// How many known tools the agent can call.
+    pub enabled_tool_count: i64,
+    /// Env vars of the proxy container that come from Secrets.
+    pub secrets: Vec<SecretBinding>,
+}
+
+impl Plan {
+    /// Digest of the tool configuration (independent of the context version): when it changes,
+    /// the context version increments.
+    pub fn config_hash(&self) -> &str {
+        &self.config_hash
+    }
+
+    pub fn config_map_name(&self) -> String {
+        config_map_name(&self.name)
+    }
+
+    pub fn job_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The ConfigMap at `context_version`.
+    pub fn config_map(&self, context_version: u64) -> ConfigMap {
+        let mut annotations = BTreeMap::new();
+        annotations.insert(
+            CONTEXT_VERSION_ANNOTATION.to_string(),
+            context_version.to_string(),
+        );
+        annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), self.config_hash.clone());
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.config_map_name()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(self.labels.clone()),
+                annotations: Some(annotations),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..Default::default()
+            },
+            data: Some(self.files.data(context_version)),
+            ..Default::default()
+        }
+    }
+
+    /// The Job (created once; its pod template never changes afterwards).
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// The env var names of the proxy container that the current tool configuration needs from
+    /// Secrets (only enabled servers; the reconciler checks a running Job has them).
+    pub fn required_secret_env(&self) -> impl Iterator<Item = &SecretBinding> {
+        self.secrets.iter().filter(|b| !b.optional)
+    }
+}
+
+/// `<taskrun>-tools`.
+pub fn config_map_name(taskrun: &str) -> String {
+    format!("{taskrun}{CONFIG_MAP_SUFFIX}")
+}
+
+/// Renders a TaskRun. Fails with every problem the operator can judge (unknown servers, env
+/// without a Secret, bad globs, ...); the API server has already refused what CEL can judge.
+pub fn render(
+    tr: &TaskRun,
+    catalog: &Catalog,
+    settings: &RenderSettings,
+) -> Result<Plan, Vec<Problem>> {
+    let (Some(namespace), Some(owner)) = (tr.namespace(), tr.controller_owner_ref(&())) else {
+        return Err(vec![Problem {
+            reason: "InvalidObject",
+            message: "the TaskRun has no namespace or uid (it was not read from the API server)"
+                .into(),
+        }]);
+    };
+    let name = tr.name_any();
+    let resolved = resolve::resolve(&tr.spec, catalog)?;
+    let labels = labels(tr);
+
+    let files = files::Files::render(tr, &namespace, &resolved);
+    let config_hash = digest(&files.data(0));
+
+    let mut tools = Vec::new();
+    let mut enabled_tool_count = 0;
+    for server in resolved.servers.iter().filter(|s| s.spec.enabled) {
+        let exposed = resolve::exposed_tools(server);
+        enabled_tool_count += exposed.as_ref().map_or(0, |e| e.len() as i64);
+        tools.push(EffectiveTools {
+            server: server.spec.name.clone(),
+            allow: server.spec.tools.allow.clone(),
+            deny: server.spec.tools.deny.clone(),
+            exposed,
+        });
+    }
+
+    let job = job::render(job::JobInput {
+        taskrun: tr,
+        namespace: &namespace,
+        labels: &labels,
+        owner: &owner,
+        settings,
+        secrets: &resolved.secrets,
+    });
+
+    Ok(Plan {
+        namespace,
+        name,
+        labels,
+        owner,
+        files,
+        config_hash,
+        job,
+        tools,
+        enabled_tool_count,
+        secrets: resolved.secrets,
+    })
+}
+
+/// The labels every child carries (and a selector the operator's watches use).
+pub fn labels(tr: &TaskRun) -> BTreeMap<String, String> {
+    let name = tr.name_any();
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "orchestrator-task".to_string(),
+        ),
+        ("app.kubernetes.io/instance".to_string(), name.clone()),
+        (
+            "app.kubernetes.io/part-of".to_string(),
+            "orchestrator".to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            MANAGED_BY.to_string(),
+        ),
+        (TASKRUN_LABEL.to_string(), name),
+        (TASK_ID_LABEL.to_string(), tr.spec.task_id.to_string()),
+        (SERVICE_LABEL.to_string(), tr.spec.service_name.clone()),
+    ])
+}
+
+/// The label selector for everything the operator manages.
+pub fn managed_selector() -> String {
+    format!("app.kubernetes.io/managed-by={MANAGED_BY}")
+}
+
+fn digest(data: &BTreeMap<String, String>) -> String {
+    let mut h = Sha256::new();
+    for (k, v) in data {
+        // Length-prefix both so no two different maps hash alike.
+        h.update((k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+        h.update((v.len() as u64).to_le_bytes());
+        h.update(v.as_bytes());
+    }
+    let out = h.finalize();
+    out.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+//! Resolves a TaskRun's `toolConfig` against the catalog: which catalog entry each server is,
+//! where each env var it needs comes from, and everything that is wrong with it (each problem
+//! with the condition reason the status will carry). Pure.
+
+use std::collections::BTreeMap;
+
+use globset::Glob;
+use orchestrator_crds::catalog::{Catalog, CatalogServer};
+use orchestrator_crds::taskrun::{McpServer, TaskRunSpec};
+
+/// One thing the operator cannot accept in a TaskRun (the API server could not judge it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The condition reason, e.g. `UnknownServer`.
+    pub reason: &'static str,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+/// A server of the task matched with its catalog entry.
+#[derive(Clone, Debug)]
+pub struct ResolvedServer<'a> {
+    pub spec: &'a McpServer,
+    pub entry: &'a CatalogServer,
+}
+
+/// An env var of the proxy container that comes from a Secret key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SecretBinding {
+    pub env: String,
+    pub secret: String,
+    pub key: String,
+    /// The pod may start without it: the server is disabled or the catalog marks it optional.
+    pub optional: bool,
+    /// The servers that need it.
+    pub servers: Vec<String>,
+}
+
+/// The resolved tool configuration.
+#[derive(Clone, Debug)]
+pub struct Resolved<'a> {
+    pub servers: Vec<ResolvedServer<'a>>,
+    /// Sorted by env name; one binding per env var.
+    pub secrets: Vec<SecretBinding>,
+}
+
+/// Matches every server against the catalog and reports all problems at once.
+pub fn resolve<'a>(
+    spec: &'a TaskRunSpec,
+    catalog: &'a Catalog,
+) -> Result<Resolved<'a>, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut servers = Vec::new();
+    let unknown: Vec<&str> = spec
+        .tool_config
+        .mcp_servers
+        .iter()
+        .filter(|s| catalog.get(&s.name).is_none())
+        .map(|s| s.name.as_str())
+        .collect();
+    if !unknown.is_empty() {
+        problems.push(Problem {
+            reason: "UnknownServer",
+            message: format!(
+                "spec.toolConfig.mcpServers names {} not in the catalog; known servers: {}",
+                quoted(&unknown),
+                catalog.names().join(", ")
+            ),
+        });
+    }
+    let mut bindings: BTreeMap<String, SecretBinding> = BTreeMap::new();
+    for server in &spec.tool_config.mcp_servers {
+        let Some(entry) = catalog.get(&server.name) else {
+            continue;
+        };
+        for pattern in server.tools.allow.iter().chain(&server.tools.deny) {
+            if let Err(e) = Glob::new(pattern) {
+                problems.push(Problem {
+                    reason: "BadPattern",
+                    message: format!(
+                        "spec.toolConfig.mcpServers[{}].tools: pattern {pattern:?} is not a valid glob: {}",
+                        server.name,
+                        e.kind()
+                    ),
+                });
+            }
+        }
+        for r in &server.secret_refs {
+            if !entry.secret_env.iter().any(|e| e.name == r.env) {
+                let declared: Vec<&str> =
+                    entry.secret_env.iter().map(|e| e.name.as_str()).collect();
+                problems.push(Problem {
+                    reason: "UnknownSecretEnv",
+                    message: format!(
+                        "spec.toolConfig.mcpServers[{}].secretRefs: {} is not an env var the catalog lists for {} (it lists: {})",
+                        server.name,
+                        r.env,
+                        server.name,
+                        if declared.is_empty() { "none".to_string() } else { declared.join(", ") }
+                    ),
+                });
+            }
+        }
+        for need in &entry.secret_env {
+            let chosen = server.secret_refs.iter().find(|r| r.env == need.name);
+            let (secret, key) = match (chosen, &need.secret_name) {
+                (Some(r), _) => (
+                    r.name.clone(),
+                    r.key.clone().unwrap_or_else(|| need.secret_key.clone()),
+                ),
+                (None, Some(default)) => (default.clone(), need.secret_key.clone()),
+                (None, None) if need.optional => continue,
+                (None, None) => {
+                    problems.push(Problem {
+                        reason: "MissingSecretRef",
+                        message: format!(
+                            "server {} needs env {} from a Secret and the catalog names no default; add secretRefs: [{{env: {}, name: <secret>}}] (key defaults to {:?})",
+                            server.name, need.name, need.name, need.secret_key
+                        ),
+                    });
+                    continue;
+                }
+            };
+            let optional = need.optional || !server.enabled;
+            match bindings.get_mut(&need.name) {
+                Some(b) if b.secret == secret && b.key == key => {
+                    b.optional &= optional;
+                    b.servers.push(server.name.clone());
+                }
+                Some(b) => problems.push(Problem {
+                    reason: "SecretEnvConflict",
+                    message: format!(
+                        "env {} would come from Secret {}/{} for {} and from {}/{} for {}; the proxy has one environment, so point both at the same Secret key",
+                        need.name, b.secret, b.key, b.servers.join(", "), secret, key, server.name
+                    ),
+                }),
+                None => {
+                    bindings.insert(
+                        need.name.clone(),
+                        SecretBinding {
+                            env: need.name.clone(),
+                            secret,
+                            key,
+                            optional,
+                            servers: vec![server.name.clone()],
+                        },
+                    );
+                }
+            }
+        }
+        servers.push(ResolvedServer {
+            spec: server,
+            entry,
+        });
+    }
+    let startable = spec
+        .tool_config
+        .mcp_servers
+        .iter()
+        .any(|s| s.enabled && !s.tools.deny.iter().any(|p| p == "*"));
+    if !startable {
+        problems.push(Problem {
+            reason: "NothingEnabled",
+            message: "no MCP server is enabled with any tool allowed; the proxy refuses such a config: enable at least one server in spec.toolConfig.mcpServers".into(),
+        });
+    }
+    if problems.is_empty() {
+        Ok(Resolved {
+            servers,
+            secrets: bindings.into_values().collect(),
+        })
+    } else {
+        Err(problems)
+    }
+}
+
+/// The catalog's known tools a server's patterns expose (deny wins; empty allow allows all),
+/// or `None` when the catalog does not list the server's tools.
+pub fn exposed_tools(server: &ResolvedServer<'_>) -> Option<Vec<String>> {
+    if server.entry.tools.is_empty() {
+        return None;
+    }
+    let compile = |ps: &[String]| -> Vec<globset::GlobMatcher> {
+        ps.iter()
+            .filter_map(|p| Glob::new(p).ok())
+            .map(|g| g.compile_matcher())
+            .collect()
+    };
+    let allow = compile(&server.spec.tools.allow);
+    let deny = compile(&server.spec.tools.deny);
+    Some(
+        server
+            .entry
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .filter(|name| allow.is_empty() || allow.iter().any(|m| m.is_match(name)))
+            .filter(|name| !deny.iter().any(|m| m.is_match(name)))
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,318 @@
+//! Snapshot and property tests of rendering, on the samples in `config/samples/` and the real
+//! catalog in `config/catalog.yaml`.
+
+use k8s_openapi::api::core::v1::{Container, EnvVar};
+use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::proxy::ProxyConfig;
+use orchestrator_crds::taskrun::{McpServer, TaskRun};
+
+use super::*;
+
+fn catalog() -> Catalog {
+    Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("shipped catalog is valid")
+}
+
+fn settings() -> RenderSettings {
+    RenderSettings {
+        sidecar_image: "ghcr.io/example/orchestrator-mcp-proxy:0.1.0".into(),
+        agent_image: "ghcr.io/example/claude-code:1".into(),
+        sidecar_otlp_endpoint: None,
+    }
+}
+
+/// A sample as the API server would hand it to the operator: namespaced, with a uid.
+fn sample(yaml: &str) -> TaskRun {
+    let mut tr: TaskRun = serde_saphyr::from_str(yaml).expect("sample parses");
+    tr.metadata.namespace = Some("team-a".into());
+    tr.metadata.uid = Some("0b6a3c9e-1b1e-4c57-9a43-5f1d2d6c1001".into());
+    tr
+}
+
+fn task_1001() -> TaskRun {
+    sample(include_str!("../../../config/samples/taskrun.yaml"))
+}
+
+fn task_1002() -> TaskRun {
+    sample(include_str!("../../../config/samples/taskrun-github.yaml"))
+}
+
+fn plan(tr: &TaskRun) -> Plan {
+    render(tr, &catalog(), &settings()).unwrap_or_else(|p| panic!("renders: {p:?}"))
+}
+
+fn proxy_container(plan: &Plan) -> Container {
+    let spec = plan
+        .job()
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    spec.init_containers.as_ref().expect("init containers")[0].clone()
+}
+
+#[test]
+fn sample_config_map_snapshot() {
+    insta::assert_yaml_snapshot!(plan(&task_1001()).config_map(1));
+}
+
+#[test]
+fn sample_proxy_yaml_snapshot() {
+    let data = plan(&task_1001()).config_map(1).data.expect("data");
+    insta::assert_snapshot!(data["proxy.yaml"]);
+}
+
+#[test]
+fn sample_job_snapshot() {
+    insta::assert_yaml_snapshot!(plan(&task_1001()).job());
+}
+
+#[test]
+fn github_sample_job_snapshot() {
+    insta::assert_yaml_snapshot!(plan(&task_1002()).job());
+}
+
+#[test]
+fn rendered_proxy_yaml_round_trips_into_the_sidecar_schema() {
+    let cm = plan(&task_1002()).config_map(7);
+    let data = cm.data.expect("data");
+    let text = &data["proxy.yaml"];
+    let parsed: ProxyConfig =
+        serde_saphyr::from_str(text).expect("proxy.yaml parses as ProxyConfig");
+    assert_eq!(parsed.context_version, 7);
+    assert_eq!(
+        (parsed.task.name.as_str(), parsed.task.namespace.as_str()),
+        ("task-1002", "team-a")
+    );
+    let names: Vec<_> = parsed
+        .servers
+        .iter()
+        .map(|s| (s.name.as_str(), s.enabled))
+        .collect();
+    assert_eq!(
+        names,
+        [("github", true), ("filesystem", true), ("git", false)]
+    );
+    let github = &parsed.servers[0];
+    let stdio = github.stdio.as_ref().expect("github is a stdio server");
+    assert_eq!(stdio.command, "npx");
+    assert_eq!(stdio.pass_env, ["GITHUB_PERSONAL_ACCESS_TOKEN"]);
+    assert_eq!(github.tools.allow, ["list_*", "get_*", "search_*"]);
+    assert_eq!(
+        parsed.servers[1].tools.deny,
+        ["move_file", "create_directory"]
+    );
+    // Re-serializing the parsed config gives the same text: nothing was dropped or defaulted away.
+    assert_eq!(&serde_saphyr::to_string(&parsed).expect("serializes"), text);
+}
+
+#[test]
+fn secrets_reach_the_proxy_as_secret_key_refs_only() {
+    let plan = plan(&task_1002());
+    let proxy = proxy_container(&plan);
+    let token: &EnvVar = proxy
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "GITHUB_PERSONAL_ACCESS_TOKEN")
+        .expect("token env");
+    assert!(token.value.is_none());
+    let selector = token
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .expect("secretKeyRef");
+    assert_eq!(
+        (selector.name.as_str(), selector.key.as_str()),
+        ("github", "token")
+    );
+    assert_eq!(
+        selector.optional, None,
+        "an enabled server's Secret is required"
+    );
+    // The agent container gets no MCP server Secret.
+    let spec = plan
+        .job()
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod");
+    let agent_env: Vec<_> = spec.containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert!(
+        !agent_env.contains(&"GITHUB_PERSONAL_ACCESS_TOKEN"),
+        "{agent_env:?}"
+    );
+}
+
+#[test]
+fn disabled_servers_get_optional_secret_refs() {
+    let mut tr = task_1002();
+    tr.spec.tool_config.mcp_servers[0].enabled = false;
+    let plan = plan(&tr);
+    let proxy = proxy_container(&plan);
+    let token = proxy
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "GITHUB_PERSONAL_ACCESS_TOKEN")
+        .expect("env");
+    let optional = token
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .and_then(|s| s.optional);
+    assert_eq!(optional, Some(true));
+    assert_eq!(plan.required_secret_env().count(), 0);
+}
+
+#[test]
+fn pod_is_restricted_and_the_proxy_is_a_native_sidecar() {
+    let plan = plan(&task_1001());
+    let pod = plan
+        .job()
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .expect("pod");
+    let proxy = &pod.init_containers.as_ref().expect("init")[0];
+    assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
+    assert!(proxy.startup_probe.is_some() && proxy.readiness_probe.is_some());
+    for c in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let sc = c.security_context.as_ref().expect("security context");
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+        assert_eq!(sc.run_as_non_root, Some(true), "{}", c.name);
+        let drop = sc.capabilities.as_ref().and_then(|c| c.drop.clone());
+        assert_eq!(drop, Some(vec!["ALL".to_string()]), "{}", c.name);
+        assert_eq!(
+            sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            Some("RuntimeDefault")
+        );
+        for m in c.volume_mounts.iter().flatten() {
+            assert!(
+                m.sub_path.is_none(),
+                "{}: subPath mounts are never updated",
+                c.name
+            );
+        }
+    }
+    let tools = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "tools")
+        .expect("tools volume");
+    assert_eq!(
+        tools.config_map.as_ref().map(|c| c.name.as_str()),
+        Some("task-1001-tools")
+    );
+}
+
+#[test]
+fn config_hash_ignores_the_version_and_follows_the_tool_config() {
+    let tr = task_1001();
+    let a = plan(&tr);
+    assert_eq!(a.config_map(1).data.map(|d| d.len()), Some(4));
+    let mut changed = tr.clone();
+    changed.spec.tool_config.mcp_servers[0]
+        .tools
+        .allow
+        .push("trigger-*".into());
+    let b = plan(&changed);
+    assert_ne!(a.config_hash(), b.config_hash());
+    assert_eq!(a.config_hash(), plan(&tr).config_hash(), "deterministic");
+    // The Job does not depend on the patterns: a tool change never needs a new pod.
+    assert_eq!(a.job(), b.job());
+}
+
+#[test]
+fn status_tools_list_what_the_patterns_expose() {
+    let plan = plan(&task_1001());
+    let everything = &plan.tools[0];
+    assert_eq!(everything.server, "everything");
+    let exposed = everything
+        .exposed
+        .clone()
+        .expect("catalog lists everything's tools");
+    assert!(exposed.contains(&"echo".to_string()) && exposed.contains(&"get-sum".to_string()));
+    assert!(!exposed.contains(&"get-env".to_string()), "deny wins");
+    assert!(!exposed.contains(&"trigger-long-running-operation".to_string()));
+    let total: usize = plan
+        .tools
+        .iter()
+        .filter_map(|t| t.exposed.as_ref())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(plan.enabled_tool_count, total as i64);
+}
+
+#[test]
+fn unknown_servers_are_refused_naming_the_known_ones() {
+    let mut tr = task_1001();
+    tr.spec
+        .tool_config
+        .mcp_servers
+        .push(McpServer::new("jira", &["*"], &[]));
+    let problems = render(&tr, &catalog(), &settings()).expect_err("jira is unknown");
+    assert_eq!(problems[0].reason, "UnknownServer");
+    assert_eq!(
+        problems[0].message,
+        "spec.toolConfig.mcpServers names \"jira\" not in the catalog; known servers: everything, filesystem, git, github, memory, time"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let mut tr = task_1002();
+    tr.spec.tool_config.mcp_servers[0].secret_refs[0].env = "GH_TOKEN".into();
+    tr.spec.tool_config.mcp_servers[1].tools.allow = vec!["read_[".into()];
+    let problems = render(&tr, &catalog(), &settings()).expect_err("two problems");
+    let reasons: Vec<_> = problems.iter().map(|p| p.reason).collect();
+    assert_eq!(reasons, ["UnknownSecretEnv", "BadPattern"]);
+    assert!(
+        problems[0]
+            .message
+            .contains("it lists: GITHUB_PERSONAL_ACCESS_TOKEN"),
+        "{}",
+        problems[0].message
+    );
+}
+
+#[test]
+fn a_config_with_nothing_enabled_is_refused() {
+    let mut tr = task_1001();
+    for s in &mut tr.spec.tool_config.mcp_servers {
+        s.enabled = false;
+    }
+    let problems = render(&tr, &catalog(), &settings()).expect_err("nothing enabled");
+    assert_eq!(problems[0].reason, "NothingEnabled");
+}
+
+#[test]
+fn agent_settings_follow_the_internal_tool_permissions() {
+    let data = plan(&task_1001()).config_map(1).data.expect("data");
+    let settings: serde_json::Value = serde_json::from_str(&data["settings.json"]).expect("json");
+    assert_eq!(
+        settings["permissions"]["deny"],
+        serde_json::json!(["WebFetch"])
+    );
+    assert_eq!(settings["permissions"]["defaultMode"], "bypassPermissions");
+    let mcp: serde_json::Value = serde_json::from_str(&data["mcp-config.json"]).expect("json");
+    assert_eq!(
+        mcp["mcpServers"]["orchestrator"]["url"],
+        "http://127.0.0.1:8080/mcp"
+    );
+    assert_eq!(
+        mcp["mcpServers"].as_object().map(|o| o.len()),
+        Some(1),
+        "the proxy is the only server"
+    );
+}
