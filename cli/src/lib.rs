@@ -1,6 +1,48 @@
-//! Placeholder library; filled in by the issue that builds this binary.
+//! `orchestrator-cli`: submit tasks as TaskRuns, change their tools while they run
+//! (add-context), inspect them, and browse the catalog of MCP servers.
+//!
+//! Modules: [`args`] (the command line), [`connect`] (kubeconfig handling like kubectl),
+//! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
+//! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`task`] (one
+//! module per command), [`wait`], [`output`] (table/json/yaml), [`error`] (exit codes).
 
-/// Runs the program. Placeholder: does nothing yet.
-pub fn run() -> anyhow::Result<()> {
-    Ok(())
+pub mod args;
+pub mod catalog;
+pub mod connect;
+pub mod effective;
+pub mod error;
+pub mod merge;
+pub mod output;
+pub mod task;
+pub mod toolspec;
+pub mod wait;
+
+use clap::CommandFactory;
+
+use crate::args::{CatalogCommand, Cli, Command, TaskCommand};
+pub use crate::error::{Error, Result};
+
+/// Runs one command line.
+pub async fn run(cli: Cli) -> Result<()> {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Task(task) => run_task(global, task).await,
+        Command::Catalog(CatalogCommand::List) => catalog::list(global).await,
+        Command::Catalog(CatalogCommand::Show { server }) => catalog::show(global, server).await,
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "orchestrator-cli", &mut out);
+            output::print(&String::from_utf8_lossy(&out))
+        }
+    }
+}
+
+async fn run_task(global: &args::Global, command: &TaskCommand) -> Result<()> {
+    match command {
+        TaskCommand::Submit(a) => task::submit::run(global, a).await,
+        TaskCommand::AddContext(a) => task::add_context::run(global, a).await,
+        TaskCommand::Get(a) => task::show::get(global, a).await,
+        TaskCommand::List(a) => task::show::list(global, a).await,
+        TaskCommand::Describe(a) => task::show::describe(global, a).await,
+    }
 }

@@ -1,12 +1,41 @@
-//! `orchestrator-cli`: placeholder binary that only answers `--help` until its issue lands.
+//! `orchestrator-cli`: parses the command line, sets up logging on stderr, runs the command and
+//! turns its error into a message and an exit code (see `orchestrator_cli::error`).
+use std::process::ExitCode;
+
 use clap::Parser;
+use orchestrator_cli::args::Cli;
 
-/// Command line for TaskRuns (placeholder: only `--help` works yet).
-#[derive(Parser)]
-#[command(name = "orchestrator-cli", version)]
-struct Args {}
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.global.verbose {
+        0 => "warn",
+        1 => "info,kube=warn",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
 
-fn main() -> anyhow::Result<()> {
-    let _args = Args::parse();
-    orchestrator_cli::run()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(orchestrator_cli::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }

@@ -1,0 +1,385 @@
+//! The command line: every command, flag and help text (parsing only; no behaviour here).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use clap_complete::Shell;
+
+use crate::output::Format;
+
+const ROOT_AFTER_HELP: &str = "\
+Examples:
+  # Submit a task with two MCP servers and follow it until it finishes
+  orchestrator-cli task submit --service todo-api --task-file task.md \\
+      --tools 'github:*,filesystem:read_file' --wait
+
+  # Give a running task more tools, take one away, and wait for the proxy config
+  orchestrator-cli task add-context --task-id 1001 \\
+      --enable-tools github:merge_pr --disable-tools filesystem:delete_file --wait-synced
+
+  # See what is running and which servers exist
+  orchestrator-cli task list --phase Running
+  orchestrator-cli catalog list
+
+Exit codes: 0 ok, 1 API or network error, 2 bad input (nothing written), 3 not found,
+4 timed out, 5 task failed or change refused by the operator.";
+
+/// Submit AI-agent tasks as TaskRuns, change the tools they may use while they run, and
+/// inspect them.
+///
+/// Connects like kubectl: --kubeconfig, else $KUBECONFIG, else ~/.kube/config (in a pod: its
+/// service account); the namespace comes from -n, else the context.
+#[derive(Debug, Parser)]
+#[command(name = "orchestrator-cli", version, after_help = ROOT_AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct Global {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use (default: its current-context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// The namespace of the TaskRuns (default: the context's namespace, else "default").
+    #[arg(short, long, global = true, value_name = "NAME")]
+    pub namespace: Option<String>,
+
+    /// Output format: table for people; json or yaml print the API objects.
+    #[arg(short, long, global = true, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+
+    /// Read the catalog from this file instead of the cluster.
+    #[arg(long, global = true, value_name = "FILE", env = "ORCHESTRATOR_CATALOG")]
+    pub catalog: Option<PathBuf>,
+
+    /// The ConfigMap holding the catalog (key catalog.yaml), as NAMESPACE/NAME: the one the
+    /// Helm chart creates and the operator reads.
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAMESPACE/NAME",
+        env = "ORCHESTRATOR_CATALOG_CONFIGMAP",
+        default_value = crate::catalog::DEFAULT_CONFIGMAP
+    )]
+    pub catalog_configmap: String,
+
+    /// More logging on stderr (-v: progress and retries, -vv: debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Submit, change and inspect tasks (TaskRuns).
+    #[command(subcommand)]
+    Task(Box<TaskCommand>),
+
+    /// The MCP servers tasks may use, and their tools.
+    #[command(subcommand)]
+    Catalog(CatalogCommand),
+
+    /// Print a shell completion script.
+    #[command(after_help = "\
+Examples:
+  orchestrator-cli completions bash > /etc/bash_completion.d/orchestrator-cli
+  orchestrator-cli completions zsh > \"${fpath[1]}/_orchestrator-cli\"
+  orchestrator-cli completions fish > ~/.config/fish/completions/orchestrator-cli.fish")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    Submit(SubmitArgs),
+    AddContext(AddContextArgs),
+    Get(GetArgs),
+    List(ListArgs),
+    Describe(DescribeArgs),
+}
+
+/// Which task: a TaskRun name, or --task-id.
+#[derive(Debug, Clone, Args)]
+pub struct TaskRef {
+    /// The TaskRun's name.
+    #[arg(
+        value_name = "NAME",
+        required_unless_present = "task_id",
+        conflicts_with = "task_id"
+    )]
+    pub name: Option<String>,
+
+    /// Find the TaskRun by its spec.taskId instead of by name.
+    #[arg(long, value_name = "ID")]
+    pub task_id: Option<i64>,
+}
+
+/// Create a TaskRun: the agent runs the task with only the listed tools.
+///
+/// The task text comes from --task-file (or - for stdin) or --prompt and is stored inline in the
+/// TaskRun. --tools lists SERVER:TOOL items (a tool name or a glob; SERVER:* for all its
+/// tools); every server must be in the catalog. Prints the TaskRun's name.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task submit --service todo-api --task-file task.md \\
+      --tools 'github:*,filesystem:read_file'
+  echo 'List the open issues' | orchestrator-cli task submit --service todo-api \\
+      --task-file - --task-id 1001 --tools 'github:list_*' --wait --timeout 30m
+  orchestrator-cli task submit --service todo-api --prompt 'Fix the flaky test' \\
+      --tools 'filesystem:*' --deny-tools filesystem:delete_file --dry-run -o yaml")]
+pub struct SubmitArgs {
+    /// The service the task works on (a DNS-1123 label).
+    #[arg(long, value_name = "NAME")]
+    pub service: String,
+
+    /// File holding the task (Markdown); - reads stdin.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "prompt",
+        conflicts_with = "prompt"
+    )]
+    pub task_file: Option<PathBuf>,
+
+    /// The task text itself, instead of --task-file.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: Option<String>,
+
+    /// MCP tools the agent may use: SERVER:TOOL items, comma-separated (repeatable).
+    #[arg(long, value_name = "SERVER:TOOL,...")]
+    pub tools: Vec<String>,
+
+    /// Tools to hide even where --tools allows them, e.g. filesystem:delete_file.
+    #[arg(long, value_name = "SERVER:TOOL,...")]
+    pub deny_tools: Vec<String>,
+
+    /// The agent's own built-in tools to deny (e.g. WebFetch), comma-separated.
+    #[arg(long, value_name = "TOOL,...", value_delimiter = ',')]
+    pub deny_internal_tools: Vec<String>,
+
+    /// The task's id in the tracker (default: one more than the highest in the namespace).
+    #[arg(long, value_name = "ID")]
+    pub task_id: Option<i64>,
+
+    /// The TaskRun's name (default: task-<ID>).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+
+    /// The agent's container image (default: the operator's).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Stop the task after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub active_deadline_seconds: Option<i64>,
+
+    /// Follow the task until it succeeds or fails (exit 5 if it fails).
+    #[arg(long)]
+    pub wait: bool,
+
+    /// Give up waiting after this long (e.g. 90s, 30m, 2h; exit 4). Default: wait forever.
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+
+    /// Print the TaskRun instead of creating it (with -o json|yaml: the whole object).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Change the tools of a task while it runs.
+///
+/// Enabled tools become visible to the agent, disabled ones disappear; everything else stays as
+/// it is. The change is written with a resourceVersion precondition and retried on conflict, so
+/// concurrent add-context calls never undo each other. Prints the tools before → after.
+///
+/// Rules: SERVER:* enables a whole server (clearing its deny patterns) or switches it off;
+/// enabling a tool on a server the task does not use adds the server; enabling a tool that a
+/// deny glob hides is refused (deny wins) with the command that lifts the glob; enables apply
+/// before disables, so 'git:*' with --disable-tools git:git_push means all but git_push.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task add-context --task-id 1001 \\
+      --enable-tools 'github:merge_pr,github:close_issue' --disable-tools filesystem:delete_file
+  orchestrator-cli task add-context task-1001 --enable-tools 'memory:*' --wait-synced
+  orchestrator-cli task add-context task-1001 --disable-tools 'github:*' --dry-run")]
+pub struct AddContextArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+
+    /// Tools to make visible: SERVER:TOOL items, comma-separated (repeatable).
+    #[arg(
+        long,
+        value_name = "SERVER:TOOL,...",
+        required_unless_present = "disable_tools"
+    )]
+    pub enable_tools: Vec<String>,
+
+    /// Tools to hide: SERVER:TOOL items, comma-separated (repeatable).
+    #[arg(long, value_name = "SERVER:TOOL,...")]
+    pub disable_tools: Vec<String>,
+
+    /// Wait until the operator has rendered the change (status shows the new context version).
+    #[arg(long)]
+    pub wait_synced: bool,
+
+    /// Give up waiting after this long (exit 4).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = crate::wait::parse_duration)]
+    pub timeout: std::time::Duration,
+
+    /// Show the change without writing it.
+    #[arg(long, conflicts_with = "wait_synced")]
+    pub dry_run: bool,
+}
+
+/// Show one task (or, with --task-id, every TaskRun of that task).
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task get task-1001
+  orchestrator-cli task get --task-id 1001 -o yaml")]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+}
+
+/// List tasks, newest first.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task list
+  orchestrator-cli task list --phase Running --service todo-api
+  orchestrator-cli task list -A -o json")]
+pub struct ListArgs {
+    /// Only tasks in this phase.
+    #[arg(long, value_name = "PHASE", value_parser = ["Pending", "Running", "Succeeded", "Failed"], ignore_case = true)]
+    pub phase: Option<String>,
+
+    /// Only tasks of this service.
+    #[arg(long, value_name = "NAME")]
+    pub service: Option<String>,
+
+    /// List tasks in every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
+
+/// Show a task in detail: spec, status, conditions, effective tools, recent events.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task describe task-1001
+  orchestrator-cli task describe --task-id 1001 -n team-a")]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CatalogCommand {
+    /// List the MCP servers of the catalog.
+    #[command(after_help = "\
+Examples:
+  orchestrator-cli catalog list
+  orchestrator-cli catalog list --catalog config/catalog.yaml -o yaml")]
+    List,
+
+    /// Show one server: how it starts, the secrets it needs, its tools.
+    #[command(after_help = "\
+Examples:
+  orchestrator-cli catalog show filesystem
+  orchestrator-cli catalog show github -o json")]
+    Show {
+        /// The server's name.
+        #[arg(value_name = "SERVER")]
+        server: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_has_examples_in_its_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            let subs: Vec<_> = cmd
+                .get_subcommands()
+                .filter(|c| c.get_name() != "help")
+                .collect();
+            if subs.is_empty() {
+                let help = cmd
+                    .get_after_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                if !help.contains("Examples:") {
+                    missing.push(path.clone());
+                }
+            }
+            for sub in subs {
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "commands without examples: {missing:?}");
+    }
+
+    #[test]
+    fn a_task_is_named_by_name_or_task_id_not_both() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        assert!(parse(&["o", "task", "get", "t1"]).is_ok());
+        assert!(parse(&["o", "task", "get", "--task-id", "7"]).is_ok());
+        let err = parse(&["o", "task", "get"]).expect_err("needs one");
+        assert_eq!(err.exit_code(), 2);
+        let err = parse(&["o", "task", "get", "t1", "--task-id", "7"]).expect_err("not both");
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn add_context_needs_something_to_change() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        assert!(parse(&["o", "task", "add-context", "t", "--disable-tools", "a:b"]).is_ok());
+        let err = parse(&["o", "task", "add-context", "t"]).expect_err("nothing to do");
+        assert!(err.to_string().contains("--enable-tools"), "{err}");
+    }
+
+    #[test]
+    fn global_flags_work_after_the_subcommand_like_kubectl() {
+        let cli = Cli::try_parse_from([
+            "o",
+            "task",
+            "list",
+            "-n",
+            "team-a",
+            "-o",
+            "yaml",
+            "--context",
+            "kind",
+        ])
+        .expect("valid");
+        assert_eq!(cli.global.namespace.as_deref(), Some("team-a"));
+        assert_eq!(cli.global.output, Format::Yaml);
+        assert_eq!(cli.global.context.as_deref(), Some("kind"));
+    }
+}

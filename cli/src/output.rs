@@ -1,0 +1,191 @@
+//! Output formats shared by every command: aligned tables for people, JSON and YAML for
+//! programs (`-o json|yaml` print whole objects, as kubectl does).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+
+use clap::ValueEnum;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// `-o` values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    // (No doc comments: clap then lists the values on one line.)
+    #[default]
+    Table,
+    Json,
+    Yaml,
+}
+
+/// Serializes `value` as JSON (pretty) or YAML. `Table` is the caller's job.
+pub fn render<T: Serialize>(format: Format, value: &T) -> Result<String> {
+    match format {
+        Format::Json => serde_json::to_string_pretty(value)
+            .map(|s| s + "\n")
+            .map_err(|e| Error::Output(e.to_string())),
+        Format::Yaml | Format::Table => {
+            let mut s = serde_saphyr::to_string(value).map_err(|e| Error::Output(e.to_string()))?;
+            if !s.ends_with('\n') {
+                s.push('\n');
+            }
+            Ok(s)
+        }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
+pub fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::Output(e.to_string())),
+    }
+}
+
+/// A note for the user on stderr (never mixed into stdout, which scripts parse).
+pub fn note(text: &str) {
+    eprintln!("note: {text}");
+}
+
+/// A table with a header row, columns padded to their widest cell (three spaces apart, as
+/// kubectl prints them).
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(headers: &[&str]) -> Self {
+        Self {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The table as text, each line ending in a newline, no trailing spaces.
+    pub fn render(&self) -> String {
+        let columns = self.headers.len();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate().take(columns) {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in std::iter::once(&self.headers).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, width) in widths.iter().enumerate() {
+                let cell = row.get(i).map(String::as_str).unwrap_or("");
+                if i + 1 == columns {
+                    line.push_str(cell);
+                } else {
+                    let _ = write!(line, "{cell:<width$}   ");
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// kubectl-style age: `45s`, `12m`, `5h`, `3d`, `2y` (the largest unit, rounded down; for
+/// short spans two units, e.g. `2m30s`, `3h12m`).
+pub fn age(then: Timestamp, now: Timestamp) -> String {
+    let secs = now.as_second().saturating_sub(then.as_second()).max(0);
+    let (m, h, d) = (60, 3600, 86400);
+    match secs {
+        s if s < 2 * m => format!("{s}s"),
+        s if s < 10 * m => {
+            let rest = s % m;
+            if rest == 0 {
+                format!("{}m", s / m)
+            } else {
+                format!("{}m{}s", s / m, rest)
+            }
+        }
+        s if s < 3 * h => format!("{}m", s / m),
+        s if s < 8 * h => {
+            let rest = (s % h) / m;
+            if rest == 0 {
+                format!("{}h", s / h)
+            } else {
+                format!("{}h{}m", s / h, rest)
+            }
+        }
+        s if s < 2 * d => format!("{}h", s / h),
+        s if s < 365 * d => format!("{}d", s / d),
+        s => format!("{}y", s / (365 * d)),
+    }
+}
+
+/// `<none>` for an absent cell, as kubectl prints it.
+pub fn or_none(value: Option<String>) -> String {
+    value.unwrap_or_else(|| "<none>".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_and_trim_trailing_space() {
+        let mut t = Table::new(&["NAME", "PHASE", "AGE"]);
+        t.row(vec!["task-1001".into(), "Running".into(), "5m".into()]);
+        t.row(vec!["t".into(), "".into(), "12d".into()]);
+        assert_eq!(
+            t.render(),
+            "NAME        PHASE     AGE\n\
+             task-1001   Running   5m\n\
+             t                     12d\n"
+        );
+        let mut t = Table::new(&["A", "B"]);
+        t.row(vec!["x".into(), "".into()]);
+        assert_eq!(t.render(), "A   B\nx\n");
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        let now = Timestamp::from_second(1_000_000_000).expect("valid");
+        let ago = |s: i64| {
+            age(
+                Timestamp::from_second(1_000_000_000 - s).expect("valid"),
+                now,
+            )
+        };
+        assert_eq!(ago(0), "0s");
+        assert_eq!(ago(119), "119s");
+        assert_eq!(ago(150), "2m30s");
+        assert_eq!(ago(300), "5m");
+        assert_eq!(ago(3 * 3600 + 12 * 60), "3h12m");
+        assert_eq!(ago(20 * 3600), "20h");
+        assert_eq!(ago(3 * 86400 + 5), "3d");
+        assert_eq!(ago(800 * 86400), "2y");
+        assert_eq!(ago(-5), "0s", "clock skew is not a negative age");
+    }
+
+    #[test]
+    fn json_and_yaml_render_the_same_value() {
+        let v = serde_json::json!({"name": "task-1", "tools": ["a", "b"]});
+        assert_eq!(
+            render(Format::Json, &v).expect("json"),
+            "{\n  \"name\": \"task-1\",\n  \"tools\": [\n    \"a\",\n    \"b\"\n  ]\n}\n"
+        );
+        let yaml = render(Format::Yaml, &v).expect("yaml");
+        let back: serde_json::Value = serde_saphyr::from_str(&yaml).expect("yaml parses back");
+        assert_eq!(back, v);
+    }
+}

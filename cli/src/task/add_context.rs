@@ -1,0 +1,379 @@
+//! `task add-context`: change a running task's tools, safely under concurrent writers.
+//!
+//! Why a resourceVersion precondition and not server-side apply: add-context *removes* entries
+//! (an allow pattern, a deny pattern lifted by an enable), and server-side apply can only remove
+//! what its own field manager applied before; entries written by `kubectl apply` or by another
+//! user would stay. So each attempt reads the TaskRun, computes the new server list from what
+//! it read, and writes it with a JSON merge patch carrying the `resourceVersion` it read: if
+//! anyone wrote in between, the API server answers 409 Conflict and the attempt starts over
+//! from the newer object. Nothing is ever computed from a stale read.
+//!
+//! The patch replaces only `spec.toolConfig.mcpServers`, and each existing entry is rewritten
+//! from its raw JSON with only `enabled`, `tools.allow` and `tools.deny` changed, so fields this
+//! CLI version does not know (a newer CRD) survive.
+
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject};
+use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::taskrun::{McpServer, TaskRun};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::args::{AddContextArgs, Global};
+use crate::catalog;
+use crate::connect::{Cluster, connect};
+use crate::effective::{ServerChange, ServerTools, diff};
+use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::merge::{self, Request};
+use crate::output::{self, Format};
+use crate::toolspec::{catalog_notes, check_servers, parse_specs};
+use crate::wait;
+
+/// The CLI's field manager (shows in managedFields).
+pub const FIELD_MANAGER: &str = "orchestrator-cli";
+
+/// Attempts before giving up on a hot object.
+const MAX_ATTEMPTS: u32 = 10;
+
+/// What add-context did, as printed with `-o json|yaml`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub name: String,
+    pub namespace: String,
+    /// Whether the tool config changed (false: already as asked, nothing written).
+    pub changed: bool,
+    pub dry_run: bool,
+    /// `metadata.generation` after the write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Writes tried (more than 1: someone else wrote concurrently and we retried).
+    pub attempts: u32,
+    /// Per server, the tools before and after.
+    pub servers: Vec<ServerChange>,
+    /// With --wait-synced: the context version the operator rendered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_version: Option<i64>,
+}
+
+/// Runs `task add-context`.
+pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
+    let request = Request {
+        enable: parse_specs("--enable-tools", &args.enable_tools)?,
+        disable: parse_specs("--disable-tools", &args.disable_tools)?,
+    };
+    if request.enable.is_empty() && request.disable.is_empty() {
+        return Err(Error::Usage(
+            "nothing to change: give --enable-tools and/or --disable-tools".into(),
+        ));
+    }
+    merge::check_contradictions(&request)?;
+
+    let cluster = connect(global).await?;
+    let catalog = catalog::load(global, Some(&cluster)).await?;
+    check_servers(
+        &catalog,
+        request
+            .enable
+            .iter()
+            .map(|s| ("--enable-tools", s))
+            .chain(request.disable.iter().map(|s| ("--disable-tools", s))),
+    )?;
+    for n in catalog_notes(&catalog, &request.enable) {
+        output::note(&n);
+    }
+    let name = match &args.task.name {
+        Some(name) => name.clone(),
+        None => super::resolve(&cluster, &args.task)
+            .await?
+            .metadata
+            .name
+            .unwrap_or_default(),
+    };
+
+    let mut report = update(&cluster, &name, &request, &catalog, args.dry_run).await?;
+
+    if args.wait_synced {
+        let generation = report.generation.unwrap_or(0);
+        let synced =
+            wait::until_synced(&super::api(&cluster), &name, generation, args.timeout).await?;
+        report.context_version = synced.context_version;
+    }
+    let text = match global.output {
+        Format::Table => render_report(&report),
+        f => output::render(f, &report)?,
+    };
+    output::print(&text)
+}
+
+/// The read-compute-write loop with the resourceVersion precondition.
+pub async fn update(
+    cluster: &Cluster,
+    name: &str,
+    request: &Request,
+    catalog: &Catalog,
+    dry_run: bool,
+) -> Result<Report> {
+    let resource = ApiResource::erase::<TaskRun>(&());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), &cluster.namespace, &resource);
+    let ns = &cluster.namespace;
+    for attempt in 1..=MAX_ATTEMPTS {
+        let raw = api.get(name).await.map_err(|e| {
+            if is_not_found(&e) {
+                Error::NotFound(format!("TaskRun {name} not found in namespace {ns}"))
+            } else {
+                Error::kube(format!("getting TaskRun {name}"), e)
+            }
+        })?;
+        let current: TaskRun = serde_json::to_value(&raw)
+            .and_then(serde_json::from_value)
+            .map_err(|e| Error::Failed(format!("TaskRun {name} does not parse: {e}")))?;
+        if attempt == 1
+            && let Some(phase) = current.status.as_ref().and_then(|s| s.phase)
+            && phase.is_terminal()
+        {
+            output::note(&format!(
+                "TaskRun {name} has finished ({}); the change is recorded but no agent will see it",
+                phase.as_str()
+            ));
+        }
+        let before = &current.spec.tool_config;
+        let outcome = merge::apply(before, request, catalog)?;
+        let servers = diff(before, &outcome.config, Some(catalog));
+        let mut report = Report {
+            name: name.to_string(),
+            namespace: ns.clone(),
+            changed: outcome.config != *before,
+            dry_run,
+            generation: raw.metadata.generation,
+            attempts: attempt,
+            servers,
+            context_version: None,
+        };
+        if !report.changed || dry_run {
+            for n in &outcome.notes {
+                output::note(n);
+            }
+            return Ok(report);
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": raw.metadata.resource_version},
+            "spec": {"toolConfig": {"mcpServers": patched_servers(&raw.data, &outcome.config.mcp_servers)}},
+        });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        match api.patch(name, &params, &Patch::Merge(&patch)).await {
+            Ok(written) => {
+                for n in &outcome.notes {
+                    output::note(n);
+                }
+                report.generation = written.metadata.generation;
+                return Ok(report);
+            }
+            Err(e) if is_conflict(&e) => {
+                tracing::info!(
+                    attempt,
+                    "TaskRun {name} changed since it was read; retrying"
+                );
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            Err(e) => {
+                return Err(Error::kube(
+                    format!("updating the tools of TaskRun {name}"),
+                    e,
+                ));
+            }
+        }
+    }
+    Err(Error::Failed(format!(
+        "TaskRun {name} kept changing under us: gave up after {MAX_ATTEMPTS} conflicting writes; try again"
+    )))
+}
+
+/// Grows with the attempt, with jitter so two retrying writers do not collide again.
+fn backoff(attempt: u32) -> Duration {
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() % 25_000_000)
+        .unwrap_or(0);
+    Duration::from_millis(25 * u64::from(attempt)) + Duration::from_nanos(u64::from(jitter))
+}
+
+/// The new `mcpServers` array: existing entries keep their raw JSON (unknown fields included)
+/// with `enabled`, `tools.allow` and `tools.deny` replaced; new entries are serialized whole.
+pub fn patched_servers(data: &Value, servers: &[McpServer]) -> Value {
+    let existing = data
+        .pointer("/spec/toolConfig/mcpServers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let out = servers
+        .iter()
+        .map(|s| {
+            let old = existing
+                .iter()
+                .find(|e| e.get("name").and_then(Value::as_str) == Some(s.name.as_str()));
+            match old {
+                Some(old) => {
+                    let mut entry = old.clone();
+                    entry["enabled"] = json!(s.enabled);
+                    if !entry.get("tools").is_some_and(Value::is_object) {
+                        entry["tools"] = json!({});
+                    }
+                    for (key, list) in [("allow", &s.tools.allow), ("deny", &s.tools.deny)] {
+                        if let Some(tools) = entry["tools"].as_object_mut() {
+                            if list.is_empty() {
+                                tools.remove(key);
+                            } else {
+                                tools.insert(key.to_string(), json!(list));
+                            }
+                        }
+                    }
+                    entry
+                }
+                None => serde_json::to_value(s).unwrap_or(Value::Null),
+            }
+        })
+        .collect();
+    Value::Array(out)
+}
+
+/// The before → after text: per server a summary line, then its tools marked `+` (added),
+/// `-` (removed) or unmarked (kept).
+pub fn render_report(r: &Report) -> String {
+    let mut out = format!(
+        "TaskRun {} in namespace {}: tools before → after\n",
+        r.name, r.namespace
+    );
+    if r.servers.is_empty() {
+        out.push_str("  (no MCP servers)\n");
+    }
+    for c in &r.servers {
+        if c.changed() {
+            out.push_str(&format!(
+                "{}: {} → {}\n",
+                c.server,
+                c.before.summary(),
+                c.after.summary()
+            ));
+        } else {
+            out.push_str(&format!(
+                "{}: {} (unchanged)\n",
+                c.server,
+                c.after.summary()
+            ));
+        }
+        let names = |t: &ServerTools| match t {
+            ServerTools::Tools { tools } => tools.iter().cloned().collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        let mut all: Vec<String> = names(&c.before);
+        all.extend(names(&c.after));
+        all.sort();
+        all.dedup();
+        for tool in all {
+            let mark = if c.added.contains(&tool) {
+                '+'
+            } else if c.removed.contains(&tool) {
+                '-'
+            } else {
+                ' '
+            };
+            out.push_str(&format!("  {mark} {tool}\n"));
+        }
+    }
+    let retried = if r.attempts > 1 {
+        format!(" after {} attempts (concurrent writers)", r.attempts)
+    } else {
+        String::new()
+    };
+    match (r.dry_run, r.changed) {
+        (true, true) => out.push_str("dry run: nothing written\n"),
+        (_, false) => out.push_str("no change: the task already has these tools\n"),
+        (false, true) => out.push_str(&format!(
+            "updated: generation {}{retried}\n",
+            r.generation.unwrap_or_default()
+        )),
+    }
+    if let Some(v) = r.context_version {
+        out.push_str(&format!(
+            "synced: the operator rendered context version {v}\n"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effective::diff;
+    use orchestrator_crds::taskrun::ToolConfig;
+
+    #[test]
+    fn patch_keeps_unknown_fields_of_existing_entries() {
+        let data = json!({"spec": {"toolConfig": {"mcpServers": [
+            {"name": "github", "enabled": true, "tools": {"allow": ["a"], "futureField": 1},
+             "secretRefs": [{"env": "T", "name": "s"}], "futureTop": "x"}
+        ]}}});
+        let mut github = McpServer::new("github", &["a", "b"], &["c"]);
+        github.enabled = true;
+        let patched = patched_servers(&data, &[github, McpServer::new("time", &["*"], &[])]);
+        assert_eq!(
+            patched,
+            json!([
+                {"name": "github", "enabled": true,
+                 "tools": {"allow": ["a", "b"], "deny": ["c"], "futureField": 1},
+                 "secretRefs": [{"env": "T", "name": "s"}], "futureTop": "x"},
+                {"name": "time", "enabled": true, "tools": {"allow": ["*"]}}
+            ])
+        );
+    }
+
+    #[test]
+    fn report_marks_added_removed_and_kept_tools() {
+        let catalog = Catalog::parse(
+            "servers:\n  - name: filesystem\n    stdio: {command: f}\n    tools: [{name: read_file}, {name: delete_file}]\n  - {name: memory, stdio: {command: m}}\n  - {name: github, stdio: {command: g}}\n",
+        )
+        .expect("valid");
+        let before = ToolConfig {
+            mcp_servers: vec![
+                McpServer::new("filesystem", &[], &[]),
+                McpServer::new("memory", &[], &[]),
+            ],
+            ..Default::default()
+        };
+        let mut after = before.clone();
+        after.mcp_servers[0].tools.deny = vec!["delete_file".into()];
+        after
+            .mcp_servers
+            .push(McpServer::new("github", &["merge_pr"], &[]));
+        let report = Report {
+            name: "task-1".into(),
+            namespace: "ns".into(),
+            changed: true,
+            dry_run: false,
+            generation: Some(2),
+            attempts: 2,
+            servers: diff(&before, &after, Some(&catalog)),
+            context_version: Some(3),
+        };
+        assert_eq!(
+            render_report(&report),
+            "TaskRun task-1 in namespace ns: tools before → after\n\
+             filesystem: 2 tools → 1 tool\n\
+             \x20 - delete_file\n\
+             \x20   read_file\n\
+             github: off → 1 tool\n\
+             \x20 + merge_pr\n\
+             memory: allow all (unchanged)\n\
+             updated: generation 2 after 2 attempts (concurrent writers)\n\
+             synced: the operator rendered context version 3\n"
+        );
+    }
+}

@@ -1,0 +1,518 @@
+//! `task get`, `task list`, `task describe`: reading TaskRuns and printing them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
+use serde_json::json;
+
+use crate::args::{DescribeArgs, GetArgs, Global, ListArgs};
+use crate::catalog::{self, indent};
+use crate::connect::connect;
+use crate::effective::{ServerTools, effective, patterns_summary};
+use crate::error::{Error, Result};
+use crate::output::{self, Format, Table, age, or_none};
+
+/// How many events `describe` shows.
+const EVENTS_SHOWN: usize = 10;
+
+/// `task get`.
+pub async fn get(global: &Global, args: &GetArgs) -> Result<()> {
+    let cluster = connect(global).await?;
+    let items = match (&args.task.name, args.task.task_id) {
+        (Some(name), _) => vec![super::get_named(&cluster, name).await?],
+        (None, Some(id)) => {
+            let found = super::find_by_id(&cluster, id).await?;
+            if found.is_empty() {
+                return Err(Error::NotFound(format!(
+                    "no TaskRun with task id {id} in namespace {}",
+                    cluster.namespace
+                )));
+            }
+            found
+        }
+        (None, None) => return Err(Error::Usage("name a TaskRun, or pass --task-id".into())),
+    };
+    let text = match global.output {
+        Format::Table => table(&items, false, Timestamp::now()),
+        f if items.len() == 1 => output::render(f, &items[0])?,
+        f => output::render(f, &as_list(&items))?,
+    };
+    output::print(&text)
+}
+
+/// `task list`.
+pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
+    let cluster = connect(global).await?;
+    let api: Api<TaskRun> = if args.all_namespaces {
+        Api::all(cluster.client.clone())
+    } else {
+        super::api(&cluster)
+    };
+    let mut params = ListParams::default();
+    let selector = args
+        .service
+        .as_ref()
+        .map(|s| format!("spec.serviceName={s}"));
+    if let Some(s) = &selector {
+        params = params.fields(s);
+    }
+    let where_ = if args.all_namespaces {
+        "all namespaces".to_string()
+    } else {
+        format!("namespace {}", cluster.namespace)
+    };
+    let items = match api.list(&params).await {
+        Ok(l) => l.items,
+        // A CRD without selectableFields refuses the selector: filter here instead.
+        Err(kube::Error::Api(s)) if s.code == 400 && selector.is_some() => {
+            api.list(&ListParams::default())
+                .await
+                .map_err(|e| Error::kube(format!("listing TaskRuns in {where_}"), e))?
+                .items
+        }
+        Err(e) => return Err(Error::kube(format!("listing TaskRuns in {where_}"), e)),
+    };
+    let mut items = filter(items, args.phase.as_deref(), args.service.as_deref());
+    // Newest first: the task just submitted is on top.
+    items.sort_by(|a, b| {
+        b.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .cmp(&a.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    let text = match global.output {
+        Format::Table if items.is_empty() => {
+            eprintln!("No tasks found in {where_}.");
+            String::new()
+        }
+        Format::Table => table(&items, args.all_namespaces, Timestamp::now()),
+        f => output::render(f, &as_list(&items))?,
+    };
+    output::print(&text)
+}
+
+/// Keeps the TaskRuns in `phase` (case-insensitive) of `service`.
+pub fn filter(items: Vec<TaskRun>, phase: Option<&str>, service: Option<&str>) -> Vec<TaskRun> {
+    items
+        .into_iter()
+        .filter(|t| {
+            phase.is_none_or(|p| phase_of(t).is_some_and(|have| have.eq_ignore_ascii_case(p)))
+        })
+        .filter(|t| service.is_none_or(|s| t.spec.service_name == s))
+        .collect()
+}
+
+fn phase_of(t: &TaskRun) -> Option<&'static str> {
+    t.status.as_ref().and_then(|s| s.phase).map(|p| p.as_str())
+}
+
+/// A kubectl-style `List` for -o json|yaml.
+fn as_list(items: &[TaskRun]) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// The list table (the CRD's printer columns, plus NAMESPACE with -A).
+pub fn table(items: &[TaskRun], namespaces: bool, now: Timestamp) -> String {
+    let mut headers = vec![
+        "NAME", "TASK", "SERVICE", "PHASE", "TOOLS", "CONTEXT", "AGE",
+    ];
+    if namespaces {
+        headers.insert(0, "NAMESPACE");
+    }
+    let mut t = Table::new(&headers);
+    for tr in items {
+        let status = tr.status.clone().unwrap_or_default();
+        let mut row = vec![
+            tr.name_any(),
+            tr.spec.task_id.to_string(),
+            tr.spec.service_name.clone(),
+            or_none(phase_of(tr).map(String::from)),
+            or_none(status.enabled_tool_count.map(|n| n.to_string())),
+            or_none(status.context_version.map(|n| n.to_string())),
+            or_none(
+                tr.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|c| age(c.0, now)),
+            ),
+        ];
+        if namespaces {
+            row.insert(0, tr.namespace().unwrap_or_default());
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+/// `task describe`.
+pub async fn describe(global: &Global, args: &DescribeArgs) -> Result<()> {
+    let cluster = connect(global).await?;
+    let tr = super::resolve(&cluster, &args.task).await?;
+    // The catalog only improves the tool listing; describe works without it.
+    let catalog = match catalog::load(global, Some(&cluster)).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::info!("catalog unavailable, showing patterns only: {e}");
+            None
+        }
+    };
+    let events = events(&cluster.client, &tr).await;
+    let text = match global.output {
+        Format::Table => describe_text(&tr, catalog.as_ref(), &events, Timestamp::now()),
+        f => output::render(f, &json!({"taskRun": tr, "events": events}))?,
+    };
+    output::print(&text)
+}
+
+/// Recent events about the TaskRun and its Job, oldest first (failures to read them are not
+/// worth failing describe for).
+async fn events(client: &kube::Client, tr: &TaskRun) -> Vec<Event> {
+    let ns = tr.namespace().unwrap_or_default();
+    let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let mut selectors = vec![format!(
+        "involvedObject.kind=TaskRun,involvedObject.name={}",
+        tr.name_any()
+    )];
+    if let Some(job) = tr.status.as_ref().and_then(|s| s.job_name.as_ref()) {
+        selectors.push(format!("involvedObject.kind=Job,involvedObject.name={job}"));
+    }
+    let mut out = Vec::new();
+    for s in selectors {
+        match api.list(&ListParams::default().fields(&s)).await {
+            Ok(l) => out.extend(l.items),
+            Err(e) => tracing::info!("listing events ({s}): {e}"),
+        }
+    }
+    out.sort_by_key(event_time);
+    let skip = out.len().saturating_sub(EVENTS_SHOWN);
+    out.into_iter().skip(skip).collect()
+}
+
+fn event_time(e: &Event) -> Option<Timestamp> {
+    e.last_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// The describe text.
+pub fn describe_text(
+    tr: &TaskRun,
+    catalog: Option<&Catalog>,
+    events: &[Event],
+    now: Timestamp,
+) -> String {
+    let status = tr.status.clone().unwrap_or_default();
+    let spec = &tr.spec;
+    let mut fields: Vec<(&str, String)> = vec![
+        ("Name", tr.name_any()),
+        ("Namespace", tr.namespace().unwrap_or_default()),
+        ("Task ID", spec.task_id.to_string()),
+        ("Service", spec.service_name.clone()),
+        ("Phase", or_none(phase_of(tr).map(String::from))),
+    ];
+    if let Some(c) = &tr.metadata.creation_timestamp {
+        fields.push(("Created", format!("{} ({} ago)", c.0, age(c.0, now))));
+    }
+    fields.push(("Task", task_summary(tr)));
+    let agent = spec.agent.as_ref();
+    fields.push((
+        "Agent image",
+        agent
+            .and_then(|a| a.image.clone())
+            .unwrap_or_else(|| "(the operator's default)".into()),
+    ));
+    if let Some(d) = spec.active_deadline_seconds {
+        fields.push(("Deadline", format!("{d}s")));
+    }
+    fields.push((
+        "Generation",
+        format!(
+            "{} (observed by the operator: {})",
+            tr.metadata.generation.unwrap_or_default(),
+            or_none(status.observed_generation.map(|g| g.to_string()))
+        ),
+    ));
+    fields.push((
+        "Context",
+        or_none(status.context_version.map(|v| format!("version {v}"))),
+    ));
+    fields.push(("Job", or_none(status.job_name.clone())));
+    fields.push(("ConfigMap", or_none(status.config_map_name.clone())));
+    if let Some(t) = &status.start_time {
+        fields.push(("Started", format!("{} ({} ago)", t.0, age(t.0, now))));
+    }
+    if let Some(t) = &status.completion_time {
+        fields.push(("Completed", format!("{} ({} ago)", t.0, age(t.0, now))));
+    }
+    let mut out = String::new();
+    for (k, v) in fields {
+        out.push_str(&format!("{:<13}{v}\n", format!("{k}:")));
+    }
+
+    out.push_str("Conditions:\n");
+    if status.conditions.is_empty() {
+        out.push_str("  <none>\n");
+    } else {
+        let mut t = Table::new(&["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]);
+        for c in &status.conditions {
+            t.row(vec![
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                age(c.last_transition_time.0, now),
+                c.message.clone(),
+            ]);
+        }
+        out.push_str(&indent(&t.render()));
+    }
+
+    let perms = &spec.tool_config.internal_tools.permissions;
+    out.push_str("Tool config:\n");
+    out.push_str(&format!(
+        "  agent built-in tools: {}\n",
+        patterns_summary(&perms.allow, &perms.deny).replace("allow *", "allow all")
+    ));
+    if spec.tool_config.mcp_servers.is_empty() {
+        out.push_str("  MCP servers: <none>\n");
+    } else {
+        let mut t = Table::new(&["SERVER", "ENABLED", "ALLOW", "DENY"]);
+        for s in &spec.tool_config.mcp_servers {
+            t.row(vec![
+                s.name.clone(),
+                if s.enabled { "yes" } else { "no" }.into(),
+                if s.tools.allow.is_empty() {
+                    "(all)".into()
+                } else {
+                    s.tools.allow.join(", ")
+                },
+                s.tools.deny.join(", "),
+            ]);
+        }
+        out.push_str(&indent(&t.render()));
+    }
+
+    out.push_str(&effective_text(tr, &status, catalog));
+
+    out.push_str("Events:\n");
+    if events.is_empty() {
+        out.push_str("  <none>\n");
+    } else {
+        let mut t = Table::new(&["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"]);
+        for e in events {
+            t.row(vec![
+                event_time(e).map(|t| age(t, now)).unwrap_or_default(),
+                e.type_.clone().unwrap_or_default(),
+                e.reason.clone().unwrap_or_default(),
+                format!(
+                    "{}/{}",
+                    e.involved_object
+                        .kind
+                        .clone()
+                        .unwrap_or_default()
+                        .to_lowercase(),
+                    e.involved_object.name.clone().unwrap_or_default()
+                ),
+                e.message.clone().unwrap_or_default().trim().to_string(),
+            ]);
+        }
+        out.push_str(&indent(&t.render()));
+    }
+    out
+}
+
+/// Effective tools: the operator's view (status) when it is current, else computed from the
+/// spec and the catalog, saying which.
+fn effective_text(tr: &TaskRun, status: &TaskRunStatus, catalog: Option<&Catalog>) -> String {
+    let current = status.observed_generation.is_some()
+        && status.observed_generation == tr.metadata.generation;
+    let mut out = String::new();
+    if current && !status.tools.is_empty() {
+        out.push_str("Effective tools (reported by the operator):\n");
+        for t in &status.tools {
+            let line = match &t.exposed {
+                Some(names) if names.is_empty() => "none".to_string(),
+                Some(names) => names.join(", "),
+                None => patterns_summary(&t.allow, &t.deny),
+            };
+            out.push_str(&format!("  {}: {line}\n", t.server));
+        }
+        return out;
+    }
+    let source = match (current, catalog.is_some()) {
+        (false, true) => "computed from the spec and the catalog; the operator has not caught up",
+        (true, true) => "computed from the spec and the catalog",
+        (_, false) => "from the spec; catalog unavailable",
+    };
+    out.push_str(&format!("Effective tools ({source}):\n"));
+    let view = effective(&tr.spec.tool_config, catalog, &BTreeMap::new());
+    if view.is_empty() {
+        out.push_str("  <none>\n");
+    }
+    for (server, tools) in view {
+        let line = match tools {
+            ServerTools::Off => "off".to_string(),
+            ServerTools::Tools { tools } if tools.is_empty() => "none".to_string(),
+            ServerTools::Tools { tools } => tools.into_iter().collect::<Vec<_>>().join(", "),
+            p @ ServerTools::Patterns { .. } => p.summary(),
+        };
+        out.push_str(&format!("  {server}: {line}\n"));
+    }
+    out
+}
+
+fn task_summary(tr: &TaskRun) -> String {
+    let task = &tr.spec.task;
+    if let Some(p) = &task.prompt {
+        let first = p
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim();
+        let first: String = if first.chars().count() > 60 {
+            first.chars().take(57).collect::<String>() + "..."
+        } else {
+            first.to_string()
+        };
+        let lines = p.lines().count();
+        format!(
+            "inline, {lines} line{}: {first:?}",
+            if lines == 1 { "" } else { "s" }
+        )
+    } else if let Some(r) = &task.config_map_key_ref {
+        format!("ConfigMap {} key {}", r.name, r.key)
+    } else if let Some(r) = &task.secret_key_ref {
+        format!("Secret {} key {}", r.name, r.key)
+    } else {
+        "<none>".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taskrun(name: &str, id: i64, service: &str, status: serde_json::Value) -> TaskRun {
+        serde_json::from_value(json!({
+            "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
+            "metadata": {"name": name, "namespace": "team-a", "generation": 2,
+                         "creationTimestamp": "2025-01-01T00:00:00Z"},
+            "spec": {"taskId": id, "serviceName": service,
+                     "task": {"prompt": "# Fix the login bug\n\nDetails follow.\n"},
+                     "toolConfig": {
+                        "internalTools": {"permissions": {"allow": ["*"], "deny": ["WebFetch"]}},
+                        "mcpServers": [
+                            {"name": "filesystem", "tools": {"allow": ["*"], "deny": ["delete_file"]}},
+                            {"name": "memory", "enabled": false}
+                        ]}},
+            "status": status,
+        }))
+        .expect("valid TaskRun")
+    }
+
+    fn now() -> Timestamp {
+        "2025-01-01T00:05:00Z".parse().expect("valid")
+    }
+
+    #[test]
+    fn list_table_shows_the_printer_columns() {
+        let items = [
+            taskrun(
+                "task-1001",
+                1001,
+                "todo-api",
+                json!({"phase": "Running", "enabledToolCount": 4, "contextVersion": 2}),
+            ),
+            taskrun("task-7", 7, "web", json!(null)),
+        ];
+        assert_eq!(
+            table(&items, false, now()),
+            "NAME        TASK   SERVICE    PHASE     TOOLS    CONTEXT   AGE\n\
+             task-1001   1001   todo-api   Running   4        2         5m\n\
+             task-7      7      web        <none>    <none>   <none>    5m\n"
+        );
+        assert!(table(&items, true, now()).starts_with("NAMESPACE   NAME"));
+    }
+
+    #[test]
+    fn filters_by_phase_case_insensitively_and_service() {
+        let items = vec![
+            taskrun("a", 1, "web", json!({"phase": "Running"})),
+            taskrun("b", 2, "web", json!({"phase": "Succeeded"})),
+            taskrun("c", 3, "api", json!({"phase": "Running"})),
+        ];
+        let names = |v: Vec<TaskRun>| v.iter().map(|t| t.name_any()).collect::<Vec<_>>();
+        assert_eq!(
+            names(filter(items.clone(), Some("running"), None)),
+            ["a", "c"]
+        );
+        assert_eq!(
+            names(filter(items.clone(), Some("Running"), Some("web"))),
+            ["a"]
+        );
+        assert_eq!(names(filter(items, None, Some("api"))), ["c"]);
+    }
+
+    #[test]
+    fn describe_shows_spec_status_conditions_tools_and_events() {
+        let tr = taskrun(
+            "task-1001",
+            1001,
+            "todo-api",
+            json!({"phase": "Running", "observedGeneration": 1, "contextVersion": 1,
+                   "jobName": "task-1001", "configMapName": "task-1001-tools",
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "JobRunning",
+                                   "message": "the agent runs", "lastTransitionTime": "2025-01-01T00:04:00Z"}]}),
+        );
+        let catalog = Catalog::parse(
+            "servers:\n  - name: filesystem\n    stdio: {command: f}\n    tools: [{name: read_file}, {name: delete_file}]\n  - {name: memory, stdio: {command: m}}\n",
+        )
+        .expect("valid");
+        let event: Event = serde_json::from_value(json!({
+            "metadata": {"name": "e1", "namespace": "team-a"},
+            "involvedObject": {"kind": "TaskRun", "name": "task-1001"},
+            "reason": "ToolsUpdated", "type": "Normal", "message": "context version 1",
+            "lastTimestamp": "2025-01-01T00:04:30Z"
+        }))
+        .expect("valid event");
+        let text = describe_text(&tr, Some(&catalog), &[event], now());
+        let expected = "\
+Name:        task-1001
+Namespace:   team-a
+Task ID:     1001
+Service:     todo-api
+Phase:       Running
+Created:     2025-01-01T00:00:00Z (5m ago)
+Task:        inline, 3 lines: \"# Fix the login bug\"
+Agent image: (the operator's default)
+Generation:  2 (observed by the operator: 1)
+Context:     version 1
+Job:         task-1001
+ConfigMap:   task-1001-tools
+Conditions:
+  TYPE    STATUS   REASON       AGE   MESSAGE
+  Ready   True     JobRunning   60s   the agent runs
+Tool config:
+  agent built-in tools: allow all; deny WebFetch
+  SERVER       ENABLED   ALLOW   DENY
+  filesystem   yes       *       delete_file
+  memory       no        (all)
+Effective tools (computed from the spec and the catalog; the operator has not caught up):
+  filesystem: read_file
+  memory: off
+Events:
+  AGE   TYPE     REASON         OBJECT              MESSAGE
+  30s   Normal   ToolsUpdated   taskrun/task-1001   context version 1
+";
+        assert_eq!(text, expected);
+    }
+}

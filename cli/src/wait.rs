@@ -1,0 +1,269 @@
+//! Following a TaskRun with a watch: until a terminal phase (`submit --wait`), or until the
+//! operator has rendered a given generation of its spec (`add-context --wait-synced`).
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Api;
+use kube::runtime::watcher;
+use orchestrator_crds::taskrun::{Phase, TaskRun, conditions};
+
+use crate::error::{Error, Result};
+
+/// Parses `90s`, `30m`, `2h`, `1h30m`, `1d`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let mut total = 0u64;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => {
+                return Err(format!(
+                    "{text:?}: unknown unit {c:?}; use s, m, h or d, e.g. 90s, 30m, 1h30m"
+                ));
+            }
+        };
+        let n: u64 = number
+            .parse()
+            .map_err(|_| format!("{text:?}: expected a number before {c:?}, e.g. 30m"))?;
+        total = total.saturating_add(n.saturating_mul(unit));
+        number.clear();
+    }
+    if !number.is_empty() || text.is_empty() {
+        return Err(format!(
+            "{text:?}: expected a duration such as 90s, 30m or 1h30m"
+        ));
+    }
+    Ok(Duration::from_secs(total))
+}
+
+/// The condition of `type_` in the status, if any.
+pub fn condition<'a>(tr: &'a TaskRun, type_: &str) -> Option<&'a Condition> {
+    tr.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Watches one TaskRun, feeding each version to `step` until it returns `Some`. A deleted
+/// TaskRun is an error. Transient watch failures are retried for a while.
+async fn follow<T>(
+    api: &Api<TaskRun>,
+    name: &str,
+    timeout: Option<Duration>,
+    what: &str,
+    mut step: impl FnMut(&TaskRun) -> Result<Option<T>>,
+) -> Result<T> {
+    let stream = kube::runtime::watcher::watch_object(api.clone(), name);
+    let work = async move {
+        futures::pin_mut!(stream);
+        drive(&mut stream, name, &mut step).await
+    };
+    match timeout {
+        None => work.await,
+        Some(after) => tokio::time::timeout(after, work)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: what.to_string(),
+                after,
+            })?,
+    }
+}
+
+async fn drive<T, S>(
+    stream: &mut S,
+    name: &str,
+    step: &mut impl FnMut(&TaskRun) -> Result<Option<T>>,
+) -> Result<T>
+where
+    S: Stream<Item = std::result::Result<Option<TaskRun>, watcher::Error>> + Unpin,
+{
+    let mut failures = 0u32;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Some(tr)) => {
+                failures = 0;
+                if let Some(done) = step(&tr)? {
+                    return Ok(done);
+                }
+            }
+            Ok(None) => {
+                return Err(Error::NotFound(format!(
+                    "TaskRun {name} does not exist (or was deleted while waiting)"
+                )));
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= 30 {
+                    return Err(Error::Failed(format!(
+                        "watching TaskRun {name} keeps failing: {e}"
+                    )));
+                }
+                tracing::warn!(error = %e, "watch failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    Err(Error::Failed(format!("the watch on TaskRun {name} ended")))
+}
+
+/// Follows the task to Succeeded or Failed, reporting each new phase and each new problem
+/// condition on stderr. Returns the final phase.
+pub async fn until_finished(
+    api: &Api<TaskRun>,
+    name: &str,
+    timeout: Option<Duration>,
+) -> Result<Phase> {
+    let mut last_phase = None;
+    let mut last_problem: Option<String> = None;
+    let what = format!("TaskRun {name} to finish");
+    follow(api, name, timeout, &what, |tr| {
+        let status = tr.status.clone().unwrap_or_default();
+        if status.phase != last_phase {
+            if let Some(p) = status.phase {
+                eprintln!("{name}: {}", p.as_str());
+            }
+            last_phase = status.phase;
+        }
+        let problem = status
+            .conditions
+            .iter()
+            .find(|c| c.status == "False" && c.type_ != conditions::SUCCEEDED)
+            .map(|c| format!("{} is False: {} ({})", c.type_, c.message, c.reason));
+        if problem.is_some() && problem != last_problem {
+            eprintln!("{name}: {}", problem.clone().unwrap_or_default());
+        }
+        last_problem = problem;
+        Ok(status.phase.filter(|p| p.is_terminal()))
+    })
+    .await
+}
+
+/// What `--wait-synced` reports once the operator has caught up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Synced {
+    pub context_version: Option<i64>,
+    pub config_map: Option<String>,
+}
+
+/// Waits until the status describes `generation` (or later) with `ConfigRendered` True. If the
+/// operator reports `ConfigRendered` (or `Ready`) False for it, that is the answer (exit 5).
+pub async fn until_synced(
+    api: &Api<TaskRun>,
+    name: &str,
+    generation: i64,
+    timeout: Duration,
+) -> Result<Synced> {
+    let what = format!("the operator to apply generation {generation} of TaskRun {name}");
+    follow(api, name, Some(timeout), &what, |tr| synced(tr, generation)).await
+}
+
+/// The decision of [`until_synced`] for one version of the object.
+pub fn synced(tr: &TaskRun, generation: i64) -> Result<Option<Synced>> {
+    let Some(status) = &tr.status else {
+        return Ok(None);
+    };
+    if status.observed_generation.unwrap_or(0) < generation {
+        return Ok(None);
+    }
+    let fresh = |c: &&Condition| c.observed_generation.is_none_or(|g| g >= generation);
+    let rendered = condition(tr, conditions::CONFIG_RENDERED).filter(fresh);
+    match rendered {
+        Some(c) if c.status == "True" => Ok(Some(Synced {
+            context_version: status.context_version,
+            config_map: status.config_map_name.clone(),
+        })),
+        Some(c) if c.status == "False" => Err(Error::Failed(format!(
+            "the operator did not apply the change: ConfigRendered is False: {} ({})",
+            c.message, c.reason
+        ))),
+        _ => match condition(tr, conditions::READY).filter(fresh) {
+            Some(c) if c.status == "False" => Err(Error::Failed(format!(
+                "the operator did not apply the change: Ready is False: {} ({})",
+                c.message, c.reason
+            ))),
+            _ => Ok(None),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taskrun(status: serde_json::Value) -> TaskRun {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
+            "metadata": {"name": "t", "generation": 3},
+            "spec": {"taskId": 1, "serviceName": "s", "task": {"prompt": "x"}},
+            "status": status,
+        }))
+        .expect("valid TaskRun")
+    }
+
+    fn cond(type_: &str, status: &str, generation: i64) -> serde_json::Value {
+        serde_json::json!({"type": type_, "status": status, "reason": "R", "message": "m",
+            "lastTransitionTime": "2025-01-01T00:00:00Z", "observedGeneration": generation})
+    }
+
+    #[test]
+    fn durations_parse_like_kubectl_timeouts() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert!(
+            parse_duration("5x")
+                .expect_err("bad unit")
+                .contains("unknown unit 'x'")
+        );
+        assert!(parse_duration("m").is_err());
+        assert!(parse_duration("10m5").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn synced_waits_for_the_generation_and_config_rendered() {
+        let old = taskrun(
+            serde_json::json!({"observedGeneration": 2, "contextVersion": 1,
+            "conditions": [cond("ConfigRendered", "True", 2)]}),
+        );
+        assert_eq!(synced(&old, 3).expect("no error"), None, "older generation");
+        let stale_condition = taskrun(serde_json::json!({"observedGeneration": 3,
+            "conditions": [cond("ConfigRendered", "True", 2)]}));
+        assert_eq!(synced(&stale_condition, 3).expect("no error"), None);
+        let done = taskrun(
+            serde_json::json!({"observedGeneration": 3, "contextVersion": 2,
+            "configMapName": "t-tools", "conditions": [cond("ConfigRendered", "True", 3)]}),
+        );
+        assert_eq!(
+            synced(&done, 3).expect("no error"),
+            Some(Synced {
+                context_version: Some(2),
+                config_map: Some("t-tools".into())
+            })
+        );
+    }
+
+    #[test]
+    fn a_refused_change_ends_the_wait_with_the_operators_reason() {
+        let refused = taskrun(serde_json::json!({"observedGeneration": 3,
+            "conditions": [cond("Ready", "False", 3)]}));
+        let err = synced(&refused, 3).expect_err("refused");
+        assert_eq!(err.exit_code(), 5);
+        assert!(err.to_string().contains("Ready is False: m (R)"), "{err}");
+    }
+}
