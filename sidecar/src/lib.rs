@@ -5,8 +5,30 @@
 //! - [`filter`]: allow/deny globs to a verdict naming the deciding rule.
 //! - [`router`]: exposed tool names <-> upstream server/tool.
 //! - [`names`]: newtypes for server, upstream tool and exposed tool names.
+//! - [`upstream`]: lazy-started upstream servers (stdio children, streamable HTTP), their tool
+//!   lists, crash/restart handling and shutdown.
+//! - [`proxy`]: the core: current config + tool table, `tools/list`, `tools/call` enforcement.
+//! - [`server`]: the MCP front (streamable HTTP at `/mcp`, or stdio) and the HTTP endpoints.
+//! - [`session`]: client sessions and `list_changed` fan-out.
+//! - [`reload`]: hot reload of the mounted config (kubelet `..data` swap).
+//! - [`audit`], [`metrics`], [`telemetry`]: one JSON line per call, Prometheus, logs and spans.
+//! - [`reaper`]: reaps orphaned grandchildren when the proxy is PID 1.
+//! - [`run`]: wiring and shutdown.
 
+pub mod audit;
 pub mod config;
+pub mod error;
 pub mod filter;
+pub mod metrics;
 pub mod names;
+pub mod proxy;
+pub mod reaper;
+pub mod reload;
 pub mod router;
+pub mod run;
+pub mod server;
+pub mod session;
+pub mod telemetry;
+pub mod upstream;
+
+pub use run::{Options, run};

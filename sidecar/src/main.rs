@@ -1,8 +1,8 @@
 //! `orchestrator-mcp-proxy`: thin entry point; the work happens in the library.
-use std::{path::PathBuf, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
-use orchestrator_mcp_proxy::config;
+use orchestrator_mcp_proxy::{Options, config, telemetry};
 
 /// MCP proxy sidecar: filters tools, starts upstream servers lazily, hot-reloads its config.
 #[derive(Parser)]
@@ -10,6 +10,34 @@ use orchestrator_mcp_proxy::config;
 struct Args {
     #[command(subcommand)]
     command: Option<Command>,
+    /// The proxy config (YAML or JSON), e.g. /etc/orchestrator/proxy.yaml.
+    #[arg(long, env = "MCP_PROXY_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Serve MCP on stdin/stdout (for clients that spawn the proxy) instead of HTTP.
+    #[arg(long)]
+    stdio: bool,
+    /// Listen address; overrides `listen` in the config. With --stdio, also serves the HTTP
+    /// endpoints (/mcp, /healthz, /readyz, /metrics, /tools) there.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Directory for cached tool lists, so a restarted proxy answers without starting servers.
+    #[arg(long, env = "MCP_PROXY_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text", env = "MCP_PROXY_LOG_FORMAT")]
+    log_format: telemetry::LogFormat,
+    /// Seconds calls in flight may take to finish after SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace_seconds: u64,
+    /// Seconds between SIGTERM and SIGKILL for upstream processes.
+    #[arg(long, default_value_t = 5)]
+    kill_grace_seconds: u64,
+    /// Seconds an upstream may take to start and complete the MCP handshake.
+    #[arg(long, default_value_t = 60)]
+    start_timeout_seconds: u64,
+    /// Milliseconds of quiet after a change in the config directory before reloading.
+    #[arg(long, default_value_t = 50)]
+    reload_debounce_ms: u64,
 }
 
 #[derive(Subcommand)]
@@ -25,9 +53,40 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match args.command {
-        Some(Command::Validate { file, json }) => validate(&file, json),
-        None => ExitCode::SUCCESS,
+    if let Some(Command::Validate { file, json }) = &args.command {
+        return validate(file, *json);
+    }
+    let Some(config) = args.config.clone() else {
+        eprintln!("error: --config PATH is required (or MCP_PROXY_CONFIG)");
+        return ExitCode::from(2);
+    };
+    telemetry::init_logs(args.log_format);
+    let options = Options {
+        config,
+        stdio: args.stdio,
+        listen: args.listen,
+        cache_dir: args.cache_dir,
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        kill_grace: Duration::from_secs(args.kill_grace_seconds),
+        start_timeout: Duration::from_secs(args.start_timeout_seconds),
+        reload_debounce: Duration::from_millis(args.reload_debounce_ms),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(orchestrator_mcp_proxy::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -43,13 +102,13 @@ fn validate(file: &std::path::Path, json: bool) -> ExitCode {
             println!("{p}");
         }
         if let Some(config) = &loaded.config {
-            let enabled = config.servers.iter().filter(|s| s.is_startable()).count();
+            let startable = config.servers.iter().filter(|s| s.is_startable()).count();
             println!(
                 "ok: {} (contextVersion {}, {} servers, {} startable)",
                 file.display(),
                 config.context_version,
                 config.servers.len(),
-                enabled
+                startable
             );
         }
     }

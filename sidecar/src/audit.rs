@@ -1,0 +1,188 @@
+//! Audit log: one JSON line per `tools/call`. Lines are formatted on the call path and written by
+//! a dedicated thread, so a slow disk never holds up a call.
+//!
+//! Argument values are recorded only when `audit.includeArguments` is set; otherwise only their
+//! serialized size is.
+
+use std::{
+    io::Write,
+    path::PathBuf,
+    sync::mpsc::{Receiver, Sender, channel},
+};
+
+use serde::Serialize;
+
+/// What happened to one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    ToolError,
+    ProtocolError,
+    Denied,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::ProtocolError => "protocol_error",
+            Outcome::Denied => "denied",
+        }
+    }
+}
+
+/// One audit line.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record<'a> {
+    pub ts: String,
+    pub task: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub namespace: &'a str,
+    pub context_version: u64,
+    pub session: String,
+    pub request_id: String,
+    /// The name the client called.
+    pub tool: &'a str,
+    /// The upstream server and its name for the tool (when known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_tool: Option<&'a str>,
+    /// `allowed` or `denied`.
+    pub decision: &'static str,
+    /// The rule that decided, as a config path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: f64,
+    pub argument_bytes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Where audit lines go; cheap to clone.
+#[derive(Clone)]
+pub struct Audit {
+    tx: Sender<(Option<PathBuf>, Vec<u8>)>,
+}
+
+impl Audit {
+    /// Starts the writer thread.
+    pub fn start() -> Self {
+        let (tx, rx) = channel();
+        let spawned = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || writer(rx));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the audit writer; audit lines are dropped");
+        }
+        Self { tx }
+    }
+
+    /// Queues one line for `path` (stderr when `None`).
+    pub fn record(&self, path: Option<&PathBuf>, record: &Record<'_>) {
+        match serde_json::to_vec(record) {
+            Ok(mut line) => {
+                line.push(b'\n');
+                let _ = self.tx.send((path.cloned(), line));
+            }
+            Err(e) => tracing::error!(error = %e, "cannot serialize an audit record"),
+        }
+    }
+}
+
+fn writer(rx: Receiver<(Option<PathBuf>, Vec<u8>)>) {
+    let mut open: Option<(PathBuf, std::fs::File)> = None;
+    while let Ok((path, line)) = rx.recv() {
+        let result = match path {
+            None => std::io::stderr().lock().write_all(&line),
+            Some(path) => {
+                if open.as_ref().is_none_or(|(p, _)| *p != path) {
+                    match std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&path)
+                    {
+                        Ok(file) => open = Some((path.clone(), file)),
+                        Err(e) => {
+                            tracing::error!(file = %path.display(), error = %e, "cannot open the audit log");
+                            open = None;
+                        }
+                    }
+                }
+                match open.as_mut() {
+                    Some((_, file)) => file.write_all(&line),
+                    None => Ok(()),
+                }
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "cannot write an audit line");
+        }
+    }
+}
+
+/// Now, as RFC 3339 UTC with microseconds.
+pub fn timestamp() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Microsecond)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_one_json_line_per_record_without_argument_values_by_default() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        let audit = Audit::start();
+        let args =
+            serde_json::Map::from_iter([("secret".to_string(), serde_json::json!("hunter2"))]);
+        for (i, include) in [false, true].into_iter().enumerate() {
+            let record = Record {
+                ts: timestamp(),
+                task: "task-1",
+                namespace: "",
+                context_version: 3,
+                session: "s1".into(),
+                request_id: i.to_string(),
+                tool: "gh__create_issue",
+                server: Some("gh"),
+                upstream_tool: Some("create_issue"),
+                decision: "allowed",
+                rule: Some("servers[gh].tools.allow[0] \"create_issue\"".into()),
+                outcome: Outcome::Ok,
+                error: None,
+                duration_ms: 1.5,
+                argument_bytes: 20,
+                arguments: include.then_some(&args),
+            };
+            audit.record(Some(&path), &record);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let lines = loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.lines().count() == 2 || std::time::Instant::now() > deadline {
+                break text.lines().map(str::to_string).collect::<Vec<_>>();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(lines.len(), 2);
+        let first: serde_json::Value = serde_json::from_str(&lines[0]).expect("json");
+        assert_eq!(first["outcome"], "ok");
+        assert_eq!(first["decision"], "allowed");
+        assert_eq!(first["argumentBytes"], 20);
+        assert!(first.get("arguments").is_none());
+        assert!(!lines[0].contains("hunter2"));
+        let second: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
+        assert_eq!(second["arguments"]["secret"], "hunter2");
+    }
+}

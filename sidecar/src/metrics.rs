@@ -1,0 +1,260 @@
+//! Prometheus metrics (`GET /metrics`), typed with label structs.
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::{Family, MetricConstructor},
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use crate::names::ServerName;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    server: String,
+    tool: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    server: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StartLabels {
+    server: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone)]
+struct LatencyBuckets;
+
+impl MetricConstructor<Histogram> for LatencyBuckets {
+    fn new_metric(&self) -> Histogram {
+        // 0.1 ms .. ~52 s: the proxy's own cost is sub-millisecond, tools can take long.
+        Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    call_seconds: Family<LatencyLabels, Histogram, LatencyBuckets>,
+    starts: Family<StartLabels, Counter>,
+    restarts: Family<ServerLabels, Counter>,
+    start_failures: Family<ServerLabels, Counter>,
+    exits: Family<ServerLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+    list_changed: Family<KindLabels, Counter>,
+    context_version: Gauge,
+    config_loaded: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mcp_proxy");
+        let calls = Family::<CallLabels, Counter>::default();
+        let call_seconds = Family::new_with_constructor(LatencyBuckets);
+        let starts = Family::<StartLabels, Counter>::default();
+        let restarts = Family::<ServerLabels, Counter>::default();
+        let start_failures = Family::<ServerLabels, Counter>::default();
+        let exits = Family::<ServerLabels, Counter>::default();
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        let list_changed = Family::<KindLabels, Counter>::default();
+        let context_version = Gauge::default();
+        let config_loaded = Gauge::default();
+        registry.register(
+            "tool_calls",
+            "tools/call requests by server, tool and outcome (ok, tool_error, protocol_error, denied)",
+            calls.clone(),
+        );
+        registry.register(
+            "tool_call_duration_seconds",
+            "tools/call latency as seen by the proxy, by server and outcome",
+            call_seconds.clone(),
+        );
+        registry.register(
+            "upstream_starts",
+            "Upstream server starts, by reason",
+            starts.clone(),
+        );
+        registry.register(
+            "upstream_restarts",
+            "Upstream starts after a crash or failure",
+            restarts.clone(),
+        );
+        registry.register(
+            "upstream_start_failures",
+            "Upstream starts that failed",
+            start_failures.clone(),
+        );
+        registry.register(
+            "upstream_exits",
+            "Upstream servers that went away unexpectedly",
+            exits.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Config reloads by result (ok, failed)",
+            reloads.clone(),
+        );
+        registry.register(
+            "list_changed_notifications",
+            "list_changed notifications sent to clients",
+            list_changed.clone(),
+        );
+        registry.register(
+            "context_version",
+            "contextVersion of the config in use",
+            context_version.clone(),
+        );
+        registry.register(
+            "config_loaded",
+            "1 when a valid config is loaded",
+            config_loaded.clone(),
+        );
+        Self {
+            registry,
+            calls,
+            call_seconds,
+            starts,
+            restarts,
+            start_failures,
+            exits,
+            reloads,
+            list_changed,
+            context_version,
+            config_loaded,
+        }
+    }
+
+    pub fn call(&self, server: &str, tool: &str, outcome: &'static str, seconds: f64) {
+        self.calls
+            .get_or_create(&CallLabels {
+                server: server.to_string(),
+                tool: tool.to_string(),
+                outcome,
+            })
+            .inc();
+        self.call_seconds
+            .get_or_create(&LatencyLabels {
+                server: server.to_string(),
+                outcome,
+            })
+            .observe(seconds);
+    }
+
+    pub fn upstream_started(&self, server: &ServerName, reason: &'static str, restart: bool) {
+        self.starts
+            .get_or_create(&StartLabels {
+                server: server.to_string(),
+                reason,
+            })
+            .inc();
+        if restart {
+            self.restarts
+                .get_or_create(&ServerLabels {
+                    server: server.to_string(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn upstream_start_failed(&self, server: &ServerName) {
+        self.start_failures
+            .get_or_create(&ServerLabels {
+                server: server.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn upstream_exited(&self, server: &ServerName) {
+        self.exits
+            .get_or_create(&ServerLabels {
+                server: server.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn reload(&self, ok: bool) {
+        self.reloads
+            .get_or_create(&ReloadLabels {
+                result: if ok { "ok" } else { "failed" },
+            })
+            .inc();
+    }
+
+    pub fn list_changed_sent(&self, kind: &'static str, count: usize) {
+        self.list_changed
+            .get_or_create(&KindLabels { kind })
+            .inc_by(count as u64);
+    }
+
+    pub fn config_in_use(&self, context_version: u64) {
+        self.context_version
+            .set(i64::try_from(context_version).unwrap_or(i64::MAX));
+        self.config_loaded.set(1);
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_counters_with_labels() {
+        let m = Metrics::new();
+        m.call("gh", "create_issue", "ok", 0.002);
+        m.call("gh", "delete_repo", "denied", 0.0);
+        m.reload(false);
+        m.config_in_use(4);
+        m.upstream_started(&ServerName::new("gh"), "tools_call", true);
+        let text = m.encode();
+        for needle in [
+            r#"mcp_proxy_tool_calls_total{server="gh",tool="create_issue",outcome="ok"} 1"#,
+            r#"mcp_proxy_tool_calls_total{server="gh",tool="delete_repo",outcome="denied"} 1"#,
+            r#"mcp_proxy_config_reloads_total{result="failed"} 1"#,
+            "mcp_proxy_context_version 4",
+            r#"mcp_proxy_upstream_restarts_total{server="gh"} 1"#,
+            r#"mcp_proxy_tool_call_duration_seconds_count{server="gh",outcome="ok"} 1"#,
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Hot reload of the config file, the way Kubernetes updates a mounted ConfigMap: the kubelet
+//! writes a new timestamped directory and atomically swaps the `..data` symlink, so the file's
+//! own inode never changes. We therefore watch the *directory*, debounce, re-read through the
+//! symlinks and act only when the content changed. An invalid file keeps the last good config
+//! (problems logged, `mcp_proxy_config_reloads_total{result="failed"}` counted).
+//! A slow periodic re-read backs up the watcher (inotify can miss events on some mounts).
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use notify::{RecursiveMode, Watcher};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::{config, proxy::Proxy};
+
+/// How often the file is re-read even without a watch event.
+const POLL_EVERY: Duration = Duration::from_secs(30);
+
+/// Content fingerprint of a config file.
+pub fn fingerprint(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Keeps the file watcher alive; dropping it stops watching.
+pub struct WatchGuard {
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+/// Starts watching `path`'s directory. `current` is the fingerprint of the content in use (or
+/// last rejected), so an unchanged file is not reloaded.
+pub fn watch(
+    path: PathBuf,
+    debounce: Duration,
+    current: Option<[u8; 32]>,
+    proxy: Arc<Proxy>,
+) -> anyhow::Result<WatchGuard> {
+    let (tx, rx) = mpsc::unbounded_channel::<()>();
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let watcher = {
+        let tx = tx.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                if event.is_ok() {
+                    let _ = tx.send(());
+                }
+            })?;
+        match watcher.watch(&dir, RecursiveMode::NonRecursive) {
+            Ok(()) => Some(watcher),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the config directory; falling back to polling every {}s", POLL_EVERY.as_secs());
+                None
+            }
+        }
+    };
+    tokio::spawn(reload_loop(path, debounce, current, proxy, rx));
+    Ok(WatchGuard { _watcher: watcher })
+}
+
+async fn reload_loop(
+    path: PathBuf,
+    debounce: Duration,
+    mut current: Option<[u8; 32]>,
+    proxy: Arc<Proxy>,
+    mut events: mpsc::UnboundedReceiver<()>,
+) {
+    let mut poll = tokio::time::interval(POLL_EVERY);
+    poll.tick().await;
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                if event.is_none() {
+                    return;
+                }
+                // Debounce: wait for a quiet period so a file written in several steps is read whole.
+                while let Ok(Some(())) = tokio::time::timeout(debounce, events.recv()).await {}
+            }
+            _ = poll.tick() => {}
+        }
+        let bytes = match tokio::fs::read(&path).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // Mid-swap the file can be briefly absent; the next event brings it back.
+                tracing::debug!(file = %path.display(), error = %e, "config file not readable right now");
+                continue;
+            }
+        };
+        let print = fingerprint(&bytes);
+        if current == Some(print) {
+            continue;
+        }
+        current = Some(print);
+        let loaded = config::load_bytes(&bytes);
+        for p in loaded.problems.warnings() {
+            tracing::warn!(code = %p.code, path = %p.path, "{}", p.message);
+        }
+        match loaded.config {
+            Some(config) => {
+                proxy.metrics.reload(true);
+                if let Some(old) = proxy.snapshot()
+                    && old.config.listen != config.listen
+                {
+                    tracing::warn!(old = %old.config.listen, new = %config.listen, "listen changed; it takes effect only after a restart");
+                }
+                tracing::info!(file = %path.display(), context_version = config.context_version, "config changed; applying it");
+                proxy.apply_config(config).await;
+            }
+            None => {
+                proxy.metrics.reload(false);
+                for p in loaded.problems.errors() {
+                    tracing::error!(code = %p.code, path = %p.path, "{}", p.message);
+                }
+                tracing::error!(file = %path.display(), errors = loaded.problems.errors().count(), "config change rejected; keeping the last good config");
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Wiring: load the config, start the front (HTTP or stdio), the reload watcher and the upstream
+//! event loop; on SIGTERM/SIGINT stop accepting, drain calls, stop every child.
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use orchestrator_crds::proxy::DEFAULT_LISTEN;
+use rmcp::ServiceExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    audit::Audit,
+    config,
+    metrics::Metrics,
+    proxy::Proxy,
+    reaper, reload,
+    server::{Front, http},
+    upstream::{Deps, cache::DiskCache, pool::Pool},
+};
+
+/// Runtime options (command-line flags); the rest comes from the config file.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub config: PathBuf,
+    /// Serve MCP on stdin/stdout instead of HTTP.
+    pub stdio: bool,
+    /// Overrides `listen` from the config (and, with `--stdio`, enables the HTTP endpoints).
+    pub listen: Option<SocketAddr>,
+    pub cache_dir: Option<PathBuf>,
+    /// How long calls in flight may finish after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Time between SIGTERM and SIGKILL for children.
+    pub kill_grace: Duration,
+    /// How long an upstream may take to start and answer the handshake.
+    pub start_timeout: Duration,
+    /// Quiet time after the last change of the config directory before reloading.
+    pub reload_debounce: Duration,
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    reaper::start();
+    let metrics = Arc::new(Metrics::new());
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let deps = Deps {
+        events: events_tx,
+        metrics: metrics.clone(),
+        start_timeout: opts.start_timeout,
+        kill_grace: opts.kill_grace,
+    };
+    let pool = Pool::new(deps, opts.cache_dir.clone().map(DiskCache::new));
+    let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
+
+    let (loaded, print) = match std::fs::read(&opts.config) {
+        Ok(bytes) => (
+            config::load_bytes(&bytes),
+            Some(reload::fingerprint(&bytes)),
+        ),
+        Err(_) => (config::load_file(&opts.config), None),
+    };
+    for p in &loaded.problems.0 {
+        if p.is_error() {
+            tracing::error!(code = %p.code, path = %p.path, "{}", p.message);
+        } else {
+            tracing::warn!(code = %p.code, path = %p.path, "{}", p.message);
+        }
+    }
+    let config_listen = loaded.config.as_ref().map(|c| c.listen);
+    match loaded.config {
+        Some(config) => proxy.apply_config(config).await,
+        None => {
+            metrics.reload(false);
+            tracing::error!(file = %opts.config.display(), "no valid config; not ready until the file is fixed");
+        }
+    }
+
+    {
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events_rx.recv().await {
+                let proxy = proxy.clone();
+                tokio::spawn(async move { proxy.on_upstream_event(event).await });
+            }
+        });
+    }
+    let _watcher = reload::watch(
+        opts.config.clone(),
+        opts.reload_debounce,
+        print,
+        proxy.clone(),
+    )?;
+
+    let sessions_cancel = CancellationToken::new();
+    let accept_cancel = CancellationToken::new();
+    let listen = opts.listen.or(config_listen);
+    let http_wanted = !opts.stdio || opts.listen.is_some();
+    if http_wanted {
+        let listen = listen.unwrap_or_else(|| {
+            DEFAULT_LISTEN
+                .parse()
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080)))
+        });
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+        let app = http::app(proxy.clone(), listen, sessions_cancel.clone());
+        tracing::info!(%listen, "serving MCP at http://{listen}/mcp");
+        let accept = accept_cancel.clone();
+        tokio::spawn(async move {
+            let result = axum::serve(listener, app)
+                .with_graceful_shutdown(accept.cancelled_owned())
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+    }
+
+    if opts.stdio {
+        let service = Front::new(proxy.clone())
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("stdio session failed to start: {e}"))?;
+        tracing::info!("serving MCP on stdio");
+        let cancel = service.cancellation_token();
+        tokio::select! {
+            _ = service.waiting() => tracing::info!("the stdio client went away"),
+            signal = shutdown_signal() => {
+                tracing::info!(%signal, "shutting down");
+                cancel.cancel();
+            }
+        }
+    } else {
+        let signal = shutdown_signal().await;
+        tracing::info!(%signal, "shutting down");
+    }
+
+    // Stop taking new connections and calls, let calls in flight finish, then stop children.
+    accept_cancel.cancel();
+    proxy.drain(opts.shutdown_grace).await;
+    sessions_cancel.cancel();
+    proxy.pool.shutdown().await;
+    tracing::info!("all upstream servers stopped; bye");
+    Ok(())
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}

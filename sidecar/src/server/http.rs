@@ -1,0 +1,206 @@
+//! The HTTP listener: MCP at `/mcp` (behind a `Host` check that follows config reloads), and
+//! `/healthz`, `/readyz`, `/metrics`, `GET /tools`.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use axum::{
+    Json, Router,
+    extract::{Request, State},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::Front;
+use crate::proxy::Proxy;
+
+/// Host names always accepted on `/mcp` (any port).
+const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
+
+/// Builds the whole HTTP app.
+pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> Router {
+    let mut sessions = LocalSessionManager::default();
+    // Agents can sit idle for a long time between calls; don't expire their sessions early.
+    sessions.session_config.keep_alive = Some(Duration::from_secs(24 * 3600));
+    let config = StreamableHttpServerConfig::default()
+        // The Host check is done by `check_host` so it follows config reloads.
+        .disable_allowed_hosts()
+        .with_cancellation_token(cancel);
+    let mcp = {
+        let proxy = proxy.clone();
+        StreamableHttpService::new(
+            move || Ok(Front::new(proxy.clone())),
+            Arc::new(sessions),
+            config,
+        )
+    };
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(
+            (proxy.clone(), listen),
+            check_host,
+        ));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/tools", get(tools))
+        .with_state(proxy)
+        .merge(mcp)
+}
+
+async fn readyz(State(proxy): State<Arc<Proxy>>) -> Response {
+    match proxy.snapshot() {
+        Some(_) if !proxy.is_draining() => (StatusCode::OK, "ready\n").into_response(),
+        Some(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "no valid config loaded\n").into_response(),
+    }
+}
+
+async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        proxy.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Every upstream tool known so far with its verdict, per server.
+async fn tools(State(proxy): State<Arc<Proxy>>) -> Response {
+    let Some(snap) = proxy.snapshot() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "no valid config loaded"})),
+        )
+            .into_response();
+    };
+    let states = proxy.upstream_states();
+    let pids = proxy.pool.pids();
+    let servers: Vec<_> = snap
+        .config
+        .servers
+        .iter()
+        .map(|s| {
+            let (state, in_flight) = states.get(&s.name).copied().unwrap_or(("stopped", 0));
+            let tools: Vec<_> = snap
+                .router
+                .known()
+                .iter()
+                .filter(|k| k.server == s.name)
+                .collect();
+            let list_known =
+                !snap.router.missing_lists().iter().any(|m| m.name == s.name) && s.is_startable();
+            json!({
+                "name": s.name,
+                "enabled": s.enabled,
+                "startable": s.is_startable(),
+                "state": state,
+                "pid": pids.get(&s.name),
+                "callsInFlight": in_flight,
+                "toolListKnown": list_known,
+                "tools": tools,
+            })
+        })
+        .collect();
+    Json(json!({
+        "task": snap.config.task_name,
+        "contextVersion": snap.config.context_version,
+        "servers": servers,
+    }))
+    .into_response()
+}
+
+/// Refuses `/mcp` requests whose `Host` is not loopback, the listen address, or an
+/// `allowedHosts` entry (DNS-rebinding protection).
+async fn check_host(
+    State((proxy, listen)): State<(Arc<Proxy>, SocketAddr)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authority = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+    let Some(authority) = authority else {
+        return (StatusCode::BAD_REQUEST, "Bad Request: missing Host header").into_response();
+    };
+    let extra = proxy
+        .snapshot()
+        .map(|s| s.config.allowed_hosts.clone())
+        .unwrap_or_default();
+    if host_allowed(&authority, listen, &extra) {
+        next.run(request).await
+    } else {
+        tracing::warn!(host = %authority, "refused /mcp request with a Host that is not allowed (add it to allowedHosts if it is legitimate)");
+        (
+            StatusCode::FORBIDDEN,
+            "Forbidden: Host header is not allowed",
+        )
+            .into_response()
+    }
+}
+
+fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
+    let parsed = http::uri::Authority::try_from(authority).ok()?;
+    let host = parsed.host().trim_matches(['[', ']']).to_ascii_lowercase();
+    Some((host, parsed.port_u16()))
+}
+
+pub fn host_allowed(authority: &str, listen: SocketAddr, extra: &[String]) -> bool {
+    let Some((host, port)) = split_authority(authority) else {
+        return false;
+    };
+    if LOOPBACK_HOSTS.contains(&host.as_str()) {
+        return true;
+    }
+    if !listen.ip().is_unspecified() && host == listen.ip().to_string() {
+        return true;
+    }
+    extra
+        .iter()
+        .filter_map(|e| split_authority(e))
+        .any(|(h, p)| h == host && (p.is_none() || p == port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_check_accepts_loopback_listen_and_configured_hosts_only() {
+        let listen: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
+        for ok in [
+            "localhost:8080",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "LOCALHOST",
+        ] {
+            assert!(host_allowed(ok, listen, &[]), "{ok}");
+        }
+        for no in [
+            "evil.example:8080",
+            "10.0.0.7:8080",
+            "",
+            "127.0.0.1.evil.example",
+        ] {
+            assert!(!host_allowed(no, listen, &[]), "{no}");
+        }
+        let extra = vec!["10.0.0.7".to_string(), "pod.local:9000".to_string()];
+        assert!(host_allowed("10.0.0.7:8080", listen, &extra));
+        assert!(host_allowed("pod.local:9000", listen, &extra));
+        assert!(!host_allowed("pod.local:9001", listen, &extra));
+        let pod: SocketAddr = "10.1.2.3:8080".parse().expect("addr");
+        assert!(host_allowed("10.1.2.3:8080", pod, &[]));
+    }
+}

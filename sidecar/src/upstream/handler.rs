@@ -1,0 +1,189 @@
+//! The proxy's client side towards one upstream: what it declares when connecting, and what it
+//! does with messages the upstream sends on its own (requests during a call, notifications).
+//!
+//! [`Tap`] wraps the upstream transport so progress and log notifications are handed to the
+//! ordered forwarder as they arrive (rmcp dispatches notifications on separate tasks, which
+//! could reorder them), and so the end of the stream is noticed at once.
+
+use std::{borrow::Cow, sync::Arc};
+
+use rmcp::{
+    ErrorData, RoleClient,
+    model::{
+        ClientConfig, ClientJsonRpcMessage, ClientResult, ErrorCode, GetMeta, JsonRpcMessage,
+        ServerJsonRpcMessage, ServerNotification, ServerRequest,
+    },
+    service::{InboundStreamOrigin, NotificationContext, RequestContext, Service},
+    transport::Transport,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::routes::{CallRoutes, Forward};
+use crate::names::ServerName;
+
+/// Something an upstream told us that changes what the proxy exposes.
+#[derive(Clone, Debug)]
+pub enum UpstreamEvent {
+    ToolsChanged(ServerName),
+    PromptsChanged(ServerName),
+    ResourcesChanged(ServerName),
+}
+
+pub struct UpstreamHandler {
+    pub server: ServerName,
+    pub info: ClientConfig,
+    pub routes: Arc<CallRoutes>,
+    pub events: mpsc::UnboundedSender<UpstreamEvent>,
+}
+
+impl Service<RoleClient> for UpstreamHandler {
+    async fn handle_request(
+        &self,
+        request: ServerRequest,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ClientResult, ErrorData> {
+        if let ServerRequest::PingRequest(_) = request {
+            return Ok(ClientResult::empty(()));
+        }
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
+            _ => None,
+        };
+        let Some(session) = self.routes.session_for_request(origin) else {
+            return Err(ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                "no client session is waiting on this server",
+                None,
+            ));
+        };
+        if !session.accepts_requests {
+            return Err(ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                "the client's session (protocol 2026-07-28) does not accept server-to-client requests",
+                None,
+            ));
+        }
+        // Relay as is, with the upstream's _meta, and let a cancellation from the upstream
+        // cancel the relayed request too.
+        let mut request = request;
+        *request.get_meta_mut() = context.meta;
+        let handle = session
+            .peer
+            .send_cancellable_request(request, Default::default())
+            .await
+            .map_err(|e| relay_error(&self.server, e))?;
+        let id = handle.id.clone();
+        let peer = handle.peer.clone();
+        tokio::select! {
+            result = handle.await_response() => result.map_err(|e| relay_error(&self.server, e)),
+            () = context.ct.cancelled() => {
+                let params = rmcp::model::CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by the upstream server".into()),
+                );
+                let _ = peer.notify_cancelled(params).await;
+                Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None))
+            }
+        }
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: ServerNotification,
+        _context: NotificationContext<RoleClient>,
+    ) -> Result<(), ErrorData> {
+        let event = match notification {
+            ServerNotification::ToolListChangedNotification(_) => {
+                UpstreamEvent::ToolsChanged(self.server.clone())
+            }
+            ServerNotification::PromptListChangedNotification(_) => {
+                UpstreamEvent::PromptsChanged(self.server.clone())
+            }
+            ServerNotification::ResourceListChangedNotification(_) => {
+                UpstreamEvent::ResourcesChanged(self.server.clone())
+            }
+            // Progress and log messages go through the ordered forwarder (see `Tap`).
+            _ => return Ok(()),
+        };
+        let _ = self.events.send(event);
+        Ok(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+}
+
+fn relay_error(server: &ServerName, e: rmcp::ServiceError) -> ErrorData {
+    match e {
+        rmcp::ServiceError::McpError(e) => e,
+        other => ErrorData::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("could not relay the request of server {server:?} to the client: {other}"),
+            None,
+        ),
+    }
+}
+
+/// A transport wrapper: copies progress and log notifications to the ordered forwarder and
+/// cancels `closed` when the upstream's stream ends.
+pub struct Tap<T> {
+    inner: T,
+    forward: mpsc::UnboundedSender<Forward>,
+    closed: CancellationToken,
+}
+
+impl<T> Tap<T> {
+    pub fn new(
+        inner: T,
+        forward: mpsc::UnboundedSender<Forward>,
+        closed: CancellationToken,
+    ) -> Self {
+        Self {
+            inner,
+            forward,
+            closed,
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tap<T> {
+    type Error = T::Error;
+
+    fn name() -> Cow<'static, str> {
+        T::name()
+    }
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        let message = self.inner.receive().await;
+        match &message {
+            Some(JsonRpcMessage::Notification(n))
+                if matches!(
+                    n.notification,
+                    ServerNotification::ProgressNotification(_)
+                        | ServerNotification::LoggingMessageNotification(_)
+                ) =>
+            {
+                let _ = self
+                    .forward
+                    .send(Forward::Notification(n.notification.clone()));
+            }
+            None => self.closed.cancel(),
+            _ => {}
+        }
+        message
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.closed.cancel();
+        self.inner.close().await
+    }
+}

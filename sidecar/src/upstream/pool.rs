@@ -1,0 +1,234 @@
+//! All upstreams of the current config, and the tool lists known so far (in memory, and on disk
+//! keyed by the server's spec hash). Reconciling with a new config stops servers that were
+//! removed, disabled or changed, and keeps the rest running.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use rmcp::model::Tool;
+
+use super::{Connection, Deps, StartReason, Upstream, cache::DiskCache};
+use crate::{
+    config::{Config, Server, SpecHash},
+    error::{Error, Result},
+    names::ServerName,
+    session::SessionRef,
+};
+
+struct ListEntry {
+    hash: SpecHash,
+    tools: Arc<Vec<Tool>>,
+}
+
+pub struct Pool {
+    deps: Deps,
+    cache: Option<DiskCache>,
+    upstreams: Mutex<HashMap<ServerName, Arc<Upstream>>>,
+    lists: Mutex<HashMap<ServerName, ListEntry>>,
+}
+
+impl Pool {
+    pub fn new(deps: Deps, cache: Option<DiskCache>) -> Self {
+        Self {
+            deps,
+            cache,
+            upstreams: Default::default(),
+            lists: Default::default(),
+        }
+    }
+
+    pub fn deps(&self) -> &Deps {
+        &self.deps
+    }
+
+    /// The upstream for `server`, created (not started) on first use.
+    pub fn upstream(&self, server: &Arc<Server>) -> Arc<Upstream> {
+        let mut upstreams = lock(&self.upstreams);
+        match upstreams.get(&server.name) {
+            Some(u) if u.server.spec_hash == server.spec_hash => u.clone(),
+            _ => {
+                let u = Arc::new(Upstream::new(server.clone(), self.deps.clone()));
+                // A request that saw the new config before `reconcile` ran: stop the old process
+                // here, or nobody would.
+                if let Some(old) = upstreams.insert(server.name.clone(), u.clone()) {
+                    tokio::spawn(async move { old.stop().await });
+                }
+                u
+            }
+        }
+    }
+
+    /// The upstream for a server name, if it exists (never creates one).
+    pub fn existing(&self, name: &ServerName) -> Option<Arc<Upstream>> {
+        lock(&self.upstreams).get(name).cloned()
+    }
+
+    /// Tool lists known for the startable servers of `config`: from memory, else from the disk
+    /// cache (which is how a restarted proxy answers without starting anything).
+    pub fn known_lists(&self, config: &Config) -> HashMap<ServerName, Arc<Vec<Tool>>> {
+        let mut out = HashMap::new();
+        let mut lists = lock(&self.lists);
+        for server in config.servers.iter().filter(|s| s.is_startable()) {
+            if let Some(entry) = lists
+                .get(&server.name)
+                .filter(|e| e.hash == server.spec_hash)
+            {
+                out.insert(server.name.clone(), entry.tools.clone());
+                continue;
+            }
+            if let Some(tools) = self.cache.as_ref().and_then(|c| c.load(&server.spec_hash)) {
+                tracing::info!(server = %server.name, tools = tools.len(), "tool list loaded from the cache directory");
+                lists.insert(
+                    server.name.clone(),
+                    ListEntry {
+                        hash: server.spec_hash.clone(),
+                        tools: tools.clone(),
+                    },
+                );
+                out.insert(server.name.clone(), tools);
+            }
+        }
+        out
+    }
+
+    /// Starts the server if needed and fetches its tool list (for `tools/list`, so it does not
+    /// wait out a restart backoff).
+    pub async fn fetch_list(
+        &self,
+        server: &Arc<Server>,
+        session: Option<&SessionRef>,
+    ) -> Result<Arc<Vec<Tool>>> {
+        let upstream = self.upstream(server);
+        let conn = upstream
+            .connect(&StartReason::ListTools, session, false)
+            .await?;
+        self.list_from(server, &conn).await
+    }
+
+    /// Lists the tools of a running connection and stores the result. Returns the list.
+    pub async fn list_from(
+        &self,
+        server: &Arc<Server>,
+        conn: &Connection,
+    ) -> Result<Arc<Vec<Tool>>> {
+        conn.listed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let timeout = self.deps.start_timeout;
+        let tools = match tokio::time::timeout(timeout, conn.peer.list_all_tools()).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => {
+                return Err(Error::Upstream {
+                    server: server.name.clone(),
+                    source: e,
+                });
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    server: server.name.clone(),
+                    timeout,
+                });
+            }
+        };
+        Ok(self.store_list(server, tools))
+    }
+
+    /// Re-lists a running server; `Some(list)` when the list differs from the one known.
+    pub async fn relist(&self, server: &Arc<Server>) -> Result<Option<Arc<Vec<Tool>>>> {
+        let Some(conn) = self.existing(&server.name).and_then(|u| u.current()) else {
+            return Ok(None);
+        };
+        let before = lock(&self.lists)
+            .get(&server.name)
+            .filter(|e| e.hash == server.spec_hash)
+            .map(|e| e.tools.clone());
+        let after = self.list_from(server, &conn).await?;
+        Ok((before.as_deref() != Some(after.as_ref())).then_some(after))
+    }
+
+    fn store_list(&self, server: &Arc<Server>, tools: Vec<Tool>) -> Arc<Vec<Tool>> {
+        if let Some(cache) = &self.cache {
+            cache.store(server.name.as_str(), &server.spec_hash, &tools);
+        }
+        let tools = Arc::new(tools);
+        lock(&self.lists).insert(
+            server.name.clone(),
+            ListEntry {
+                hash: server.spec_hash.clone(),
+                tools: tools.clone(),
+            },
+        );
+        tools
+    }
+
+    /// Stops upstreams that `config` removed, disabled (or fully denied) or changed; keeps the
+    /// others (their filter may have changed, which needs no restart). Starts nothing.
+    pub async fn reconcile(&self, config: &Config) {
+        let to_stop: Vec<Arc<Upstream>> = {
+            let mut upstreams = lock(&self.upstreams);
+            let stale: Vec<ServerName> = upstreams
+                .iter()
+                .filter(|(name, u)| match config.server(name.as_str()) {
+                    Some(s) => !s.is_startable() || s.spec_hash != u.server.spec_hash,
+                    None => true,
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            stale
+                .iter()
+                .filter_map(|name| upstreams.remove(name))
+                .collect()
+        };
+        {
+            let mut lists = lock(&self.lists);
+            lists.retain(|name, entry| {
+                config
+                    .server(name.as_str())
+                    .is_some_and(|s| s.is_startable() && s.spec_hash == entry.hash)
+            });
+        }
+        let stops = to_stop.into_iter().map(|u| async move {
+            tracing::info!(server = %u.server.name, "config no longer needs this upstream (removed, disabled or changed)");
+            u.stop().await;
+        });
+        futures::future::join_all(stops).await;
+    }
+
+    /// Stops every upstream (TERM, KILL after the grace time), in parallel.
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Upstream>> = lock(&self.upstreams).drain().map(|(_, u)| u).collect();
+        futures::future::join_all(all.iter().map(|u| u.stop())).await;
+    }
+
+    /// Per server: its state (running, stopped, failed) and calls in flight.
+    pub fn states(&self) -> HashMap<ServerName, (&'static str, usize)> {
+        lock(&self.upstreams)
+            .iter()
+            .map(|(name, u)| {
+                let in_flight = u.current().map(|c| c.routes.in_flight()).unwrap_or(0);
+                (name.clone(), (u.state_label(), in_flight))
+            })
+            .collect()
+    }
+
+    /// Running children (pid per server), for tests and `GET /tools`.
+    pub fn pids(&self) -> HashMap<ServerName, u32> {
+        lock(&self.upstreams)
+            .iter()
+            .filter_map(|(name, u)| {
+                u.current()
+                    .and_then(|c| c.child.as_ref().map(|ch| (name.clone(), ch.pid)))
+            })
+            .collect()
+    }
+
+    pub fn kill_grace(&self) -> Duration {
+        self.deps.kill_grace
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,231 @@
+//! Which client session each in-flight call on one upstream belongs to, so that what the upstream
+//! sends during a call (progress, log messages, sampling/elicitation/roots requests) reaches the
+//! session that made the call. Progress and log notifications are forwarded by one task per
+//! upstream, in the order the upstream sent them.
+// Logging is deprecated by SEP-2577 but still part of the protocol versions we relay.
+#![allow(deprecated)]
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use rmcp::model::{
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerNotification,
+};
+use tokio::sync::mpsc;
+
+use crate::session::{SessionId, SessionRef};
+
+/// Progress that arrived before its call registered is kept this long.
+const EARLY_PROGRESS_TTL: Duration = Duration::from_secs(5);
+const EARLY_PROGRESS_MAX: usize = 64;
+
+/// Messages for the ordered forwarder of one upstream.
+pub enum Forward {
+    /// A progress or log notification from the upstream, in arrival order.
+    Notification(ServerNotification),
+    /// A call registered its upstream progress token: deliver anything that came early.
+    Registered(ProgressToken),
+}
+
+struct CallRoute {
+    session: SessionRef,
+    /// The progress token the client gave (what it expects to see), if any.
+    client_token: Option<ProgressToken>,
+    upstream_token: Option<ProgressToken>,
+    request_id: Option<RequestId>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u64,
+    /// In-flight calls, oldest first.
+    calls: BTreeMap<u64, CallRoute>,
+    by_token: HashMap<ProgressToken, u64>,
+    by_request: HashMap<RequestId, u64>,
+    /// The session that used this upstream last (for messages outside any call).
+    last_session: Option<SessionRef>,
+}
+
+/// The in-flight calls of one upstream connection.
+#[derive(Default)]
+pub struct CallRoutes {
+    inner: Mutex<Inner>,
+}
+
+/// Keeps a call registered; dropping it unregisters the call.
+pub struct CallGuard {
+    routes: Arc<CallRoutes>,
+    id: u64,
+}
+
+impl CallRoutes {
+    /// Registers a call from `session` before it is sent upstream.
+    pub fn begin(
+        self: &Arc<Self>,
+        session: SessionRef,
+        client_token: Option<ProgressToken>,
+    ) -> CallGuard {
+        let mut inner = self.lock();
+        inner.next += 1;
+        let id = inner.next;
+        inner.last_session = Some(session.clone());
+        inner.calls.insert(
+            id,
+            CallRoute {
+                session,
+                client_token,
+                upstream_token: None,
+                request_id: None,
+            },
+        );
+        CallGuard {
+            routes: self.clone(),
+            id,
+        }
+    }
+
+    /// Number of calls in flight.
+    pub fn in_flight(&self) -> usize {
+        self.lock().calls.len()
+    }
+
+    /// Sessions with calls in flight, oldest call first, each once.
+    fn active_sessions(&self) -> Vec<SessionRef> {
+        let inner = self.lock();
+        let mut seen: Vec<SessionId> = Vec::new();
+        let mut out = Vec::new();
+        for route in inner.calls.values() {
+            if !seen.contains(&route.session.id) {
+                seen.push(route.session.id);
+                out.push(route.session.clone());
+            }
+        }
+        if out.is_empty() {
+            out.extend(inner.last_session.clone());
+        }
+        out
+    }
+
+    /// The session an upstream request (sampling, elicitation, roots) belongs to: the call whose
+    /// upstream request id the transport associated it with, else the newest call in flight,
+    /// else the session that used this upstream last.
+    pub fn session_for_request(&self, origin: Option<&RequestId>) -> Option<SessionRef> {
+        let inner = self.lock();
+        if let Some(call) = origin
+            .and_then(|id| inner.by_request.get(id))
+            .and_then(|c| inner.calls.get(c))
+        {
+            return Some(call.session.clone());
+        }
+        if let Some((_, call)) = inner.calls.iter().next_back() {
+            return Some(call.session.clone());
+        }
+        inner.last_session.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl CallGuard {
+    /// Records the upstream request id and progress token of the call once sent.
+    pub fn sent(
+        &self,
+        request_id: RequestId,
+        upstream_token: ProgressToken,
+        forwarder: &mpsc::UnboundedSender<Forward>,
+    ) {
+        {
+            let mut inner = self.routes.lock();
+            inner.by_token.insert(upstream_token.clone(), self.id);
+            inner.by_request.insert(request_id.clone(), self.id);
+            if let Some(call) = inner.calls.get_mut(&self.id) {
+                call.upstream_token = Some(upstream_token.clone());
+                call.request_id = Some(request_id);
+            }
+        }
+        let _ = forwarder.send(Forward::Registered(upstream_token));
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        let mut inner = self.routes.lock();
+        if let Some(call) = inner.calls.remove(&self.id) {
+            if let Some(t) = call.upstream_token {
+                inner.by_token.remove(&t);
+            }
+            if let Some(r) = call.request_id {
+                inner.by_request.remove(&r);
+            }
+        }
+    }
+}
+
+/// Forwards progress and log notifications of one upstream, in order, until the channel closes.
+pub async fn run_forwarder(routes: Arc<CallRoutes>, mut rx: mpsc::UnboundedReceiver<Forward>) {
+    let mut early: VecDeque<(Instant, ProgressNotificationParam)> = VecDeque::new();
+    while let Some(msg) = rx.recv().await {
+        match msg {
+            Forward::Notification(ServerNotification::ProgressNotification(n)) => {
+                if !forward_progress(&routes, n.params.clone()).await {
+                    early.retain(|(at, _)| at.elapsed() < EARLY_PROGRESS_TTL);
+                    if early.len() == EARLY_PROGRESS_MAX {
+                        early.pop_front();
+                    }
+                    early.push_back((Instant::now(), n.params));
+                }
+            }
+            Forward::Notification(ServerNotification::LoggingMessageNotification(n)) => {
+                forward_log(&routes, n.params).await;
+            }
+            Forward::Notification(_) => {}
+            Forward::Registered(token) => {
+                let (ready, rest): (Vec<_>, Vec<_>) = early
+                    .drain(..)
+                    .partition(|(_, p)| p.progress_token == token);
+                early.extend(rest);
+                for (_, p) in ready {
+                    forward_progress(&routes, p).await;
+                }
+            }
+        }
+    }
+}
+
+/// Returns false when no call owns the token (yet).
+async fn forward_progress(routes: &CallRoutes, mut params: ProgressNotificationParam) -> bool {
+    let target = {
+        let inner = routes.lock();
+        inner
+            .by_token
+            .get(&params.progress_token)
+            .and_then(|id| inner.calls.get(id))
+            .map(|call| (call.session.clone(), call.client_token.clone()))
+    };
+    let Some((session, client_token)) = target else {
+        return false;
+    };
+    // The client asked for no progress: nothing to deliver, but the token was known.
+    let Some(client_token) = client_token else {
+        return true;
+    };
+    params.progress_token = client_token;
+    if let Err(e) = session.peer.notify_progress(params).await {
+        tracing::debug!(session = %session.id, error = %e, "could not forward progress");
+    }
+    true
+}
+
+async fn forward_log(routes: &CallRoutes, params: LoggingMessageNotificationParam) {
+    for session in routes.active_sessions() {
+        if let Err(e) = session.peer.notify_logging_message(params.clone()).await {
+            tracing::debug!(session = %session.id, error = %e, "could not forward a log message");
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Stdio upstreams: the child process. Owns spawning with a controlled environment, watching
+//! for exit (the one place that reaps it), keeping the tail of its stderr for error messages,
+//! and terminating its whole process group (TERM, then KILL after a grace period).
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use rustix::process::{Pid, Signal, kill_process_group};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{ChildStdin, ChildStdout, Command},
+    sync::watch,
+};
+
+use crate::{
+    config::StdioTransport,
+    error::{Error, Result},
+    names::ServerName,
+};
+
+/// Variables every child gets from the proxy's environment (when set), so ordinary programs
+/// work. Nothing else is inherited: secrets only arrive through `passEnv`.
+pub const BASE_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+];
+
+/// Lines of stderr kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+/// How a child ended.
+#[derive(Clone, Debug)]
+pub struct ExitInfo {
+    pub status: String,
+}
+
+/// A running (or exited) child process.
+pub struct Child {
+    pub pid: u32,
+    server: ServerName,
+    exit: watch::Receiver<Option<ExitInfo>>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// A freshly spawned child and the pipes rmcp speaks MCP over.
+pub struct Spawned {
+    pub child: Child,
+    pub stdout: ChildStdout,
+    pub stdin: ChildStdin,
+}
+
+/// The environment a child gets: the base variables, then `passEnv` from the proxy's own
+/// environment, then the literal `env` (which wins). Returns the names of `passEnv` variables
+/// that are not set in the proxy's environment.
+pub fn child_env(spec: &StdioTransport) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut env = BTreeMap::new();
+    for name in BASE_ENV {
+        if let Ok(value) = std::env::var(name) {
+            env.insert((*name).to_string(), value);
+        }
+    }
+    let mut missing = Vec::new();
+    for name in &spec.pass_env {
+        match std::env::var(name) {
+            Ok(value) => {
+                env.insert(name.clone(), value);
+            }
+            Err(_) => missing.push(name.clone()),
+        }
+    }
+    for (name, value) in &spec.env {
+        env.insert(name.clone(), value.clone());
+    }
+    (env, missing)
+}
+
+/// Spawns the server's command in its own process group with exactly [`child_env`].
+pub fn spawn(server: &ServerName, spec: &StdioTransport) -> Result<Spawned> {
+    let (env, missing) = child_env(spec);
+    if !missing.is_empty() {
+        tracing::warn!(%server, missing = ?missing, "passEnv variables are not set in the proxy's environment; the server starts without them");
+    }
+    let mut cmd = Command::new(&spec.command);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(&env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so TERM/KILL reach whatever the command spawns (npx -> node).
+        .process_group(0)
+        // Backstop if the monitor task is gone (runtime shutdown): never leave it running.
+        .kill_on_drop(true);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = cmd.spawn().map_err(|e| Error::StartFailed {
+        server: server.clone(),
+        reason: format!("cannot run {:?}: {e}", spec.command),
+    })?;
+    let pid = child.id().ok_or_else(|| Error::StartFailed {
+        server: server.clone(),
+        reason: "the process exited immediately".into(),
+    })?;
+    crate::reaper::track(pid);
+    let (Some(stdin), Some(stdout), stderr) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(Error::StartFailed {
+            server: server.clone(),
+            reason: "no stdio pipes".into(),
+        });
+    };
+
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+    if let Some(stderr) = stderr {
+        let tail = stderr_tail.clone();
+        let server = server.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "upstream_stderr", %server, "{line}");
+                let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+                if tail.len() == STDERR_TAIL {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+    }
+
+    let (exit_tx, exit_rx) = watch::channel(None);
+    {
+        let server = server.clone();
+        tokio::spawn(async move {
+            // The only place the child is waited for: it is reaped exactly once, here.
+            let status = match child.wait().await {
+                Ok(status) => status.to_string(),
+                Err(e) => format!("unknown status ({e})"),
+            };
+            crate::reaper::untrack(pid);
+            tracing::info!(%server, pid, %status, "upstream process exited");
+            let _ = exit_tx.send(Some(ExitInfo { status }));
+        });
+    }
+    Ok(Spawned {
+        child: Child {
+            pid,
+            server: server.clone(),
+            exit: exit_rx,
+            stderr_tail,
+        },
+        stdout,
+        stdin,
+    })
+}
+
+impl Child {
+    /// How the process ended, once it has.
+    pub fn exit_info(&self) -> Option<ExitInfo> {
+        self.exit.borrow().clone()
+    }
+
+    /// Waits until the process has exited.
+    pub async fn exited(&self) -> ExitInfo {
+        let mut rx = self.exit.clone();
+        loop {
+            if let Some(info) = rx.borrow_and_update().clone() {
+                return info;
+            }
+            if rx.changed().await.is_err() {
+                return ExitInfo {
+                    status: "unknown status (monitor gone)".into(),
+                };
+            }
+        }
+    }
+
+    /// The last lines the process wrote to stderr.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.stderr_tail
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Ends the process group: TERM, and KILL if the process is still there after `grace`.
+    pub async fn terminate(&self, grace: Duration) {
+        if self.exit_info().is_none() {
+            self.signal(Signal::TERM);
+            if tokio::time::timeout(grace, self.exited()).await.is_err() {
+                tracing::warn!(server = %self.server, pid = self.pid, "upstream ignored SIGTERM; killing it");
+            }
+        }
+        // Always KILL the group: the leader may be gone while its children linger.
+        self.signal(Signal::KILL);
+        self.exited().await;
+    }
+
+    fn signal(&self, signal: Signal) {
+        let Some(pgid) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else {
+            return;
+        };
+        // ESRCH (group already gone) is the normal case after exit.
+        let _ = kill_process_group(pgid, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_get_the_base_pass_env_and_literal_env_only() {
+        // The passEnv names are not set in the test environment: they are reported missing.
+        let spec = StdioTransport {
+            command: "x".into(),
+            args: vec![],
+            env: BTreeMap::from([
+                ("LITERAL".into(), "v".into()),
+                ("HOME".into(), "/override".into()),
+            ]),
+            pass_env: vec![
+                "ORCH_TEST_PASSED_SECRET".into(),
+                "ORCH_TEST_NOT_SET_ANYWHERE".into(),
+            ],
+            cwd: None,
+        };
+        let (env, missing) = child_env(&spec);
+        assert_eq!(env.get("LITERAL").map(String::as_str), Some("v"));
+        assert_eq!(
+            env.get("HOME").map(String::as_str),
+            Some("/override"),
+            "literal env wins"
+        );
+        assert_eq!(
+            missing,
+            vec![
+                "ORCH_TEST_PASSED_SECRET".to_string(),
+                "ORCH_TEST_NOT_SET_ANYWHERE".to_string()
+            ]
+        );
+        let allowed: Vec<&str> = BASE_ENV.iter().copied().chain(["LITERAL"]).collect();
+        for name in env.keys() {
+            assert!(
+                allowed.contains(&name.as_str()),
+                "{name} leaked into the child env"
+            );
+        }
+    }
+}
