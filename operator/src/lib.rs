@@ -2,10 +2,187 @@
 //! configuration) and a Job (the agent with the MCP proxy as a native sidecar).
 //!
 //! - [`render`]: pure TaskRun + catalog -> ConfigMap + Job.
+//! - [`reconcile`]: applies what render returns (server-side apply), status, events.
+//! - [`catalog`]: loads and watches the catalog ConfigMap.
+//! - [`leader`]: Lease-based leader election.
+//! - [`metrics`], [`server`], [`telemetry`]: `/metrics`, `/healthz`, traces over OTLP.
+//! - [`settings`]: flags and env.
 
+pub mod catalog;
+pub mod error;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
 pub mod render;
+pub mod server;
+pub mod settings;
+pub mod telemetry;
 
-/// Runs the program. Placeholder until the reconciler lands.
-pub fn run() -> anyhow::Result<()> {
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use orchestrator_crds::taskrun::TaskRun;
+use tokio::sync::mpsc;
+
+pub use error::{Error, Result};
+pub use settings::Settings;
+
+use crate::catalog::CatalogStore;
+use crate::metrics::Metrics;
+use crate::reconcile::Context;
+use crate::server::Health;
+
+/// Runs the operator until SIGTERM or Ctrl-C: telemetry, a client from the usual places
+/// (`$KUBECONFIG`, `~/.kube/config`, or in-cluster), then [`run_with`].
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let _telemetry = telemetry::init(settings.otlp_endpoint.as_deref(), settings.log_json)?;
+    let client = Client::try_default().await?;
+    run_with(client, settings, shutdown_signal()).await?;
     Ok(())
+}
+
+/// Runs the operator with `client` until `shutdown` completes: serves `/metrics` and `/healthz`,
+/// waits for the leader Lease (if enabled), then runs the controller. Returns an error if the
+/// lease is lost (the process should exit so that it restarts clean).
+pub async fn run_with(
+    client: Client,
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let health = Health::default();
+    let server = tokio::spawn(server::serve(
+        settings.bind,
+        metrics.clone(),
+        health.clone(),
+    ));
+
+    let catalog = CatalogStore::default();
+    let (changed_tx, changed_rx) = mpsc::channel(1);
+    let catalog_watch = tokio::spawn(catalog::watch(
+        client.clone(),
+        settings.catalog_namespace.clone(),
+        settings.catalog_name.clone(),
+        catalog.clone(),
+        metrics.clone(),
+        changed_tx,
+    ));
+
+    let mut shutdown = std::pin::pin!(shutdown);
+    let identity = settings.identity();
+    let mut elector = settings.leader_election.then(|| {
+        leader::Elector::new(
+            client.clone(),
+            &settings.lease_namespace,
+            &settings.lease_name,
+            identity.clone(),
+            settings.lease_duration(),
+        )
+    });
+    let result = async {
+        if let Some(elector) = elector.as_mut() {
+            tokio::select! {
+                acquired = elector.acquire() => acquired?,
+                () = &mut shutdown => return Ok(()),
+            }
+        }
+        health.leading.store(true, Ordering::Relaxed);
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            render: settings.render(),
+            catalog,
+            metrics,
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: reconcile::MANAGER.into(),
+                    instance: Some(identity.clone()),
+                },
+            ),
+        });
+        let controller = controller(client.clone(), &settings, ctx, changed_rx);
+        let hold = async {
+            match elector.as_mut() {
+                Some(e) => e.hold().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = controller => Ok(()),
+            lost = hold => Err(lost),
+            () = &mut shutdown => Ok(()),
+        }
+    }
+    .await;
+    health.leading.store(false, Ordering::Relaxed);
+    if let Some(elector) = elector.as_mut() {
+        elector.release().await;
+    }
+    server.abort();
+    catalog_watch.abort();
+    tracing::info!("operator stopped");
+    result
+}
+
+/// The controller: TaskRuns, plus the ConfigMaps and Jobs they own (a change or deletion of a
+/// child reconciles its TaskRun), plus every TaskRun again when the catalog changes.
+fn controller(
+    client: Client,
+    settings: &Settings,
+    ctx: Arc<Context>,
+    catalog_changed: mpsc::Receiver<()>,
+) -> impl Future<Output = ()> {
+    fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let ns = settings.namespace.as_deref();
+    let children = watcher::Config::default().labels(&render::managed_selector());
+    Controller::new(api::<TaskRun>(&client, ns), watcher::Config::default())
+        .owns(api::<ConfigMap>(&client, ns), children.clone())
+        .owns(api::<Job>(&client, ns), children)
+        .reconcile_all_on(catalog::changes(catalog_changed))
+        .with_config(controller::Config::default().concurrency(settings.concurrency))
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller");
+            }
+        })
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }

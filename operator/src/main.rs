@@ -1,12 +1,10 @@
-//! `orchestrator-operator`: placeholder binary that only answers `--help` until its issue lands.
+//! `orchestrator-operator`: parses flags and runs the operator (see the library).
 use clap::Parser;
 
-/// Kubernetes operator for TaskRuns (placeholder: only `--help` works yet).
-#[derive(Parser)]
-#[command(name = "orchestrator-operator", version)]
-struct Args {}
-
 fn main() -> anyhow::Result<()> {
-    let _args = Args::parse();
-    orchestrator_operator::run()
+    let settings = orchestrator_operator::Settings::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(orchestrator_operator::run(settings))
 }

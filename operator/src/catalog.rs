@@ -1,0 +1,119 @@
+//! The catalog the operator renders with: loaded from a ConfigMap and kept current by a watch.
+//! An invalid catalog never replaces a good one: the last good catalog stays in use, the
+//! problems are logged and counted, and TaskRuns keep reconciling.
+
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use orchestrator_crds::catalog::{CATALOG_KEY, Catalog};
+use tokio::sync::mpsc;
+
+use crate::metrics::Metrics;
+
+/// The current catalog, shared by all reconciles.
+#[derive(Clone, Default)]
+pub struct CatalogStore {
+    inner: Arc<RwLock<Option<Arc<Catalog>>>>,
+}
+
+impl CatalogStore {
+    /// A store that already holds `catalog` (tests, benchmarks).
+    pub fn with(catalog: Catalog) -> Self {
+        let store = Self::default();
+        store.set(catalog);
+        store
+    }
+
+    /// The current catalog, if a valid one was ever loaded.
+    pub fn get(&self) -> Option<Arc<Catalog>> {
+        self.inner
+            .read()
+            .map(|g| g.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn set(&self, catalog: Catalog) {
+        let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        *guard = Some(Arc::new(catalog));
+    }
+}
+
+/// Watches the catalog ConfigMap; on every valid change stores it and sends `()` on `changed`
+/// (the controller then reconciles every TaskRun).
+pub async fn watch(
+    client: Client,
+    namespace: String,
+    name: String,
+    store: CatalogStore,
+    metrics: Arc<Metrics>,
+    changed: mpsc::Sender<()>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher::watcher(api, config));
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Apply(cm) | Event::InitApply(cm)) => {
+                if load(&cm, &namespace, &name, &store, &metrics) {
+                    // A full channel already holds a pending "reconcile all".
+                    let _ = changed.try_send(());
+                }
+            }
+            Ok(Event::Delete(_)) => tracing::warn!(
+                configmap = %format!("{namespace}/{name}"),
+                "catalog ConfigMap deleted; keeping the last good catalog"
+            ),
+            Ok(Event::Init | Event::InitDone) => {}
+            Err(e) => {
+                metrics.catalog_load(false);
+                tracing::warn!(error = %e, "watching the catalog ConfigMap");
+            }
+        }
+    }
+}
+
+/// Parses the ConfigMap's catalog; stores it when valid. Returns whether it was stored.
+fn load(
+    cm: &ConfigMap,
+    namespace: &str,
+    name: &str,
+    store: &CatalogStore,
+    metrics: &Metrics,
+) -> bool {
+    let text = cm.data.as_ref().and_then(|d| d.get(CATALOG_KEY));
+    let Some(text) = text else {
+        metrics.catalog_load(false);
+        tracing::error!(
+            configmap = %format!("{namespace}/{name}"),
+            "catalog ConfigMap has no key {CATALOG_KEY}; keeping the last good catalog"
+        );
+        return false;
+    };
+    match Catalog::parse(text) {
+        Ok(catalog) => {
+            metrics.catalog_load(true);
+            tracing::info!(servers = ?catalog.names(), "catalog loaded");
+            store.set(catalog);
+            true
+        }
+        Err(e) => {
+            metrics.catalog_load(false);
+            tracing::error!(
+                configmap = %format!("{namespace}/{name}"),
+                "{e}\nkeeping the last good catalog"
+            );
+            false
+        }
+    }
+}
+
+/// A stream that yields once per stored catalog change (for `Controller::reconcile_all_on`).
+pub fn changes(rx: mpsc::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|()| ((), rx)) },
+    )
+}

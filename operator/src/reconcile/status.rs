@@ -1,0 +1,200 @@
+//! Status: the phase from the Job, the conditions, and keeping each condition's
+//! `lastTransitionTime` when its status did not change. Pure.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use orchestrator_crds::taskrun::{Phase, TaskRunStatus};
+
+/// One condition to write (the transition time is filled in by [`conditions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cond {
+    pub type_: &'static str,
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Cond {
+    fn new(
+        type_: &'static str,
+        status: &'static str,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn yes(type_: &'static str, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(type_, "True", reason, message)
+    }
+
+    pub fn no(type_: &'static str, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(type_, "False", reason, message)
+    }
+
+    pub fn unknown(
+        type_: &'static str,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::new(type_, "Unknown", reason, message)
+    }
+}
+
+/// Full conditions, keeping the previous `lastTransitionTime` of those whose status is unchanged.
+pub fn conditions(
+    wanted: Vec<Cond>,
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    wanted
+        .into_iter()
+        .map(|c| {
+            let status = c.status;
+            let since = previous
+                .iter()
+                .find(|p| p.type_ == c.type_ && p.status == status)
+                .map(|p| p.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: c.type_.to_string(),
+                status: status.to_string(),
+                reason: c.reason,
+                message: c.message,
+                observed_generation: generation,
+                last_transition_time: since,
+            }
+        })
+        .collect()
+}
+
+/// What the Job says about the task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobState {
+    pub phase: Phase,
+    /// Why it failed (the Job's `Failed` condition reason), or how it succeeded.
+    pub reason: String,
+    pub message: String,
+    pub start_time: Option<Time>,
+    pub completion_time: Option<Time>,
+}
+
+/// The task's phase from its Job.
+pub fn job_state(job: &Job) -> JobState {
+    let status = job.status.clone().unwrap_or_default();
+    let conditions = status.conditions.clone().unwrap_or_default();
+    let holds = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t && c.status == "True")
+    };
+    let (phase, reason, message, completion) = if let Some(c) = holds("Complete") {
+        let done = status
+            .completion_time
+            .clone()
+            .or_else(|| c.last_transition_time.clone());
+        (
+            Phase::Succeeded,
+            "Completed".to_string(),
+            "the agent finished successfully".to_string(),
+            done,
+        )
+    } else if let Some(c) = holds("Failed") {
+        (
+            Phase::Failed,
+            c.reason.clone().unwrap_or_else(|| "JobFailed".into()),
+            c.message.clone().unwrap_or_else(|| "the Job failed".into()),
+            c.last_transition_time.clone(),
+        )
+    } else if status.active.unwrap_or(0) > 0 {
+        (
+            Phase::Running,
+            "Running".into(),
+            "the agent is running".into(),
+            None,
+        )
+    } else {
+        (
+            Phase::Pending,
+            "Pending".into(),
+            "waiting for the Job's pod to start".into(),
+            None,
+        )
+    };
+    JobState {
+        phase,
+        reason,
+        message,
+        start_time: status.start_time,
+        completion_time: completion,
+    }
+}
+
+/// Whether `new` differs from what the TaskRun already shows (so a no-op write is skipped).
+pub fn changed(old: Option<&TaskRunStatus>, new: &TaskRunStatus) -> bool {
+    old != Some(new)
+}
+
+pub fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_is_kept_while_the_status_holds() {
+        let t0 = Time(Timestamp::UNIX_EPOCH);
+        let first = conditions(vec![Cond::yes("Ready", "Ready", "ok")], &[], Some(1), &t0);
+        let t1 = now();
+        let same = conditions(
+            vec![Cond::yes("Ready", "Ready", "still ok")],
+            &first,
+            Some(2),
+            &t1,
+        );
+        assert_eq!(same[0].last_transition_time, t0);
+        let flipped = conditions(
+            vec![Cond::no("Ready", "UnknownServer", "x")],
+            &same,
+            Some(3),
+            &t1,
+        );
+        assert_eq!(flipped[0].last_transition_time, t1);
+        assert_eq!(flipped[0].status, "False");
+    }
+
+    #[test]
+    fn phase_follows_the_job() {
+        let job = |status: serde_json::Value| -> Job {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "j"}, "status": status}))
+                .expect("job")
+        };
+        assert_eq!(job_state(&job(serde_json::json!({}))).phase, Phase::Pending);
+        assert_eq!(
+            job_state(&job(serde_json::json!({"active": 1}))).phase,
+            Phase::Running
+        );
+        let done = job_state(&job(serde_json::json!({"conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}
+        ], "completionTime": "2026-01-01T00:00:00Z"})));
+        assert_eq!(done.phase, Phase::Succeeded);
+        assert!(done.completion_time.is_some());
+        let failed = job_state(&job(serde_json::json!({"conditions": [
+            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "too slow"}
+        ]})));
+        assert_eq!(
+            (failed.phase, failed.reason.as_str()),
+            (Phase::Failed, "DeadlineExceeded")
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! The operator's settings, from flags or env (the Helm chart passes them as env).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::render::RenderSettings;
+
+/// Kubernetes operator for orchestrator TaskRuns: renders each TaskRun into a ConfigMap and a Job
+/// whose pod runs the agent with the MCP proxy as a native sidecar.
+#[derive(Parser, Clone, Debug)]
+#[command(name = "orchestrator-operator", version)]
+pub struct Settings {
+    /// Only reconcile TaskRuns in this namespace; all namespaces when unset.
+    #[arg(long, env = "ORCH_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Namespace of the catalog ConfigMap.
+    #[arg(
+        long,
+        env = "ORCH_CATALOG_NAMESPACE",
+        default_value = "orchestrator-system"
+    )]
+    pub catalog_namespace: String,
+    /// Name of the catalog ConfigMap (key `catalog.yaml`).
+    #[arg(
+        long,
+        env = "ORCH_CATALOG_NAME",
+        default_value = "orchestrator-catalog"
+    )]
+    pub catalog_name: String,
+    /// Image of the MCP proxy sidecar put into every task pod.
+    #[arg(
+        long,
+        env = "ORCH_SIDECAR_IMAGE",
+        default_value = "orchestrator-mcp-proxy:latest"
+    )]
+    pub sidecar_image: String,
+    /// Agent image for TaskRuns that name none.
+    #[arg(long, env = "ORCH_AGENT_IMAGE", default_value = "claude-code:latest")]
+    pub agent_image: String,
+    /// OTLP (gRPC) endpoint for the operator's traces; off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP endpoint given to every sidecar; defaults to --otlp-endpoint.
+    #[arg(long, env = "ORCH_SIDECAR_OTLP_ENDPOINT")]
+    pub sidecar_otlp_endpoint: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "ORCH_BIND", default_value = "127.0.0.1:8081")]
+    pub bind: SocketAddr,
+    /// Elect a leader through a Lease so several replicas are safe.
+    #[arg(long, env = "ORCH_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "ORCH_LEASE_NAME", default_value = "orchestrator-operator")]
+    pub lease_name: String,
+    /// Namespace of the leader-election Lease.
+    #[arg(
+        long,
+        env = "ORCH_LEASE_NAMESPACE",
+        default_value = "orchestrator-system"
+    )]
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease (the pod name in a cluster); hostname-pid if unset.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Seconds a leader's Lease stays valid without renewal.
+    #[arg(long, env = "ORCH_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+    /// TaskRuns reconciled at the same time.
+    #[arg(long, env = "ORCH_CONCURRENCY", default_value_t = 32)]
+    pub concurrency: u16,
+    /// Log as JSON lines.
+    #[arg(long, env = "ORCH_LOG_JSON")]
+    pub log_json: bool,
+}
+
+impl Settings {
+    pub fn render(&self) -> RenderSettings {
+        RenderSettings {
+            sidecar_image: self.sidecar_image.clone(),
+            agent_image: self.agent_image.clone(),
+            sidecar_otlp_endpoint: self
+                .sidecar_otlp_endpoint
+                .clone()
+                .or_else(|| self.otlp_endpoint.clone()),
+        }
+    }
+
+    pub fn lease_duration(&self) -> Duration {
+        Duration::from_secs(self.lease_duration_seconds.max(2))
+    }
+
+    /// The identity written into the Lease and events.
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "operator".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
