@@ -58,20 +58,29 @@ pub struct Global {
     #[arg(short, long, global = true, value_enum, default_value_t = Format::Table)]
     pub output: Format,
 
-    /// Read the catalog from this file instead of the cluster.
-    #[arg(long, global = true, value_name = "FILE", env = "ORCHESTRATOR_CATALOG")]
+    /// Read the catalog from this file instead of the cluster's ConfigMap.
+    #[arg(long, global = true, value_name = "FILE", env = "ORCH_CATALOG_FILE")]
     pub catalog: Option<PathBuf>,
 
-    /// The ConfigMap holding the catalog (key catalog.yaml), as NAMESPACE/NAME: the one the
-    /// Helm chart creates and the operator reads.
+    /// Namespace of the catalog ConfigMap (the operator's --catalog-namespace).
     #[arg(
         long,
         global = true,
-        value_name = "NAMESPACE/NAME",
-        env = "ORCHESTRATOR_CATALOG_CONFIGMAP",
-        default_value = crate::catalog::DEFAULT_CONFIGMAP
+        value_name = "NAME",
+        env = "ORCH_CATALOG_NAMESPACE",
+        default_value = crate::catalog::DEFAULT_NAMESPACE
     )]
-    pub catalog_configmap: String,
+    pub catalog_namespace: String,
+
+    /// Name of the catalog ConfigMap, key catalog.yaml (the operator's --catalog-name).
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "ORCH_CATALOG_NAME",
+        default_value = crate::catalog::DEFAULT_NAME
+    )]
+    pub catalog_name: String,
 
     /// More logging on stderr (-v: progress and retries, -vv: debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

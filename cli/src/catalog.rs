@@ -12,8 +12,10 @@ use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result, is_not_found};
 use crate::output::{self, Format, Table};
 
-/// Where the chart puts the catalog unless told otherwise (NAMESPACE/NAME).
-pub const DEFAULT_CONFIGMAP: &str = "orchestrator-system/orchestrator-catalog";
+/// Where the chart puts the catalog unless told otherwise: the operator's defaults
+/// (`--catalog-namespace`, `--catalog-name`; env `ORCH_CATALOG_NAMESPACE`, `ORCH_CATALOG_NAME`).
+pub const DEFAULT_NAMESPACE: &str = "orchestrator-system";
+pub const DEFAULT_NAME: &str = "orchestrator-catalog";
 
 /// Loads the catalog from `--catalog` or, failing that, from the cluster.
 pub async fn load(global: &Global, cluster: Option<&Cluster>) -> Result<Catalog> {
@@ -28,7 +30,13 @@ pub async fn load(global: &Global, cluster: Option<&Cluster>) -> Result<Catalog>
             &owned
         }
     };
-    load_configmap(cluster, &global.catalog_configmap).await
+    load_configmap(cluster, &global.catalog_namespace, &global.catalog_name).await
+}
+
+/// The catalog from `--catalog FILE`, if given: read before connecting so that bad input is
+/// refused even when the cluster is unreachable.
+pub fn load_local(global: &Global) -> Result<Option<Catalog>> {
+    global.catalog.as_deref().map(load_file).transpose()
 }
 
 /// Reads and validates a catalog file.
@@ -43,19 +51,16 @@ pub fn load_file(path: &Path) -> Result<Catalog> {
     Catalog::parse(&text).map_err(|e| Error::Catalog(format!("{}: {e}", path.display())))
 }
 
-async fn load_configmap(cluster: &Cluster, reference: &str) -> Result<Catalog> {
-    let Some((namespace, name)) = reference.split_once('/') else {
-        return Err(Error::Usage(format!(
-            "--catalog-configmap {reference:?}: expected NAMESPACE/NAME, e.g. {DEFAULT_CONFIGMAP}"
-        )));
-    };
+async fn load_configmap(cluster: &Cluster, namespace: &str, name: &str) -> Result<Catalog> {
+    let reference = format!("{namespace}/{name}");
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), namespace);
     let cm = api.get(name).await.map_err(|e| {
         if is_not_found(&e) {
             Error::NotFound(format!(
                 "the catalog ConfigMap {reference} does not exist: is the orchestrator chart \
-                 installed there? Point to it with --catalog-configmap NAMESPACE/NAME \
-                 (or $ORCHESTRATOR_CATALOG_CONFIGMAP), or read a file with --catalog FILE"
+                 installed there? Point to it with --catalog-namespace and --catalog-name \
+                 (or $ORCH_CATALOG_NAMESPACE, $ORCH_CATALOG_NAME), or read a file with \
+                 --catalog FILE"
             ))
         } else {
             Error::kube(format!("reading the catalog ConfigMap {reference}"), e)
@@ -120,7 +125,7 @@ pub fn list_table(catalog: &Catalog) -> String {
             } else {
                 secrets.join(",")
             },
-            s.description.clone(),
+            shorten(&s.description, 70),
         ]);
     }
     t.render()
@@ -184,6 +189,16 @@ pub fn show_text(s: &CatalogServer) -> String {
     out
 }
 
+/// At most `max` characters, cut at a word with "..." (the full text is in `catalog show`).
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max - 3).collect();
+    let cut = cut.rsplit_once(' ').map_or(cut.as_str(), |(head, _)| head);
+    format!("{}...", cut.trim_end_matches([',', ';', ':', ' ']))
+}
+
 /// Indents every line by two spaces.
 pub fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
@@ -221,6 +236,12 @@ servers:
              github   stdio       ?       GITHUB_PERSONAL_ACCESS_TOKEN   GitHub API\n\
              time     stdio       2       -                              Current time and time zones\n"
         );
+    }
+
+    #[test]
+    fn long_descriptions_are_cut_at_a_word() {
+        assert_eq!(shorten("short", 10), "short");
+        assert_eq!(shorten("one two three four", 12), "one two...");
     }
 
     #[test]

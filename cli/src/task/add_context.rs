@@ -72,19 +72,20 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
     }
     merge::check_contradictions(&request)?;
 
-    let cluster = connect(global).await?;
-    let catalog = catalog::load(global, Some(&cluster)).await?;
-    check_servers(
-        &catalog,
-        request
-            .enable
-            .iter()
-            .map(|s| ("--enable-tools", s))
-            .chain(request.disable.iter().map(|s| ("--disable-tools", s))),
-    )?;
-    for n in catalog_notes(&catalog, &request.enable) {
-        output::note(&n);
+    // A catalog file is checked before connecting; the ConfigMap needs the connection.
+    let local = catalog::load_local(global)?;
+    if let Some(catalog) = &local {
+        check_request(catalog, &request)?;
     }
+    let cluster = connect(global).await?;
+    let catalog = match local {
+        Some(c) => c,
+        None => {
+            let c = catalog::load(global, Some(&cluster)).await?;
+            check_request(&c, &request)?;
+            c
+        }
+    };
     let name = match &args.task.name {
         Some(name) => name.clone(),
         None => super::resolve(&cluster, &args.task)
@@ -107,6 +108,22 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
         f => output::render(f, &report)?,
     };
     output::print(&text)
+}
+
+/// Every server must be in the catalog; tool names it does not list get a note.
+fn check_request(catalog: &Catalog, request: &Request) -> Result<()> {
+    check_servers(
+        catalog,
+        request
+            .enable
+            .iter()
+            .map(|s| ("--enable-tools", s))
+            .chain(request.disable.iter().map(|s| ("--disable-tools", s))),
+    )?;
+    for n in catalog_notes(catalog, &request.enable) {
+        output::note(&n);
+    }
+    Ok(())
 }
 
 /// The read-compute-write loop with the resourceVersion precondition.

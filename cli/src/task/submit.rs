@@ -34,18 +34,29 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
     };
     merge::check_contradictions(&request)?;
 
-    let cluster = if args.dry_run && global.catalog.is_some() {
+    let needs_catalog = !(request.enable.is_empty() && request.disable.is_empty());
+    let local = if needs_catalog {
+        catalog::load_local(global)?
+    } else {
+        None
+    };
+    let local_config = local
+        .as_ref()
+        .map(|c| tool_config(c, &request))
+        .transpose()?;
+    let cluster = if args.dry_run && (local.is_some() || !needs_catalog) && args.task_id.is_some() {
         None
     } else {
         Some(connect(global).await?)
     };
-    let tool_config = if request.enable.is_empty() && request.disable.is_empty() {
-        ToolConfig::default()
-    } else {
-        let catalog = catalog::load(global, cluster.as_ref()).await?;
-        tool_config(&catalog, &request)?
+    let mut tool_config = match (local_config, &cluster) {
+        (Some(config), _) => config,
+        (None, Some(cluster)) if needs_catalog => {
+            let catalog = catalog::load(global, Some(cluster)).await?;
+            tool_config(&catalog, &request)?
+        }
+        _ => ToolConfig::default(),
     };
-    let mut tool_config = tool_config;
     tool_config.internal_tools.permissions.deny = args
         .deny_internal_tools
         .iter()

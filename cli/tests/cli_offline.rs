@@ -1,0 +1,254 @@
+//! The real `orchestrator-cli` binary, run as a user runs it, for what needs no cluster: help
+//! texts, shell completions, and bad input refused (exit 2) before any connection is made.
+//!
+//! "Before any connection" is shown by pointing --kubeconfig at a file that does not exist:
+//! a command that got as far as connecting would fail with exit 1 and a kubeconfig message.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_orchestrator-cli");
+
+fn catalog() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/catalog.yaml")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("ORCH_CATALOG_FILE")
+        .env_remove("ORCH_CATALOG_NAMESPACE")
+        .env_remove("ORCH_CATALOG_NAME")
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_command_has_help_with_examples() {
+    for cmd in [
+        vec![],
+        vec!["task"],
+        vec!["task", "submit"],
+        vec!["task", "add-context"],
+        vec!["task", "get"],
+        vec!["task", "list"],
+        vec!["task", "describe"],
+        vec!["catalog"],
+        vec!["catalog", "list"],
+        vec!["catalog", "show"],
+        vec!["completions"],
+    ] {
+        let mut args = cmd.clone();
+        args.push("--help");
+        let out = run(&args);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{cmd:?} --help failed: {stderr}");
+        assert!(
+            stdout.contains("Usage: orchestrator-cli"),
+            "{cmd:?}: {stdout}"
+        );
+        let leaf = !matches!(cmd.as_slice(), ["task"] | ["catalog"]);
+        if leaf {
+            assert!(
+                stdout.contains("Examples:"),
+                "{cmd:?} --help has no examples:\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn completions_are_valid_shell_scripts() {
+    let out = run(&["completions", "bash"]);
+    let (script, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(script.contains("add-context"), "completes subcommands");
+    assert!(script.contains("--enable-tools"), "completes flags");
+    // bash itself parses the script.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("orchestrator-cli.bash");
+    std::fs::write(&path, &script).expect("write");
+    let check = Command::new("bash")
+        .arg("-n")
+        .arg(&path)
+        .output()
+        .expect("bash runs");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = run(&["completions", shell]);
+        assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
+    }
+    let out = run(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2), "unknown shell is a usage error");
+}
+
+#[test]
+fn bad_input_exits_2_before_connecting() {
+    let nowhere = "/nonexistent/kubeconfig";
+    let catalog = catalog();
+    let catalog = catalog.to_str().expect("utf-8 path");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["task", "add-context", "t", "--enable-tools", "github"],
+            r#""github": no tool given; write "github:TOOL", or "github:*" for all its tools"#,
+        ),
+        (
+            vec![
+                "task",
+                "add-context",
+                "t",
+                "--enable-tools",
+                "github:a",
+                "--disable-tools",
+                "github:a",
+            ],
+            "the same tool is both enabled and disabled",
+        ),
+        (
+            vec!["task", "submit", "--service", "Todo_API", "--prompt", "x"],
+            "--service \"Todo_API\": must be a DNS-1123 label",
+        ),
+        (
+            vec!["task", "submit", "--service", "todo-api", "--prompt", "  "],
+            "--prompt is empty",
+        ),
+        (
+            vec![
+                "task",
+                "submit",
+                "--service",
+                "todo-api",
+                "--task-file",
+                "/nonexistent/task.md",
+            ],
+            "--task-file /nonexistent/task.md",
+        ),
+        (
+            vec![
+                "task",
+                "submit",
+                "--service",
+                "todo-api",
+                "--prompt",
+                "x",
+                "--tools",
+                "fs:read,:x",
+            ],
+            r#"":x": the server name before ':' is empty"#,
+        ),
+        (
+            // Unknown servers are judged against the catalog (a file here): still no connection.
+            vec![
+                "task",
+                "submit",
+                "--service",
+                "todo-api",
+                "--prompt",
+                "x",
+                "--tools",
+                "gitlab:*",
+                "--catalog",
+                catalog,
+                "--dry-run",
+            ],
+            "unknown MCP server:\n  gitlab:* in --tools\nknown servers: everything, filesystem, git, github, memory, time",
+        ),
+        (vec!["task", "get"], "required arguments were not provided"),
+        (
+            vec!["task", "list", "--phase", "Runing"],
+            "invalid value 'Runing' for '--phase",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut full = args.clone();
+        full.extend(["--kubeconfig", nowhere]);
+        let out = run(&full);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected {expected:?} in:\n{stderr}"
+        );
+        assert!(
+            !stderr.contains("reading kubeconfig"),
+            "{args:?} must fail before connecting: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_kubeconfig_is_reported_in_words_with_exit_1() {
+    let out = run(&["task", "list", "--kubeconfig", "/nonexistent/kubeconfig"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: reading kubeconfig /nonexistent/kubeconfig"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn dry_run_prints_the_taskrun_it_would_create() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let task = dir.path().join("task.md");
+    std::fs::write(&task, "# Fix the login bug\n").expect("write");
+    let catalog = catalog();
+    let out = run(&[
+        "task",
+        "submit",
+        "--service",
+        "todo-api",
+        "--task-file",
+        task.to_str().expect("utf-8"),
+        "--task-id",
+        "1001",
+        "--tools",
+        "github:*,filesystem:read_*,filesystem:list_directory",
+        "--deny-tools",
+        "filesystem:read_media_file",
+        "--deny-internal-tools",
+        "WebFetch",
+        "--catalog",
+        catalog.to_str().expect("utf-8"),
+        "--dry-run",
+        "-o",
+        "json",
+        "-n",
+        "team-a",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let tr: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(
+        tr,
+        serde_json::json!({
+            "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
+            "metadata": {"name": "task-1001", "namespace": "team-a"},
+            "spec": {
+                "taskId": 1001, "serviceName": "todo-api",
+                "task": {"prompt": "# Fix the login bug\n"},
+                "toolConfig": {
+                    "internalTools": {"permissions": {"allow": ["*"], "deny": ["WebFetch"]}},
+                    "mcpServers": [
+                        {"name": "github", "enabled": true, "tools": {"allow": ["*"]}},
+                        {"name": "filesystem", "enabled": true, "tools": {
+                            "allow": ["read_*", "list_directory"], "deny": ["read_media_file"]}}
+                    ]
+                }
+            }
+        })
+    );
+}
