@@ -76,6 +76,15 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Parses command-line style arguments (the first is the program name).
+    pub fn from_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Self::try_parse_from(args)
+    }
+
     pub fn render(&self) -> RenderSettings {
         RenderSettings {
             sidecar_image: self.sidecar_image.clone(),
