@@ -100,6 +100,12 @@ pub fn describe_kube_error(e: &kube::Error) -> String {
             } else {
                 status.message.clone()
             };
+            // Some refusals keep the specifics in the causes (e.g. a failed JSON Patch).
+            for cause in status.details.iter().flat_map(|d| &d.causes) {
+                if !cause.message.is_empty() && !out.contains(&cause.message) {
+                    let _ = write!(out, ": {}", cause.message);
+                }
+            }
             let hint = match status.code {
                 401 => " — the credentials were not accepted; check --kubeconfig/--context",
                 403 => " — your user lacks RBAC permission for this",

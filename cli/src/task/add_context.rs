@@ -1,16 +1,22 @@
 //! `task add-context`: change a running task's tools, safely under concurrent writers.
 //!
-//! Why a resourceVersion precondition and not server-side apply: add-context *removes* entries
-//! (an allow pattern, a deny pattern lifted by an enable), and server-side apply can only remove
-//! what its own field manager applied before; entries written by `kubectl apply` or by another
-//! user would stay. So each attempt reads the TaskRun, computes the new server list from what
-//! it read, and writes it with a JSON merge patch carrying the `resourceVersion` it read: if
-//! anyone wrote in between, the API server answers 409 Conflict and the attempt starts over
-//! from the newer object. Nothing is ever computed from a stale read.
+//! Each attempt reads the TaskRun, computes the new `spec.toolConfig.mcpServers` from what it
+//! read, and writes it with a JSON Patch whose first operation *tests* that the list is still
+//! exactly what was read. The API server applies the patch atomically: if another writer
+//! changed the server list in between (a concurrent add-context, a `kubectl edit`), the test
+//! fails (422), and the attempt starts over from a fresh read. Nothing is ever computed from a
+//! stale read, so concurrent add-context calls never undo each other.
 //!
-//! The patch replaces only `spec.toolConfig.mcpServers`, and each existing entry is rewritten
-//! from its raw JSON with only `enabled`, `tools.allow` and `tools.deny` changed, so fields this
-//! CLI version does not know (a newer CRD) survive.
+//! Why not a `resourceVersion` precondition: that fails on *any* write to the object, and the
+//! operator writes status all the time; under a busy writer the CLI starved (seen in the
+//! concurrency test). The test operation is a precondition on exactly what the computation
+//! used. Why not server-side apply: add-context also *removes* entries (an allow pattern, a
+//! deny pattern lifted by an enable), and apply can only remove what its own field manager
+//! applied before; entries written by `kubectl apply` or another user would stay.
+//!
+//! Only the server list is replaced, and each existing entry is rewritten from its raw JSON with
+//! only `enabled`, `tools.allow` and `tools.deny` changed, so fields this CLI version does not
+//! know (a newer CRD) survive.
 
 use std::time::Duration;
 
@@ -26,7 +32,7 @@ use crate::args::{AddContextArgs, Global};
 use crate::catalog;
 use crate::connect::{Cluster, connect};
 use crate::effective::{ServerChange, ServerTools, diff};
-use crate::error::{Error, Result, is_conflict, is_not_found};
+use crate::error::{Error, Result, is_not_found};
 use crate::merge::{self, Request};
 use crate::output::{self, Format};
 use crate::toolspec::{catalog_notes, check_servers, parse_specs};
@@ -35,8 +41,8 @@ use crate::wait;
 /// The CLI's field manager (shows in managedFields).
 pub const FIELD_MANAGER: &str = "orchestrator-cli";
 
-/// Attempts before giving up on a hot object.
-const MAX_ATTEMPTS: u32 = 10;
+/// Attempts before giving up on a hot object (with the backoff below, about 8 s in all).
+const MAX_ATTEMPTS: u32 = 12;
 
 /// What add-context did, as printed with `-o json|yaml`.
 #[derive(Clone, Debug, Serialize)]
@@ -160,66 +166,99 @@ pub async fn update(
         }
         let before = &current.spec.tool_config;
         let outcome = merge::apply(before, request, catalog)?;
-        let servers = diff(before, &outcome.config, Some(catalog));
-        let mut report = Report {
+        let changed = outcome.config != *before;
+        let mut generation = raw.metadata.generation;
+        if changed && !dry_run {
+            let patch = guarded_patch(&raw.data, &outcome.config.mcp_servers);
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..Default::default()
+            };
+            match api.patch(name, &params, &Patch::<()>::Json(patch)).await {
+                Ok(written) => generation = written.metadata.generation,
+                Err(e) if lost_race(&api, name, &e, &raw.data).await => {
+                    tracing::info!(
+                        attempt,
+                        "the tools of TaskRun {name} changed since they were read; retrying"
+                    );
+                    tokio::time::sleep(backoff(attempt)).await;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Error::kube(
+                        format!("updating the tools of TaskRun {name}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        for n in &outcome.notes {
+            output::note(n);
+        }
+        return Ok(Report {
             name: name.to_string(),
             namespace: ns.clone(),
-            changed: outcome.config != *before,
+            changed,
             dry_run,
-            generation: raw.metadata.generation,
+            generation,
             attempts: attempt,
-            servers,
+            servers: diff(before, &outcome.config, Some(catalog)),
             context_version: None,
-        };
-        if !report.changed || dry_run {
-            for n in &outcome.notes {
-                output::note(n);
-            }
-            return Ok(report);
-        }
-        let patch = json!({
-            "metadata": {"resourceVersion": raw.metadata.resource_version},
-            "spec": {"toolConfig": {"mcpServers": patched_servers(&raw.data, &outcome.config.mcp_servers)}},
         });
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..Default::default()
-        };
-        match api.patch(name, &params, &Patch::Merge(&patch)).await {
-            Ok(written) => {
-                for n in &outcome.notes {
-                    output::note(n);
-                }
-                report.generation = written.metadata.generation;
-                return Ok(report);
-            }
-            Err(e) if is_conflict(&e) => {
-                tracing::info!(
-                    attempt,
-                    "TaskRun {name} changed since it was read; retrying"
-                );
-                tokio::time::sleep(backoff(attempt)).await;
-            }
-            Err(e) => {
-                return Err(Error::kube(
-                    format!("updating the tools of TaskRun {name}"),
-                    e,
-                ));
-            }
-        }
     }
     Err(Error::Failed(format!(
         "TaskRun {name} kept changing under us: gave up after {MAX_ATTEMPTS} conflicting writes; try again"
     )))
 }
 
-/// Grows with the attempt, with jitter so two retrying writers do not collide again.
+/// The JSON Patch: test that the server list is still what was read, then replace it.
+pub fn guarded_patch(data: &Value, servers: &[McpServer]) -> json_patch::Patch {
+    let new = patched_servers(data, servers);
+    let ops = match data.pointer("/spec/toolConfig") {
+        // A missing list tests as null (RFC 6902 leaves this open; the API server's
+        // json-patch treats a missing member as null).
+        Some(tc) if tc.is_object() => json!([
+            {"op": "test", "path": "/spec/toolConfig/mcpServers",
+             "value": tc.get("mcpServers").cloned().unwrap_or(Value::Null)},
+            {"op": "add", "path": "/spec/toolConfig/mcpServers", "value": new},
+        ]),
+        _ => json!([
+            {"op": "test", "path": "/spec/toolConfig", "value": Value::Null},
+            {"op": "add", "path": "/spec/toolConfig", "value": {"mcpServers": new}},
+        ]),
+    };
+    // The ops are built above from known shapes; they always deserialize.
+    serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new()))
+}
+
+/// Whether a refused write lost a race: a 409 (a conflict the API server did not retry
+/// itself), or a 422 while the server list is no longer what was read. The API server reports a
+/// failed test operation only as a generic 422 "Invalid" without details, so the list is read
+/// again to tell a lost race from a real refusal (a CEL rule, say), which is reported.
+async fn lost_race(api: &Api<DynamicObject>, name: &str, e: &kube::Error, read: &Value) -> bool {
+    match e {
+        kube::Error::Api(s) if s.code == 409 => true,
+        kube::Error::Api(s) if s.code == 422 => match api.get(name).await {
+            Ok(now) => servers_of(&now.data) != servers_of(read),
+            Err(_) => false,
+        },
+        _ => false,
+    }
+}
+
+fn servers_of(data: &Value) -> Option<&Value> {
+    data.pointer("/spec/toolConfig/mcpServers")
+}
+
+/// Doubles from 20 ms up to 1 s, plus up to 20 ms of jitter so that two retrying writers do
+/// not collide again in lockstep.
 fn backoff(attempt: u32) -> Duration {
     let jitter = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() % 25_000_000)
+        .map(|d| d.subsec_nanos() % 20_000_000)
         .unwrap_or(0);
-    Duration::from_millis(25 * u64::from(attempt)) + Duration::from_nanos(u64::from(jitter))
+    let base = (20u64 << attempt.saturating_sub(1).min(6)).min(1000);
+    Duration::from_millis(base) + Duration::from_nanos(u64::from(jitter))
 }
 
 /// The new `mcpServers` array: existing entries keep their raw JSON (unknown fields included)
@@ -348,6 +387,31 @@ mod tests {
                  "tools": {"allow": ["a", "b"], "deny": ["c"], "futureField": 1},
                  "secretRefs": [{"env": "T", "name": "s"}], "futureTop": "x"},
                 {"name": "time", "enabled": true, "tools": {"allow": ["*"]}}
+            ])
+        );
+    }
+
+    #[test]
+    fn the_patch_tests_the_list_it_was_computed_from() {
+        let data =
+            json!({"spec": {"toolConfig": {"mcpServers": [{"name": "time", "enabled": true}]}}});
+        let patch = guarded_patch(&data, &[McpServer::new("time", &["get_current_time"], &[])]);
+        assert_eq!(
+            serde_json::to_value(&patch).expect("serializes"),
+            json!([
+                {"op": "test", "path": "/spec/toolConfig/mcpServers",
+                 "value": [{"name": "time", "enabled": true}]},
+                {"op": "add", "path": "/spec/toolConfig/mcpServers",
+                 "value": [{"name": "time", "enabled": true, "tools": {"allow": ["get_current_time"]}}]},
+            ])
+        );
+        let none = guarded_patch(&json!({"spec": {}}), &[McpServer::new("time", &["*"], &[])]);
+        assert_eq!(
+            serde_json::to_value(&none).expect("serializes"),
+            json!([
+                {"op": "test", "path": "/spec/toolConfig", "value": null},
+                {"op": "add", "path": "/spec/toolConfig",
+                 "value": {"mcpServers": [{"name": "time", "enabled": true, "tools": {"allow": ["*"]}}]}},
             ])
         );
     }

@@ -1,0 +1,223 @@
+//! Shared helpers of the CLI's cluster tests: run the real binary against the e2e cluster,
+//! install the TaskRun CRD, and (for the tests that need it) run the real operator binary out of
+//! the cluster, scoped to the test's namespace.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_e2e::{kubeconfig_path, repo_root, wait_for};
+
+/// The binary under test, built by cargo for this test run.
+pub const BIN: &str = env!("CARGO_BIN_EXE_orchestrator-cli");
+
+/// The catalog shipped in `config/`.
+pub fn catalog_file() -> PathBuf {
+    repo_root().join("config/catalog.yaml")
+}
+
+/// What a run of the CLI produced.
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Self {
+        Self {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Asserts exit 0 and returns stdout.
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stdout
+    }
+}
+
+/// The CLI as a user in namespace `ns` runs it: the e2e kubeconfig passed explicitly (never
+/// `$KUBECONFIG` or `~/.kube/config`), the catalog file from `config/`.
+pub fn cli(ns: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig_path())
+        .args(["-n", ns])
+        .arg("--catalog")
+        .arg(catalog_file())
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("ORCH_CATALOG_FILE")
+        .env_remove("ORCH_CATALOG_NAMESPACE")
+        .env_remove("ORCH_CATALOG_NAME");
+    cmd
+}
+
+/// Runs the CLI to completion (blocking; call from `spawn_blocking` inside async tests, or
+/// accept blocking the test's own runtime thread, which these tests do).
+pub fn run(ns: &str, args: &[&str]) -> Run {
+    Run::from(cli(ns, args).output().expect("the CLI runs"))
+}
+
+/// Runs the CLI on a tokio blocking thread.
+pub async fn run_async(ns: String, args: Vec<String>) -> Run {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&ns, &args)
+    })
+    .await
+    .expect("the CLI thread")
+}
+
+/// Installs (server-side apply, idempotent) the TaskRun CRD from the `crds` crate and waits
+/// until it is served.
+pub async fn ensure_crd(client: &Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = TaskRun::crd();
+    let name = crd.name_any();
+    crds.patch(
+        &name,
+        &PatchParams::apply("orchestrator-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .context("applying the TaskRun CRD")?;
+    wait_for(
+        "the TaskRun CRD to be Established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(&name).await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()))
+        },
+    )
+    .await?;
+    // Established can precede the first successful list by a moment.
+    let probe: Api<TaskRun> = Api::namespaced(client.clone(), "default");
+    wait_for("TaskRuns to be served", Duration::from_secs(30), || async {
+        Ok(probe.list(&Default::default()).await.ok().map(|_| ()))
+    })
+    .await
+}
+
+/// Creates the catalog ConfigMap (key `catalog.yaml`, from `config/catalog.yaml`) in `ns`.
+pub async fn create_catalog_configmap(client: &Client, ns: &str, name: &str) -> Result<()> {
+    let text = std::fs::read_to_string(catalog_file())?;
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "data": {"catalog.yaml": text},
+    }))?;
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await?;
+    Ok(())
+}
+
+/// The real operator binary, running out of the cluster against the e2e kubeconfig, watching
+/// only one namespace and reading the catalog ConfigMap there. Killed on drop.
+pub struct Operator {
+    child: Child,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    /// Builds `orchestrator-operator` (cargo: a no-op when up to date) and starts it.
+    pub fn start(ns: &str, catalog_name: &str) -> Result<Self> {
+        let bin = build_operator()?;
+        let dir = tempfile::tempdir()?;
+        let log = dir.path().join("operator.log");
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(&bin)
+            .args([
+                "--namespace",
+                ns,
+                "--catalog-namespace",
+                ns,
+                "--catalog-name",
+                catalog_name,
+            ])
+            .args(["--leader-election", "false", "--bind", "127.0.0.1:0"])
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Self {
+            child,
+            log,
+            _dir: dir,
+        })
+    }
+
+    /// The operator's output so far (for failure messages).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Builds the operator with the cargo that runs these tests, into the same target directory,
+/// and returns the binary's path.
+fn build_operator() -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(repo_root())
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "orchestrator-operator",
+            "--bin",
+            "orchestrator-operator",
+        ])
+        .args(["--message-format", "json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build for the operator")?;
+    if !out.status.success() {
+        bail!("building orchestrator-operator failed");
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] == "compiler-artifact"
+            && msg["target"]["name"] == "orchestrator-operator"
+            && let Some(exe) = msg["executable"].as_str()
+        {
+            return Ok(Path::new(exe).to_path_buf());
+        }
+    }
+    bail!("cargo build did not report the orchestrator-operator executable")
+}
