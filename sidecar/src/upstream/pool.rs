@@ -145,7 +145,8 @@ impl Pool {
             .filter(|e| e.hash == server.spec_hash)
             .map(|e| e.tools.clone());
         let after = self.list_from(server, &conn).await?;
-        Ok((before.as_deref() != Some(after.as_ref())).then_some(after))
+        // No list before means none was served yet: nobody has anything to re-list.
+        Ok(before.is_some_and(|b| b != after).then_some(after))
     }
 
     fn store_list(&self, server: &Arc<Server>, tools: Vec<Tool>) -> Arc<Vec<Tool>> {

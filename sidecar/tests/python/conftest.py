@@ -1,0 +1,317 @@
+"""Fixtures for driving the real proxy binary with the official MCP Python SDK against real
+upstream servers from npm and PyPI (installed by e2e/setup into $ORCH_TOOLS).
+
+The config directory is laid out the way the kubelet mounts a ConfigMap (a timestamped data
+directory, a `..data` symlink swapped atomically, `proxy.yaml` pointing through it), so reload
+tests exercise the same file events as a pod.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SUPPORT = Path(__file__).resolve().parent / "support"
+TOOLS = Path(os.environ.get("ORCH_TOOLS", Path.home() / ".cache/orchestrator/tools"))
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run e2e/setup to install the MCP test tools (ORCH_TOOLS={TOOLS})")
+    return path
+
+
+@dataclass(frozen=True)
+class Tools:
+    node: Path
+    everything: Path
+    filesystem: Path
+    memory: Path
+    time: Path
+    python: Path
+
+    def everything_stdio(self) -> dict:
+        return {"command": str(self.node), "args": [str(self.everything), "stdio"]}
+
+
+@pytest.fixture(scope="session")
+def tools() -> Tools:
+    mods = TOOLS / "node/node_modules/@modelcontextprotocol"
+    return Tools(
+        node=_require(TOOLS / "node/node_modules/.bin/node"),
+        everything=_require(mods / "server-everything/dist/index.js"),
+        filesystem=_require(mods / "server-filesystem/dist/index.js"),
+        memory=_require(mods / "server-memory/dist/index.js"),
+        time=_require(TOOLS / "venv/bin/mcp-server-time"),
+        python=_require(TOOLS / "venv/bin/python"),
+    )
+
+
+@pytest.fixture(scope="session")
+def proxy_bin() -> Path:
+    """The proxy binary: $MCP_PROXY_BIN, or a debug build made now."""
+    if os.environ.get("MCP_PROXY_BIN"):
+        return _require(Path(os.environ["MCP_PROXY_BIN"]))
+    # The project's shared target directory, unless the caller chose another.
+    env = {**os.environ}
+    env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache/orchestrator/target"))
+    out = subprocess.run(
+        ["cargo", "build", "-p", "orchestrator-mcp-proxy", "--bins", "--message-format=json-render-diagnostics"],
+        cwd=REPO,
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE,
+    ).stdout
+    for line in out.decode().splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "orchestrator-mcp-proxy":
+            if msg.get("executable"):
+                return Path(msg["executable"])
+    pytest.fail("cargo build did not produce the orchestrator-mcp-proxy binary")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_configmap(directory: Path, text: str) -> None:
+    """Writes proxy.yaml like the kubelet's AtomicWriter: new data dir, atomic `..data` swap."""
+    directory.mkdir(parents=True, exist_ok=True)
+    old = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
+    data = f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{uuid.uuid4().hex[:8]}"
+    (directory / data).mkdir()
+    (directory / data / "proxy.yaml").write_text(text)
+    tmp = directory / "..data_tmp"
+    os.symlink(data, tmp)
+    os.rename(tmp, directory / "..data")
+    if not (directory / "proxy.yaml").is_symlink():
+        os.symlink("..data/proxy.yaml", directory / "proxy.yaml")
+    if old:
+        shutil.rmtree(directory / old)
+
+
+def to_yaml(config: dict) -> str:
+    # JSON is YAML; keeps the tests free of a YAML dependency.
+    return json.dumps(config, indent=2)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (by walking /proc ppid links)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents[int(entry.name)] = ppid
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        found.extend(kids)
+        frontier.extend(kids)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+async def await_for(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.05):
+    """`wait_for` for async tests: sleeps without blocking the event loop."""
+    import anyio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await anyio.sleep(interval)
+
+
+@dataclass
+class Proxy:
+    binary: Path
+    workdir: Path
+    port: int
+    env: dict = field(default_factory=dict)
+    extra_args: list = field(default_factory=list)
+    process: subprocess.Popen | None = None
+
+    @property
+    def config_dir(self) -> Path:
+        return self.workdir / "configmap"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "proxy.log"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.workdir / "audit.jsonl"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> "Proxy":
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), **self.env}
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [
+                str(self.binary),
+                "--config",
+                str(self.config_dir / "proxy.yaml"),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--cache-dir",
+                str(self.workdir / "cache"),
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+        wait_for(self.ready, what="the proxy to be ready")
+        return self
+
+    def http(self, path: str, headers: dict | None = None) -> tuple[int, bytes]:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except OSError:
+            return 0, b""
+
+    def ready(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"the proxy exited with {self.process.returncode}:\n{self.log()}")
+        return self.http("/readyz")[0] == 200
+
+    def tools(self) -> dict:
+        status, body = self.http("/tools")
+        assert status == 200, body
+        return json.loads(body)
+
+    def metrics(self) -> str:
+        return self.http("/metrics")[1].decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample (0 when absent)."""
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        for line in self.metrics().splitlines():
+            if line.startswith("#"):
+                continue
+            key, _, value = line.rpartition(" ")
+            if key == (f"{name}{{{want}}}" if want else name):
+                return float(value)
+        return 0.0
+
+    def server_pid(self, name: str) -> int | None:
+        for s in self.tools()["servers"]:
+            if s["name"] == name:
+                return s["pid"]
+        return None
+
+    def children(self) -> list[int]:
+        return [p for p in descendants(self.pid) if alive(p)]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def audit(self) -> list[dict]:
+        if not self.audit_path.exists():
+            return []
+        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line.strip()]
+
+    def complete(self, config: dict) -> dict:
+        """Adds what every test config shares: the task, and the audit file in the workdir."""
+        config = {"task": {"name": "test-task", "namespace": "test"}, **config}
+        config.setdefault("audit", {"path": str(self.audit_path)})
+        return config
+
+    def swap(self, config: dict) -> None:
+        write_configmap(self.config_dir, to_yaml(self.complete(config)))
+
+    def terminate(self, timeout: float = 30) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+
+@pytest.fixture
+def make_proxy(proxy_bin, tmp_path):
+    """Starts proxies for a test and makes sure none outlives it."""
+    started: list[Proxy] = []
+
+    def make(config: dict, env: dict | None = None, extra_args: list | None = None, workdir: Path | None = None) -> Proxy:
+        wd = workdir or tmp_path / f"proxy{len(started)}"
+        wd.mkdir(parents=True, exist_ok=True)
+        proxy = Proxy(binary=proxy_bin, workdir=wd, port=free_port(), env=env or {}, extra_args=extra_args or [])
+        write_configmap(proxy.config_dir, to_yaml(proxy.complete(config)))
+        started.append(proxy)
+        return proxy.start()
+
+    yield make
+    for proxy in started:
+        if proxy.process is not None and proxy.process.poll() is None:
+            proxy.process.kill()
+            proxy.process.wait()
+        # Anything the proxy left behind would be a bug the SIGTERM test catches; don't leak it.
+        for pid in descendants(proxy.pid) if proxy.process is not None else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if os.environ.get("MCP_PROXY_TEST_LOGS"):
+            sys.stderr.write(proxy.log())
+
+
+def recorded(tools: Tools, log: Path, command: str, *args: str) -> dict:
+    """A stdio server spec whose stdin is recorded in `log` (see support/record_stdin.py)."""
+    return {"command": str(tools.python), "args": [str(SUPPORT / "record_stdin.py"), str(log), command, *args]}
