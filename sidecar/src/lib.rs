@@ -9,6 +9,7 @@
 //!   lists, crash/restart handling and shutdown.
 //! - [`proxy`]: the core: current config + tool table, `tools/list`, `tools/call` enforcement.
 //! - [`server`]: the MCP front (streamable HTTP at `/mcp`, or stdio) and the HTTP endpoints.
+//! - [`passthrough`]: prompts, resources, completions, logging level relayed to upstreams.
 //! - [`session`]: client sessions and `list_changed` fan-out.
 //! - [`reload`]: hot reload of the mounted config (kubelet `..data` swap).
 //! - [`audit`], [`metrics`], [`telemetry`]: one JSON line per call, Prometheus, logs and spans.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod filter;
 pub mod metrics;
 pub mod names;
+pub mod passthrough;
 pub mod proxy;
 pub mod reaper;
 pub mod reload;

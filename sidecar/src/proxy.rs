@@ -63,6 +63,7 @@ pub struct Proxy {
     /// Serializes router rebuilds so no update is lost between load and swap.
     rebuild: tokio::sync::Mutex<()>,
     pub pool: Pool,
+    pub passthrough: crate::passthrough::Passthrough,
     pub sessions: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     audit: Audit,
@@ -77,6 +78,7 @@ impl Proxy {
             snapshot: ArcSwapOption::empty(),
             rebuild: Default::default(),
             pool,
+            passthrough: Default::default(),
             sessions: Default::default(),
             metrics,
             audit,
@@ -160,13 +162,20 @@ impl Proxy {
         Ok(self.snapshot().ok_or(Error::NotReady)?.router.tools())
     }
 
-    async fn fetch_lists(&self, servers: &[Arc<Server>], session: &SessionRef) {
+    /// Fetches the lists of `servers` in parallel; returns the failures (also logged).
+    async fn fetch_lists(&self, servers: &[Arc<Server>], session: &SessionRef) -> Vec<Error> {
         let fetches = servers.iter().map(|s| async move {
-            if let Err(e) = self.pool.fetch_list(s, Some(session)).await {
+            let result = self.pool.fetch_list(s, Some(session)).await;
+            if let Err(e) = &result {
                 tracing::warn!(server = %s.name, error = %e, "tool list unavailable; its tools are left out");
             }
+            result.err()
         });
-        futures::future::join_all(fetches).await;
+        futures::future::join_all(fetches)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Handles a change notified by an upstream: re-list it, and tell the clients when what they
@@ -193,6 +202,13 @@ impl Proxy {
                     }
                 }
             }
+            UpstreamEvent::ResourceUpdated(uri) => {
+                for peer in self.passthrough.subscribers(&uri) {
+                    let params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+                    let _ = peer.notify_resource_updated(params).await;
+                }
+                self.sessions.notify_resource_updated(&uri).await;
+            }
             UpstreamEvent::PromptsChanged(_) => self.notify(ListKind::Prompts).await,
             UpstreamEvent::ResourcesChanged(_) => self.notify(ListKind::Resources).await,
         }
@@ -210,9 +226,10 @@ impl Proxy {
             return Err(Error::NotReady.to_mcp());
         };
         if self.draining.load(Ordering::Acquire) {
-            return Err(self.refuse(&snap, &req, started, Error::ShuttingDown, None));
+            return self.refuse(&snap, &req, started, Error::ShuttingDown, None);
         }
         let mut fetched = false;
+        let mut fetch_errors = Vec::new();
         let route: Route = loop {
             match snap.router.lookup(&req.name) {
                 Lookup::Routed(route) => break route.clone(),
@@ -226,30 +243,34 @@ impl Proxy {
                         }
                         .to_string(),
                     };
-                    return Err(self.refuse(
+                    return self.refuse(
                         &snap,
                         &req,
                         started,
                         error,
                         Some((server, tool.to_string(), rule)),
-                    ));
+                    );
                 }
                 Lookup::NeedsLists(servers) if !fetched => {
                     fetched = true;
-                    self.fetch_lists(&servers, &req.session).await;
+                    fetch_errors = self.fetch_lists(&servers, &req.session).await;
                     if self.rebuild().await {
                         self.notify(ListKind::Tools).await;
                     }
                     snap = self.snapshot().ok_or_else(|| Error::NotReady.to_mcp())?;
                 }
                 Lookup::NeedsLists(_) | Lookup::Unknown => {
-                    return Err(self.refuse(
+                    // The server that could own the name did not start: say that, not "unknown".
+                    if let Some(error) = fetch_errors.into_iter().next() {
+                        return self.refuse(&snap, &req, started, error, None);
+                    }
+                    return self.refuse(
                         &snap,
                         &req,
                         started,
                         Error::UnknownTool(req.name.clone()),
                         None,
-                    ));
+                    );
                 }
             }
         };
@@ -364,7 +385,9 @@ impl Proxy {
         client_token: Option<ProgressToken>,
         timeout: Duration,
     ) -> Result<ServerResult, Error> {
-        let guard = conn.routes.begin(req.session.clone(), client_token);
+        let guard = conn
+            .routes
+            .begin(req.session.clone(), req.request_id.clone(), client_token);
         let modern = conn.protocol >= rmcp::model::ProtocolVersion::V_2026_07_28;
         let options = PeerRequestOptions::with_timeout(timeout)
             .reset_timeout_on_progress()
@@ -433,11 +456,15 @@ impl Proxy {
         started: Instant,
         error: Error,
         denied: Option<(ServerName, String, Rule)>,
-    ) -> ErrorData {
-        let outcome = if denied.is_some() {
-            Outcome::Denied
-        } else {
-            Outcome::ProtocolError
+    ) -> Result<CallToolResponse, ErrorData> {
+        // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
+        // error result it can read (as most MCP servers answer unknown tools). Failures of the
+        // proxy itself stay JSON-RPC errors.
+        let as_result = matches!(error, Error::ToolDenied { .. } | Error::UnknownTool(_));
+        let outcome = match (&denied, as_result) {
+            (Some(_), _) => Outcome::Denied,
+            (None, true) => Outcome::ToolError,
+            (None, false) => Outcome::ProtocolError,
         };
         let (server, upstream_tool, rule) = match &denied {
             Some((s, t, r)) => (
@@ -465,13 +492,29 @@ impl Proxy {
             req,
             server,
             upstream_tool,
-            "denied",
+            if denied.is_some() {
+                "denied"
+            } else {
+                "unknown"
+            },
             rule,
             outcome,
             Some(error.to_string()),
             started,
         );
-        error.to_mcp()
+        if !as_result {
+            return Err(error.to_mcp());
+        }
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(
+            "io.orchestrator/proxy".into(),
+            error.to_mcp().data.unwrap_or_default(),
+        );
+        let result = rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+            error.to_string(),
+        )])
+        .with_meta(Some(meta));
+        Ok(CallToolResponse::Complete(result))
     }
 
     fn finish(
@@ -566,12 +609,18 @@ impl Proxy {
     pub async fn drain(&self, grace: Duration) {
         self.draining.store(true, Ordering::Release);
         let deadline = tokio::time::Instant::now() + grace;
+        let mut waited = false;
         loop {
             let idle = self.idle.notified();
             let n = self.calls_in_flight.load(Ordering::Acquire);
             if n == 0 {
+                if waited {
+                    // The last results are being written to their streams right now.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 return;
             }
+            waited = true;
             tracing::info!(calls = n, "waiting for calls in flight");
             if tokio::time::timeout_at(deadline, idle).await.is_err() {
                 tracing::warn!(
@@ -626,7 +675,10 @@ fn surface_changed(before: &Router, after: &Router) -> bool {
 /// The client's `_meta` as the upstream should see it: trace context and custom keys pass; the
 /// lifecycle keys are the proxy's to set (rmcp sets the upstream's own); 2026-07-28 context keys
 /// are kept only for upstreams that speak it, so they carry what the client declared.
-fn upstream_meta(client: &RequestMetaObject, modern_upstream: bool) -> RequestMetaObject {
+pub(crate) fn upstream_meta(
+    client: &RequestMetaObject,
+    modern_upstream: bool,
+) -> RequestMetaObject {
     let mut meta = client.clone();
     let map = &mut meta.0.0;
     map.remove("progressToken");

@@ -15,7 +15,7 @@ use crate::{
     proxy::Proxy,
     reaper, reload,
     server::{Front, http},
-    upstream::{Deps, cache::DiskCache, pool::Pool},
+    upstream::{Deps, Shared, cache::DiskCache, pool::Pool},
 };
 
 /// Runtime options (command-line flags); the rest comes from the config file.
@@ -42,12 +42,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let deps = Deps {
+        shared: Arc::new(Shared::new(opts.cache_dir.clone().map(DiskCache::new))),
         events: events_tx,
         metrics: metrics.clone(),
         start_timeout: opts.start_timeout,
         kill_grace: opts.kill_grace,
     };
-    let pool = Pool::new(deps, opts.cache_dir.clone().map(DiskCache::new));
+    let pool = Pool::new(deps);
     let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
 
     let (loaded, print) = match std::fs::read(&opts.config) {

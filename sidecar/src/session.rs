@@ -147,6 +147,25 @@ impl Registry {
         sent
     }
 
+    /// Tells listen streams that subscribed to `uri` that it changed.
+    pub async fn notify_resource_updated(&self, uri: &str) {
+        let sinks: Vec<SubscriptionSink> = self
+            .lock()
+            .subscriptions
+            .values()
+            .filter(|s| {
+                s.accepted()
+                    .resource_subscriptions
+                    .as_ref()
+                    .is_some_and(|u| u.iter().any(|x| x == uri))
+            })
+            .cloned()
+            .collect();
+        for sink in sinks {
+            let _ = sink.notify_resource_updated(uri).await;
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }

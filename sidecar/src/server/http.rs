@@ -119,8 +119,8 @@ async fn tools(State(proxy): State<Arc<Proxy>>) -> Response {
     .into_response()
 }
 
-/// Refuses `/mcp` requests whose `Host` is not loopback, the listen address, or an
-/// `allowedHosts` entry (DNS-rebinding protection).
+/// Refuses `/mcp` requests whose `Host` (or `Origin`, when sent) is not loopback, the listen
+/// address, or an `allowedHosts` entry (DNS-rebinding protection).
 async fn check_host(
     State((proxy, listen)): State<(Arc<Proxy>, SocketAddr)>,
     request: Request,
@@ -139,13 +139,23 @@ async fn check_host(
         .snapshot()
         .map(|s| s.config.allowed_hosts.clone())
         .unwrap_or_default();
-    if host_allowed(&authority, listen, &extra) {
+    // A browser page on another site reaching the loopback proxy carries its own Origin.
+    let origin_ok = match request.headers().get(header::ORIGIN) {
+        None => true,
+        Some(origin) => origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.parse::<http::Uri>().ok())
+            .and_then(|u| u.authority().map(|a| a.to_string()))
+            .is_some_and(|a| host_allowed(&a, listen, &extra)),
+    };
+    if host_allowed(&authority, listen, &extra) && origin_ok {
         next.run(request).await
     } else {
-        tracing::warn!(host = %authority, "refused /mcp request with a Host that is not allowed (add it to allowedHosts if it is legitimate)");
+        tracing::warn!(host = %authority, "refused /mcp request with a Host or Origin that is not allowed (add it to allowedHosts if it is legitimate)");
         (
             StatusCode::FORBIDDEN,
-            "Forbidden: Host header is not allowed",
+            "Forbidden: Host or Origin header is not allowed",
         )
             .into_response()
     }

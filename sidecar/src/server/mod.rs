@@ -1,5 +1,8 @@
 //! The MCP front the agent talks to: one [`Front`] handler per session (HTTP session, stdio, or
 //! a single 2026-07-28 request), over streamable HTTP at `/mcp` ([`http`]) or stdio.
+// Logging and resources/subscribe are deprecated by SEP-2577 but still spoken by clients on the
+// initialize lifecycle.
+#![allow(deprecated)]
 
 pub mod http;
 
@@ -11,11 +14,14 @@ use std::sync::{
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
-        InitializeResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-        ServerCapabilities, ServerConfig, SubscriptionFilter,
+        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
+        InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+        ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
-    service::{RequestContext, SubscriptionContext},
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 
 use crate::{
@@ -61,13 +67,21 @@ impl Drop for Front {
     }
 }
 
-/// What the proxy offers: tools with list-changed notifications.
+/// What the proxy offers: tools (the contract), and the upstreams' prompts, resources,
+/// completions and logging relayed.
 pub fn server_config() -> ServerConfig {
     let mut capabilities = ServerCapabilities::builder()
         .enable_tools()
         .enable_tool_list_changed()
+        .enable_prompts()
+        .enable_prompts_list_changed()
+        .enable_resources()
+        .enable_resources_list_changed()
+        .enable_resources_subscribe()
+        .enable_completions()
+        .enable_logging()
         .build();
-    capabilities.logging = Some(Default::default());
+    capabilities.logging.get_or_insert_with(Default::default);
     ServerConfig::new(capabilities).with_server_info(Implementation::new(
         "orchestrator-mcp-proxy",
         env!("CARGO_PKG_VERSION"),
@@ -125,6 +139,104 @@ impl ServerHandler for Front {
                 session,
             })
             .await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let session = self.session_ref(&context);
+        let prompts = self.proxy.list_prompts(&session, &context.meta).await?;
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let session = self.session_ref(&context);
+        self.proxy
+            .get_prompt(request, &session, &context.meta)
+            .await
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let session = self.session_ref(&context);
+        let resources = self.proxy.list_resources(&session, &context.meta).await?;
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let session = self.session_ref(&context);
+        let templates = self
+            .proxy
+            .list_resource_templates(&session, &context.meta)
+            .await?;
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let session = self.session_ref(&context);
+        self.proxy
+            .read_resource(request, &session, &context.meta)
+            .await
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let session = self.session_ref(&context);
+        self.proxy
+            .subscribe(request.uri, &session, &context.meta, true)
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let session = self.session_ref(&context);
+        self.proxy
+            .subscribe(request.uri, &session, &context.meta, false)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let session = self.session_ref(&context);
+        self.proxy.complete(request, &session, &context.meta).await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.proxy.set_level(request.level, &context.meta).await
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        self.proxy.roots_changed().await;
     }
 
     fn accepted_subscription_filter(

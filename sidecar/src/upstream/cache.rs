@@ -6,7 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use rmcp::model::Tool;
+use rmcp::model::{ServerCapabilities, Tool};
 
 use crate::config::SpecHash;
 
@@ -43,6 +43,31 @@ impl DiskCache {
                 tracing::warn!(file = %self.path(hash).display(), error = %e, "ignoring a corrupt tool-list cache file");
                 None
             }
+        }
+    }
+
+    fn capabilities_path(&self, hash: &SpecHash) -> PathBuf {
+        self.dir.join(format!("capabilities-{hash}.json"))
+    }
+
+    /// What the server offered when it last ran (decides whether it must start for prompts or
+    /// resources).
+    pub fn load_capabilities(&self, hash: &SpecHash) -> Option<ServerCapabilities> {
+        let bytes = std::fs::read(self.capabilities_path(hash)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    pub fn store_capabilities(&self, hash: &SpecHash, capabilities: &ServerCapabilities) {
+        let result = (|| -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.dir)?;
+            let tmp = self
+                .dir
+                .join(format!(".capabilities-{hash}.{}.tmp", std::process::id()));
+            std::fs::write(&tmp, serde_json::to_vec(capabilities)?)?;
+            std::fs::rename(&tmp, self.capabilities_path(hash))
+        })();
+        if let Err(e) = result {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "could not write the capabilities cache");
         }
     }
 

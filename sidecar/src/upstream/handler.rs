@@ -10,10 +10,12 @@ use std::{borrow::Cow, sync::Arc};
 use rmcp::{
     ErrorData, RoleClient,
     model::{
-        ClientConfig, ClientJsonRpcMessage, ClientResult, ErrorCode, GetMeta, JsonRpcMessage,
-        ServerJsonRpcMessage, ServerNotification, ServerRequest,
+        ClientConfig, ClientJsonRpcMessage, ClientResult, ErrorCode, GetExtensions, GetMeta,
+        JsonRpcMessage, ServerJsonRpcMessage, ServerNotification, ServerRequest,
     },
-    service::{InboundStreamOrigin, NotificationContext, RequestContext, Service},
+    service::{
+        InboundStreamOrigin, NotificationContext, OriginatingRequestId, RequestContext, Service,
+    },
     transport::Transport,
 };
 use tokio::sync::mpsc;
@@ -25,6 +27,7 @@ use crate::names::ServerName;
 /// Something an upstream told us that changes what the proxy exposes.
 #[derive(Clone, Debug)]
 pub enum UpstreamEvent {
+    ResourceUpdated(String),
     ToolsChanged(ServerName),
     PromptsChanged(ServerName),
     ResourcesChanged(ServerName),
@@ -50,7 +53,7 @@ impl Service<RoleClient> for UpstreamHandler {
             Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
             _ => None,
         };
-        let Some(session) = self.routes.session_for_request(origin) else {
+        let Some((session, front_request)) = self.routes.session_for_request(origin) else {
             return Err(ErrorData::new(
                 ErrorCode::INVALID_REQUEST,
                 "no client session is waiting on this server",
@@ -68,6 +71,10 @@ impl Service<RoleClient> for UpstreamHandler {
         // cancel the relayed request too.
         let mut request = request;
         *request.get_meta_mut() = context.meta;
+        // SEP-2260: ride the stream of the client's call, as if the server were talking directly.
+        if let Some(id) = front_request {
+            request.extensions_mut().insert(OriginatingRequestId(id));
+        }
         let handle = session
             .peer
             .send_cancellable_request(request, Default::default())
@@ -102,6 +109,9 @@ impl Service<RoleClient> for UpstreamHandler {
             }
             ServerNotification::ResourceListChangedNotification(_) => {
                 UpstreamEvent::ResourcesChanged(self.server.clone())
+            }
+            ServerNotification::ResourceUpdatedNotification(n) => {
+                UpstreamEvent::ResourceUpdated(n.params.uri)
             }
             // Progress and log messages go through the ordered forwarder (see `Tap`).
             _ => return Ok(()),

@@ -5,6 +5,9 @@
 //! Submodules: `stdio` (child processes), `http` (streamable-HTTP client), `handler` (what the
 //! upstream may send us), `routes` (which session a call belongs to), `cache` (tool lists on
 //! disk), `pool` (all upstreams, their tool lists, reconciliation and shutdown).
+// Logging and resources/subscribe are deprecated by SEP-2577 but still part of the legacy
+// protocol versions the proxy relays.
+#![allow(deprecated)]
 
 pub mod cache;
 pub mod handler;
@@ -24,7 +27,10 @@ use std::{
 use arc_swap::ArcSwapOption;
 use rmcp::{
     ClientLifecycleMode, Peer, RoleClient,
-    model::{ClientConfig, Implementation, ProtocolVersion},
+    model::{
+        ClientConfig, ClientRequest, Implementation, LoggingLevel, ProtocolVersion,
+        ServerCapabilities, SetLevelRequest, SetLevelRequestParams,
+    },
     service::{RunningService, serve_client_with_lifecycle},
     transport::IntoTransport,
 };
@@ -36,7 +42,7 @@ use self::{
     routes::{CallRoutes, Forward},
 };
 use crate::{
-    config::{Server, Transport},
+    config::{Server, SpecHash, Transport},
     error::{Error, Result},
     metrics::Metrics,
     names::ServerName,
@@ -57,9 +63,61 @@ pub fn backoff(failures: u32) -> Duration {
     FIRST_BACKOFF.saturating_mul(1 << exp).min(MAX_BACKOFF)
 }
 
+/// What all upstreams share: capabilities seen per server spec (in memory and in the cache
+/// directory) and the logging level clients asked for.
+#[derive(Default)]
+pub struct Shared {
+    cache: Option<cache::DiskCache>,
+    capabilities: std::sync::Mutex<std::collections::HashMap<SpecHash, ServerCapabilities>>,
+    log_level: std::sync::Mutex<Option<LoggingLevel>>,
+}
+
+impl Shared {
+    pub fn new(cache: Option<cache::DiskCache>) -> Self {
+        Self {
+            cache,
+            ..Default::default()
+        }
+    }
+
+    pub fn cache(&self) -> Option<&cache::DiskCache> {
+        self.cache.as_ref()
+    }
+
+    /// What a server (by spec) offered when it last ran, if known.
+    pub fn capabilities(&self, hash: &SpecHash) -> Option<ServerCapabilities> {
+        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = caps.get(hash) {
+            return Some(c.clone());
+        }
+        let loaded = self.cache.as_ref()?.load_capabilities(hash)?;
+        caps.insert(hash.clone(), loaded.clone());
+        Some(loaded)
+    }
+
+    fn record_capabilities(&self, hash: &SpecHash, capabilities: &ServerCapabilities) {
+        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
+        if caps.get(hash) != Some(capabilities) {
+            caps.insert(hash.clone(), capabilities.clone());
+            if let Some(cache) = &self.cache {
+                cache.store_capabilities(hash, capabilities);
+            }
+        }
+    }
+
+    pub fn set_log_level(&self, level: LoggingLevel) {
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(level);
+    }
+
+    fn log_level(&self) -> Option<LoggingLevel> {
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Everything an upstream needs from the rest of the proxy.
 #[derive(Clone)]
 pub struct Deps {
+    pub shared: Arc<Shared>,
     pub events: mpsc::UnboundedSender<UpstreamEvent>,
     pub metrics: Arc<Metrics>,
     pub start_timeout: Duration,
@@ -252,6 +310,15 @@ impl Upstream {
         match tokio::time::timeout(self.deps.start_timeout, self.start(session)).await {
             Ok(Ok(conn)) => {
                 let conn = Arc::new(conn);
+                if let Some(info) = conn.peer.peer_info() {
+                    self.deps
+                        .shared
+                        .record_capabilities(&self.server.spec_hash, &info.capabilities);
+                }
+                if let Some(session) = session {
+                    conn.routes.seed(session.clone());
+                }
+                self.apply_log_level(&conn).await;
                 tracing::info!(
                     server = %self.server.name,
                     protocol = %conn.protocol,
@@ -281,6 +348,25 @@ impl Upstream {
                 tracing::warn!(server = %self.server.name, error = %e, "upstream server failed to start");
                 Err(e)
             }
+        }
+    }
+
+    /// Replays the client's `logging/setLevel` on a new legacy connection that supports logging.
+    async fn apply_log_level(&self, conn: &Connection) {
+        let Some(level) = self.deps.shared.log_level() else {
+            return;
+        };
+        let logs = conn
+            .peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.logging.is_some());
+        if conn.protocol >= ProtocolVersion::V_2026_07_28 || !logs {
+            return;
+        }
+        let request =
+            ClientRequest::SetLevelRequest(SetLevelRequest::new(SetLevelRequestParams::new(level)));
+        if let Err(e) = conn.peer.send_request(request).await {
+            tracing::debug!(server = %self.server.name, error = %e, "upstream refused logging/setLevel");
         }
     }
 

@@ -25,19 +25,38 @@ struct ListEntry {
 
 pub struct Pool {
     deps: Deps,
-    cache: Option<DiskCache>,
     upstreams: Mutex<HashMap<ServerName, Arc<Upstream>>>,
     lists: Mutex<HashMap<ServerName, ListEntry>>,
 }
 
 impl Pool {
-    pub fn new(deps: Deps, cache: Option<DiskCache>) -> Self {
+    pub fn new(deps: Deps) -> Self {
         Self {
             deps,
-            cache,
             upstreams: Default::default(),
             lists: Default::default(),
         }
+    }
+
+    fn cache(&self) -> Option<&DiskCache> {
+        self.deps.shared.cache()
+    }
+
+    /// What a server offered when it last ran (live connection first).
+    pub fn capabilities(&self, server: &Server) -> Option<rmcp::model::ServerCapabilities> {
+        let live = self.existing(&server.name).and_then(|u| u.current());
+        if let Some(info) = live.and_then(|c| c.peer.peer_info()) {
+            return Some(info.capabilities.clone());
+        }
+        self.deps.shared.capabilities(&server.spec_hash)
+    }
+
+    /// Every live connection.
+    pub fn live(&self) -> Vec<(ServerName, Arc<Connection>)> {
+        lock(&self.upstreams)
+            .iter()
+            .filter_map(|(n, u)| u.current().map(|c| (n.clone(), c)))
+            .collect()
     }
 
     pub fn deps(&self) -> &Deps {
@@ -79,7 +98,7 @@ impl Pool {
                 out.insert(server.name.clone(), entry.tools.clone());
                 continue;
             }
-            if let Some(tools) = self.cache.as_ref().and_then(|c| c.load(&server.spec_hash)) {
+            if let Some(tools) = self.cache().and_then(|c| c.load(&server.spec_hash)) {
                 tracing::info!(server = %server.name, tools = tools.len(), "tool list loaded from the cache directory");
                 lists.insert(
                     server.name.clone(),
@@ -150,7 +169,7 @@ impl Pool {
     }
 
     fn store_list(&self, server: &Arc<Server>, tools: Vec<Tool>) -> Arc<Vec<Tool>> {
-        if let Some(cache) = &self.cache {
+        if let Some(cache) = self.cache() {
             cache.store(server.name.as_str(), &server.spec_hash, &tools);
         }
         let tools = Arc::new(tools);

@@ -33,6 +33,8 @@ pub enum Forward {
 
 struct CallRoute {
     session: SessionRef,
+    /// The client's request id of the call (the stream a relayed request must ride on).
+    front_request: RequestId,
     /// The progress token the client gave (what it expects to see), if any.
     client_token: Option<ProgressToken>,
     upstream_token: Option<ProgressToken>,
@@ -67,6 +69,7 @@ impl CallRoutes {
     pub fn begin(
         self: &Arc<Self>,
         session: SessionRef,
+        front_request: RequestId,
         client_token: Option<ProgressToken>,
     ) -> CallGuard {
         let mut inner = self.lock();
@@ -77,6 +80,7 @@ impl CallRoutes {
             id,
             CallRoute {
                 session,
+                front_request,
                 client_token,
                 upstream_token: None,
                 request_id: None,
@@ -85,6 +89,15 @@ impl CallRoutes {
         CallGuard {
             routes: self.clone(),
             id,
+        }
+    }
+
+    /// The session that started the upstream: it gets what the server asks right after start
+    /// (e.g. `roots/list` on initialization).
+    pub fn seed(&self, session: SessionRef) {
+        let mut inner = self.lock();
+        if inner.last_session.is_none() {
+            inner.last_session = Some(session);
         }
     }
 
@@ -113,18 +126,22 @@ impl CallRoutes {
     /// The session an upstream request (sampling, elicitation, roots) belongs to: the call whose
     /// upstream request id the transport associated it with, else the newest call in flight,
     /// else the session that used this upstream last.
-    pub fn session_for_request(&self, origin: Option<&RequestId>) -> Option<SessionRef> {
+    /// Also returns the client's request id of that call, when there is one.
+    pub fn session_for_request(
+        &self,
+        origin: Option<&RequestId>,
+    ) -> Option<(SessionRef, Option<RequestId>)> {
         let inner = self.lock();
         if let Some(call) = origin
             .and_then(|id| inner.by_request.get(id))
             .and_then(|c| inner.calls.get(c))
         {
-            return Some(call.session.clone());
+            return Some((call.session.clone(), Some(call.front_request.clone())));
         }
         if let Some((_, call)) = inner.calls.iter().next_back() {
-            return Some(call.session.clone());
+            return Some((call.session.clone(), Some(call.front_request.clone())));
         }
-        inner.last_session.clone()
+        inner.last_session.clone().map(|s| (s, None))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

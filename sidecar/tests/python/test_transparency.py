@@ -1,0 +1,154 @@
+"""A client must not be able to tell the proxy is there, except by the tools it hides: what it
+declares reaches the upstream, and what the upstream sends during a call (progress, log
+messages, sampling, elicitation and roots requests) reaches the client, whose answers go back.
+Prompts and resources are relayed too. Upstream: server-everything; client: the Python SDK."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import mcp_types as types
+import pytest
+from mcp import Client
+
+pytestmark = pytest.mark.anyio
+
+BOTH = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def everything(t, **extra) -> dict:
+    return {"name": "every", "stdio": t.everything_stdio(), **extra}
+
+
+def text_of(result) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def sample(context, params):
+    return types.CreateMessageResult(
+        role="assistant",
+        content=types.TextContent(type="text", text=f"sampled: {params.messages[0].content.text}"),
+        model="test-model",
+        stop_reason="endTurn",
+    )
+
+
+async def elicit(context, params):
+    return types.ElicitResult(action="accept", content={"name": "Ada", "check": True})
+
+
+async def roots(context):
+    return types.ListRootsResult(roots=[types.Root(uri="file:///workspace/project", name="project")])
+
+
+@BOTH
+async def test_progress_reaches_the_caller_with_its_own_token(make_proxy, tools, mode):
+    proxy = make_proxy({"servers": [everything(tools)]})
+    seen: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total))
+
+    async with Client(proxy.url, mode=mode) as client:
+        result = await client.call_tool(
+            "every__trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress
+        )
+    assert "completed" in text_of(result)
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+async def test_declared_capabilities_reach_the_upstream(make_proxy, tools):
+    with_callbacks = make_proxy({"servers": [everything(tools)]})
+    async with Client(
+        with_callbacks.url, mode="legacy", sampling_callback=sample, elicitation_callback=elicit, list_roots_callback=roots
+    ) as client:
+        declared = {t.name for t in (await client.list_tools()).tools}
+    plain = make_proxy({"servers": [everything(tools)]})
+    async with Client(plain.url, mode="legacy") as client:
+        undeclared = {t.name for t in (await client.list_tools()).tools}
+    # server-everything registers these only for clients that declare sampling/elicitation/roots.
+    conditional = {"every__trigger-sampling-request", "every__trigger-elicitation-request", "every__get-roots-list"}
+    assert conditional <= declared
+    assert not conditional & undeclared
+
+
+async def test_sampling_elicitation_and_roots_requests_reach_the_client_and_answers_go_back(make_proxy, tools):
+    proxy = make_proxy({"servers": [everything(tools)]})
+    logs: list[str] = []
+
+    async def on_log(params):
+        logs.append(str(params.data))
+
+    async with Client(
+        proxy.url,
+        mode="legacy",
+        sampling_callback=sample,
+        elicitation_callback=elicit,
+        list_roots_callback=roots,
+        logging_callback=on_log,
+    ) as client:
+        sampled = await client.call_tool("every__trigger-sampling-request", {"prompt": "hello", "maxTokens": 10})
+        assert "sampled: Resource trigger-sampling-request context: hello" in text_of(sampled)
+        elicited = await client.call_tool("every__trigger-elicitation-request", {})
+        assert "Ada" in text_of(elicited)
+        listed = await client.call_tool("every__get-roots-list", {})
+        assert "file:///workspace/project" in text_of(listed)
+        # The server logs that it received the roots; the log message reaches the client.
+        from conftest import await_for
+
+        await await_for(lambda: any("Roots updated" in line for line in logs), what="the server's log message")
+
+
+async def test_prompts_and_resources_are_relayed(make_proxy, tools):
+    proxy = make_proxy({"servers": [everything(tools)]})
+    async with Client(proxy.url, mode="legacy") as client:
+        prompts = {p.name for p in (await client.list_prompts()).prompts}
+        assert {"every__simple-prompt", "every__args-prompt"} <= prompts
+        prompt = await client.get_prompt("every__simple-prompt")
+        assert prompt.messages[0].content.text == "This is a simple prompt without arguments."
+        resources = (await client.list_resources()).resources
+        assert resources, "server-everything lists static resources"
+        first = resources[0]
+        read = await client.read_resource(first.uri)
+        assert read.contents[0].uri == first.uri
+        dynamic = await client.read_resource("demo://resource/dynamic/text/7")
+        assert "7" in dynamic.contents[0].text
+        completion = await client.complete(
+            types.PromptReference(type="ref/prompt", name="every__completable-prompt"),
+            {"name": "department", "value": "E"},
+        )
+        assert "Engineering" in completion.completion.values
+
+
+def test_unknown_methods_get_the_json_rpc_error(make_proxy, tools):
+    proxy = make_proxy({"servers": [everything(tools)]})
+
+    def post(body: dict, session: str | None = None) -> tuple[dict, str | None]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if session:
+            headers["Mcp-Session-Id"] = session
+            headers["Mcp-Protocol-Version"] = "2025-11-25"
+        request = urllib.request.Request(proxy.url, data=json.dumps(body).encode(), headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read().decode()
+            sid = response.headers.get("Mcp-Session-Id")
+        messages = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+        if not messages:
+            messages = [json.loads(text)]
+        return messages[-1], sid
+
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+    _, session = post(init)
+    reply, _ = post({"jsonrpc": "2.0", "id": 2, "method": "no/such-method", "params": {}}, session)
+    assert reply["error"]["code"] == -32601
