@@ -168,7 +168,7 @@ pub struct SubmitArgs {
     pub prompt: Option<String>,
 
     /// MCP tools the agent may use: SERVER:TOOL items, comma-separated (repeatable).
-    #[arg(long, value_name = "SERVER:TOOL,...")]
+    #[arg(long, value_name = "SERVER:TOOL,...", required = true)]
     pub tools: Vec<String>,
 
     /// Tools to hide even where --tools allows them, e.g. filesystem:delete_file.

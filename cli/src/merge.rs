@@ -95,6 +95,23 @@ pub fn apply(config: &ToolConfig, req: &Request, catalog: &Catalog) -> Result<Ou
     Ok(Outcome { config, notes })
 }
 
+/// The proxy refuses a config in which no server can expose any tool (the operator reports it
+/// as `NothingEnabled` and creates no Job), so neither submit nor add-context writes one.
+pub fn check_something_enabled(config: &ToolConfig, hint: &str) -> Result<()> {
+    let usable = config
+        .mcp_servers
+        .iter()
+        .any(|s| s.enabled && !s.tools.deny.iter().any(|d| is_match_all(d)));
+    if usable {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "the task would have no MCP server enabled, and the proxy refuses to start without \
+             one; {hint}"
+        )))
+    }
+}
+
 fn enable(config: &mut ToolConfig, spec: &ToolSpec, catalog: &Catalog) -> Result<(), String> {
     let p = spec.pattern.as_str();
     let Some(server) = config
@@ -528,6 +545,29 @@ servers:
         }
         check_contradictions(&req("github:merge_pr", "filesystem:merge_pr")).expect("other server");
         check_contradictions(&req("github:delete_*", "github:delete_repo")).expect("exception");
+    }
+
+    #[test]
+    fn a_config_with_no_enabled_server_is_refused() {
+        let hint = "keep one";
+        let off = run(
+            vec![server("github", true, &["merge_pr"], &[])],
+            "",
+            "github:merge_pr",
+        );
+        let err = check_something_enabled(&off.config, hint).expect_err("nothing left");
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().ends_with("without one; keep one"), "{err}");
+        assert!(
+            check_something_enabled(&config(vec![server("x", true, &[], &["*"])]), hint).is_err()
+        );
+        assert!(check_something_enabled(&ToolConfig::default(), hint).is_err());
+        let on = run(
+            vec![server("github", true, &["a", "b"], &[])],
+            "",
+            "github:a",
+        );
+        check_something_enabled(&on.config, hint).expect("b is left");
     }
 
     #[test]

@@ -90,7 +90,16 @@ async fn submit_then_get_list_and_describe_show_the_task() -> Result<()> {
     // A second task without --task-id gets the next id, and its name from it.
     let out = run(
         &ns.name,
-        &["task", "submit", "--service", "web", "--prompt", "Fix CSS"],
+        &[
+            "task",
+            "submit",
+            "--service",
+            "web",
+            "--prompt",
+            "Fix CSS",
+            "--tools",
+            "time:*",
+        ],
     );
     assert_eq!(out.ok(), "task-1002\n");
 
@@ -461,6 +470,8 @@ async fn error_cases_exit_with_their_codes_and_write_nothing() -> Result<()> {
             "1",
             "--name",
             "task-1-rerun",
+            "--tools",
+            "time:*",
         ],
     )
     .ok();
@@ -566,6 +577,8 @@ async fn error_cases_exit_with_their_codes_and_write_nothing() -> Result<()> {
                 "x",
                 "--task-id",
                 "1",
+                "--tools",
+                "time:*",
             ],
             2,
             "a TaskRun named task-1 already exists",
@@ -597,6 +610,8 @@ async fn error_cases_exit_with_their_codes_and_write_nothing() -> Result<()> {
                 "1s",
                 "--name",
                 "waits",
+                "--tools",
+                "time:*",
             ],
             4,
             "timed out after 1s waiting for TaskRun waits to finish",

@@ -167,6 +167,12 @@ pub async fn update(
         let before = &current.spec.tool_config;
         let outcome = merge::apply(before, request, catalog)?;
         let changed = outcome.config != *before;
+        if changed {
+            merge::check_something_enabled(
+                &outcome.config,
+                "leave at least one tool enabled (or delete the TaskRun to stop the task)",
+            )?;
+        }
         let mut generation = raw.metadata.generation;
         if changed && !dry_run {
             let patch = guarded_patch(&raw.data, &outcome.config.mcp_servers);

@@ -33,6 +33,13 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
         disable: parse_specs("--deny-tools", &args.deny_tools)?,
     };
     merge::check_contradictions(&request)?;
+    if request.enable.is_empty() {
+        return Err(Error::Usage(
+            "give the task at least one MCP tool with --tools SERVER:TOOL (the proxy refuses to \
+             start without one; see `orchestrator-cli catalog list`)"
+                .into(),
+        ));
+    }
 
     let needs_catalog = !(request.enable.is_empty() && request.disable.is_empty());
     let local = if needs_catalog {
@@ -202,6 +209,7 @@ pub fn tool_config(catalog: &Catalog, request: &Request) -> Result<ToolConfig> {
         output::note(&n);
     }
     let out = merge::apply(&ToolConfig::default(), request, catalog)?;
+    merge::check_something_enabled(&out.config, "--deny-tools hides everything --tools allows")?;
     for n in out.notes {
         output::note(&n);
     }
