@@ -7,9 +7,10 @@ use orchestrator_cli::args::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // kube's own error logs repeat what our error message says; show them only with -v.
     let level = match cli.global.verbose {
-        0 => "warn",
-        1 => "info,kube=warn",
+        0 => "warn,kube_client=off,kube_runtime=off",
+        1 => "info,kube_client=warn,kube_runtime=warn",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

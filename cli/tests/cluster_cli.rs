@@ -794,3 +794,107 @@ async fn catalog_commands_read_the_configmap_the_operator_reads() -> Result<()> 
     );
     ns.delete().await
 }
+
+#[tokio::test]
+#[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
+async fn kubeconfig_context_and_namespace_resolve_like_kubectl() -> Result<()> {
+    let (_client, ns) = setup("cli-kubeconfig").await?;
+    run(
+        &ns.name,
+        &[
+            "task",
+            "submit",
+            "--service",
+            "todo-api",
+            "--prompt",
+            "x",
+            "--task-id",
+            "3",
+            "--tools",
+            "time:*",
+        ],
+    )
+    .ok();
+    // The e2e kubeconfig plus a context that points nowhere (the current one) and a context
+    // whose namespace is the test's.
+    let mut config: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig_path())?)?;
+    let real = config["contexts"][0]["context"].clone();
+    config["clusters"]
+        .as_array_mut()
+        .expect("clusters")
+        .push(json!({"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9"}}));
+    let contexts = config["contexts"].as_array_mut().expect("contexts");
+    contexts
+        .push(json!({"name": "nowhere", "context": {"cluster": "nowhere", "user": real["user"]}}));
+    let mut team = real.clone();
+    team["namespace"] = json!(ns.name);
+    contexts.push(json!({"name": "team", "context": team}));
+    config["current-context"] = json!("nowhere");
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("config");
+    std::fs::write(&path, serde_json::to_string(&config)?)?;
+
+    let user = |env_kubeconfig: bool, args: &[&str]| {
+        let mut cmd = std::process::Command::new(cluster_support::BIN);
+        if env_kubeconfig {
+            cmd.env("KUBECONFIG", &path);
+        } else {
+            cmd.env_remove("KUBECONFIG").arg("--kubeconfig").arg(&path);
+        }
+        cmd.args(args).env_remove("ORCH_CATALOG_FILE");
+        cmd.output().expect("the CLI runs")
+    };
+    // $KUBECONFIG is read, and its current context is used: that cluster is unreachable.
+    let out = user(true, &["task", "list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: listing TaskRuns in namespace default: ")
+            && stderr.contains("(is the cluster reachable? check --kubeconfig and --context)"),
+        "{stderr}"
+    );
+    // --context picks another context, and its namespace is the default one.
+    let out = user(
+        true,
+        &["--context", "team", "task", "get", "task-3", "-o", "json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tr: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(tr["metadata"]["namespace"], ns.name.as_str());
+    // -n wins over the context's namespace; --kubeconfig works like $KUBECONFIG.
+    let out = user(
+        false,
+        &[
+            "task",
+            "get",
+            "task-3",
+            "--context",
+            "team",
+            "-n",
+            "default",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("TaskRun task-3 not found in namespace default")
+    );
+    // An unknown context is a clear kubeconfig error.
+    let out = user(false, &["task", "list", "--context", "prod"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("prod"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ns.delete().await
+}
