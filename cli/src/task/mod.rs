@@ -5,6 +5,9 @@ pub mod add_context;
 pub mod show;
 pub mod submit;
 
+#[cfg(test)]
+mod race_tests;
+
 use kube::Api;
 use kube::api::ListParams;
 use orchestrator_crds::taskrun::TaskRun;
