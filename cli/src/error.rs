@@ -53,6 +53,11 @@ pub enum Error {
     #[error("{0}")]
     Catalog(String),
 
+    /// Anything else that went wrong talking to the cluster: too many lost races, a watch that
+    /// keeps failing, an object that does not parse.
+    #[error("{0}")]
+    Cluster(String),
+
     /// Printing the result failed (e.g. a closed pipe).
     #[error("writing output: {0}")]
     Output(String),
@@ -67,7 +72,11 @@ impl Error {
             Error::Timeout { .. } => 4,
             Error::Failed(_) => 5,
             Error::Kube { source, .. } if is_not_found(source) => 3,
-            Error::Kube { .. } | Error::Config(_) | Error::Catalog(_) | Error::Output(_) => 1,
+            Error::Kube { .. }
+            | Error::Config(_)
+            | Error::Catalog(_)
+            | Error::Cluster(_)
+            | Error::Output(_) => 1,
         }
     }
 

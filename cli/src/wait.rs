@@ -108,7 +108,7 @@ where
             Err(e) => {
                 failures += 1;
                 if failures >= 30 {
-                    return Err(Error::Failed(format!(
+                    return Err(Error::Cluster(format!(
                         "watching TaskRun {name} keeps failing: {e}"
                     )));
                 }
@@ -117,7 +117,7 @@ where
             }
         }
     }
-    Err(Error::Failed(format!("the watch on TaskRun {name} ended")))
+    Err(Error::Cluster(format!("the watch on TaskRun {name} ended")))
 }
 
 /// Follows the task to Succeeded or Failed, reporting each new phase and each new problem

@@ -898,3 +898,41 @@ async fn kubeconfig_context_and_namespace_resolve_like_kubectl() -> Result<()> {
     );
     ns.delete().await
 }
+
+#[tokio::test]
+#[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
+async fn concurrent_submits_without_a_task_id_get_distinct_ids() -> Result<()> {
+    let (client, ns) = setup("cli-ids").await?;
+    let submit = || {
+        let args = [
+            "task",
+            "submit",
+            "--service",
+            "web",
+            "--prompt",
+            "x",
+            "--tools",
+            "time:*",
+        ];
+        run_async(
+            ns.name.clone(),
+            args.iter().map(|s| s.to_string()).collect(),
+        )
+    };
+    let outs = futures::future::join_all((0..4).map(|_| submit())).await;
+    let names: BTreeSet<String> = outs.iter().map(|o| o.ok().trim().to_string()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["task-1", "task-2", "task-3", "task-4"].map(String::from)),
+        "four submits, four tasks"
+    );
+    let ids: BTreeSet<i64> = taskruns(&client, &ns.name)
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|t| t.spec.task_id)
+        .collect();
+    assert_eq!(ids, BTreeSet::from([1, 2, 3, 4]));
+    ns.delete().await
+}

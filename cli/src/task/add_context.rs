@@ -154,7 +154,7 @@ pub async fn update(
         })?;
         let current: TaskRun = serde_json::to_value(&raw)
             .and_then(serde_json::from_value)
-            .map_err(|e| Error::Failed(format!("TaskRun {name} does not parse: {e}")))?;
+            .map_err(|e| Error::Cluster(format!("TaskRun {name} does not parse: {e}")))?;
         if attempt == 1
             && let Some(phase) = current.status.as_ref().and_then(|s| s.phase)
             && phase.is_terminal()
@@ -212,7 +212,7 @@ pub async fn update(
             context_version: None,
         });
     }
-    Err(Error::Failed(format!(
+    Err(Error::Cluster(format!(
         "TaskRun {name} kept changing under us: gave up after {MAX_ATTEMPTS} conflicting writes; try again"
     )))
 }

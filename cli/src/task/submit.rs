@@ -302,7 +302,7 @@ async fn create(cluster: &Cluster, args: &SubmitArgs, spec: TaskRunSpec) -> Resu
             }
         }
     }
-    Err(Error::Failed(format!(
+    Err(Error::Cluster(format!(
         "could not find a free task id after {ID_ATTEMPTS} tries; pass --task-id"
     )))
 }
