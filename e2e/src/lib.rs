@@ -163,3 +163,59 @@ fn rand_u32() -> u32 {
     );
     h.finish() as u32
 }
+
+/// Runs helm against the e2e cluster (explicit `--kubeconfig`).
+pub fn helm(args: &[&str]) -> Result<Output> {
+    let out = Command::new(bin_dir()?.join("helm"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig_path())
+        .args(args)
+        .output()
+        .context("running helm")?;
+    Ok(out)
+}
+
+/// Builds a workspace binary with the cargo running these tests (a no-op when it is up to date,
+/// same target directory) and returns its path, as a user would run it.
+pub fn cargo_bin(package: &str, bin: &str) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(repo_root())
+        .args(["build", "--quiet", "-p", package, "--bin", bin])
+        .args(["--message-format", "json"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running cargo build for {bin}"))?;
+    if !out.status.success() {
+        bail!("building {bin} failed");
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] == "compiler-artifact"
+            && msg["target"]["name"] == bin
+            && let Some(exe) = msg["executable"].as_str()
+        {
+            return Ok(PathBuf::from(exe));
+        }
+    }
+    bail!("cargo build did not report the {bin} executable")
+}
+
+/// Writes a kubeconfig for the e2e cluster that authenticates with `token` (for example a
+/// ServiceAccount's, from `kubectl create token`), so a program runs with exactly its rights.
+pub fn kubeconfig_with_token(path: &Path, token: &str) -> Result<()> {
+    let ca = state_dir().join("pki/ca.crt");
+    let admin = std::fs::read_to_string(kubeconfig_path())?;
+    let server = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .context("server in the e2e kubeconfig")?;
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: sa\n  context: {{cluster: e2e, user: sa}}\ncurrent-context: sa\n",
+        ca.display()
+    );
+    std::fs::write(path, text)?;
+    Ok(())
+}
