@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use orchestrator_crds::taskrun::TaskRun;
-use orchestrator_e2e::{kubeconfig_path, repo_root, wait_for};
+use orchestrator_crds::taskrun::{McpServer, TaskRun};
+use orchestrator_e2e::{TestNamespace, client, kubeconfig_path, repo_root, wait_for};
 
 /// The binary under test, built by cargo for this test run.
 pub const BIN: &str = env!("CARGO_BIN_EXE_orchestrator-cli");
@@ -84,6 +84,24 @@ pub async fn run_async(ns: String, args: Vec<String>) -> Run {
     })
     .await
     .expect("the CLI thread")
+}
+
+/// A client, the CRD installed, and a fresh namespace `<prefix>-<random>`.
+pub async fn setup(prefix: &str) -> Result<(Client, TestNamespace)> {
+    let client = client().await?;
+    ensure_crd(&client).await?;
+    let ns = TestNamespace::create(&client, prefix).await?;
+    Ok((client, ns))
+}
+
+/// The TaskRun API in `ns`.
+pub fn taskruns(client: &Client, ns: &str) -> Api<TaskRun> {
+    Api::namespaced(client.clone(), ns)
+}
+
+/// The MCP servers of a TaskRun's spec.
+pub fn servers(tr: &TaskRun) -> Vec<McpServer> {
+    tr.spec.tool_config.mcp_servers.clone()
 }
 
 /// Installs (server-side apply, idempotent) the TaskRun CRD from the `crds` crate and waits
