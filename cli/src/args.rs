@@ -211,8 +211,9 @@ pub struct SubmitArgs {
 /// Change the tools of a task while it runs.
 ///
 /// Enabled tools become visible to the agent, disabled ones disappear; everything else stays as
-/// it is. The change is written with a resourceVersion precondition and retried on conflict, so
-/// concurrent add-context calls never undo each other. Prints the tools before → after.
+/// it is. The change is written as a JSON Patch that first tests the server list is still what
+/// was read, and is recomputed and retried when another writer got there first, so concurrent
+/// add-context calls never undo each other. Prints the tools before → after.
 ///
 /// Rules: SERVER:* enables a whole server (clearing its deny patterns) or switches it off;
 /// enabling a tool on a server the task does not use adds the server; enabling a tool that a

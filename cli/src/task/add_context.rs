@@ -132,7 +132,7 @@ fn check_request(catalog: &Catalog, request: &Request) -> Result<()> {
     Ok(())
 }
 
-/// The read-compute-write loop with the resourceVersion precondition.
+/// The read-compute-write loop, guarded by a JSON Patch `test` of the server list.
 pub async fn update(
     cluster: &Cluster,
     name: &str,
