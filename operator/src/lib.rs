@@ -7,11 +7,13 @@
 //! - [`leader`]: Lease-based leader election.
 //! - [`metrics`], [`server`], [`telemetry`]: `/metrics`, `/healthz`, traces over OTLP.
 //! - [`settings`]: flags and env.
+//! - [`rbac`]: every API verb the operator uses (the chart's RBAC).
 
 pub mod catalog;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod rbac;
 pub mod reconcile;
 pub mod render;
 pub mod server;
@@ -27,7 +29,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use orchestrator_crds::taskrun::TaskRun;
 use tokio::sync::mpsc;
@@ -95,7 +98,25 @@ pub async fn run_with(
             }
         }
         health.leading.store(true, Ordering::Relaxed);
+        let ns = settings.namespace.as_deref();
+        let children = watcher::Config::default().labels(&render::managed_selector());
+        let (jobs, jobs_writer) = reflector::store();
+        let (config_maps, config_maps_writer) = reflector::store();
+        // Children are cached trimmed to what reconcile reads (see reconcile::trim_*), which keeps
+        // the operator small with thousands of tasks and saves two reads per reconcile.
+        let job_events = watcher::watcher(api::<Job>(&client, ns), children.clone())
+            .default_backoff()
+            .modify(reconcile::trim_job)
+            .reflect(jobs_writer)
+            .touched_objects();
+        let config_map_events = watcher::watcher(api::<ConfigMap>(&client, ns), children)
+            .default_backoff()
+            .modify(reconcile::trim_config_map)
+            .reflect(config_maps_writer)
+            .touched_objects();
         let ctx = Arc::new(Context {
+            jobs,
+            config_maps,
             client: client.clone(),
             render: settings.render(),
             catalog,
@@ -108,7 +129,13 @@ pub async fn run_with(
                 },
             ),
         });
-        let controller = controller(client.clone(), &settings, ctx, changed_rx);
+        let controller = controller(
+            client.clone(),
+            &settings,
+            ctx,
+            changed_rx,
+            (job_events, config_map_events),
+        );
         let hold = async {
             match elector.as_mut() {
                 Some(e) => e.hold().await,
@@ -134,35 +161,52 @@ pub async fn run_with(
 
 /// The controller: TaskRuns, plus the ConfigMaps and Jobs they own (a change or deletion of a
 /// child reconciles its TaskRun), plus every TaskRun again when the catalog changes.
-fn controller(
+fn controller<J, C>(
     client: Client,
     settings: &Settings,
     ctx: Arc<Context>,
     catalog_changed: mpsc::Receiver<()>,
-) -> impl Future<Output = ()> {
-    fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        match ns {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
+    (jobs, config_maps): (J, C),
+) -> impl Future<Output = ()>
+where
+    J: futures::Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
+    C: futures::Stream<Item = Result<ConfigMap, watcher::Error>> + Send + 'static,
+{
     let ns = settings.namespace.as_deref();
-    let children = watcher::Config::default().labels(&render::managed_selector());
-    Controller::new(api::<TaskRun>(&client, ns), watcher::Config::default())
-        .owns(api::<ConfigMap>(&client, ns), children.clone())
-        .owns(api::<Job>(&client, ns), children)
+    let (taskruns, writer): (Store<TaskRun>, _) = reflector::store();
+    let taskrun_events = watcher::watcher(api::<TaskRun>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .modify(|tr| tr.metadata.managed_fields = None)
+        .reflect(writer)
+        .touched_objects();
+    Controller::for_stream(taskrun_events, taskruns)
+        .owns_stream(config_maps)
+        .owns_stream(jobs)
         .reconcile_all_on(catalog::changes(catalog_changed))
-        .with_config(controller::Config::default().concurrency(settings.concurrency))
+        // A short debounce folds the burst of child events that follows each write into one
+        // reconcile (and lets the caches catch up with the writes).
+        .with_config(
+            controller::Config::default()
+                .concurrency(settings.concurrency)
+                .debounce(std::time::Duration::from_millis(100)),
+        )
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller");
             }
         })
+}
+
+fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }
 
 /// Completes on SIGTERM or Ctrl-C.

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 use serde_json::json;
@@ -42,6 +43,10 @@ const SECRET_RETRY: Duration = Duration::from_secs(10);
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
+    /// The operator's Jobs, trimmed by [`trim_job`].
+    pub jobs: Store<Job>,
+    /// The operator's ConfigMaps, trimmed by [`trim_config_map`].
+    pub config_maps: Store<ConfigMap>,
     pub render: RenderSettings,
     pub catalog: CatalogStore,
     pub metrics: Arc<Metrics>,
@@ -79,7 +84,12 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     let previous = tr.status.clone().unwrap_or_default();
 
-    let job = jobs.get_opt(&name).await?;
+    // The cache first; a miss is confirmed by a read so a Job that the cache has not seen yet
+    // is never applied twice.
+    let job = match ctx.jobs.get(&ObjectRef::new(&name).within(&ns)) {
+        Some(job) => Some(Job::clone(&job)),
+        None => jobs.get_opt(&name).await?,
+    };
     let job_state = job.as_ref().map(status::job_state);
     // A finished task is never run again, even when its Job is gone (deleted after its TTL).
     let finished = job_state
@@ -120,9 +130,25 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     }
 
     // The context version: kept while the rendered config is the one already applied, else one
-    // more than any version seen. Read from the ConfigMap itself (a fresh read) so a status that
-    // lags behind never yields the same version for two different configs.
-    let existing = cms.get_opt(&plan.config_map_name()).await?;
+    // more than any version seen. When the cached ConfigMap is not already the rendered one, the
+    // ConfigMap is read afresh so a lagging cache or status never yields the same version for two
+    // different configs.
+    let cm_ref = ObjectRef::new(&plan.config_map_name()).within(&ns);
+    let cached = ctx.config_maps.get(&cm_ref).filter(|c| {
+        c.annotations()
+            .get(CONFIG_HASH_ANNOTATION)
+            .map(String::as_str)
+            == Some(plan.config_hash())
+    });
+    let existing = match cached {
+        Some(c) => Some(ConfigMap::clone(&c)),
+        // Never rendered before (no version in the status): the ConfigMap can only be missing,
+        // or left by a reconcile that crashed before writing the status, at version 1.
+        None if previous.context_version.is_none() => {
+            ctx.config_maps.get(&cm_ref).map(|c| ConfigMap::clone(&c))
+        }
+        None => cms.get_opt(&plan.config_map_name()).await?,
+    };
     let annotation = |key: &str| {
         existing
             .as_ref()
@@ -502,6 +528,52 @@ fn env_not_in_pod(job: &Job, plan: &Plan) -> Vec<Problem> {
             ),
         })
         .collect()
+}
+
+/// Keeps of a Job what reconcile reads: identity, owners, status and the proxy container's env
+/// names (to know which Secrets the running pod has).
+pub fn trim_job(job: &mut Job) {
+    job.metadata.managed_fields = None;
+    job.metadata.annotations = None;
+    job.metadata.labels = None;
+    if let Some(spec) = job.spec.as_mut() {
+        spec.selector = None;
+        spec.template.metadata = None;
+        if let Some(pod) = spec.template.spec.as_mut() {
+            let proxy_env = pod
+                .init_containers
+                .iter()
+                .flatten()
+                .find(|c| c.name == job::PROXY_CONTAINER)
+                .map(|c| {
+                    c.env
+                        .iter()
+                        .flatten()
+                        .map(|e| k8s_openapi::api::core::v1::EnvVar {
+                            name: e.name.clone(),
+                            ..Default::default()
+                        })
+                        .collect()
+                });
+            *pod = k8s_openapi::api::core::v1::PodSpec {
+                init_containers: Some(vec![k8s_openapi::api::core::v1::Container {
+                    name: job::PROXY_CONTAINER.into(),
+                    env: proxy_env,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            };
+        }
+    }
+    if let Some(status) = job.status.as_mut() {
+        status.uncounted_terminated_pods = None;
+    }
+}
+
+/// Keeps of a ConfigMap what reconcile reads (data, annotations, owners).
+pub fn trim_config_map(cm: &mut ConfigMap) {
+    cm.metadata.managed_fields = None;
+    cm.metadata.labels = None;
 }
 
 /// Server-side apply of a rendered object under [`MANAGER`].

@@ -1,0 +1,261 @@
+//! Benchmark: 1,000 TaskRuns applied at once against the e2e control plane -> time until every
+//! one has its Job and its ConfigMap, and the operator's RSS (targets: <= 30 s, <= 64 MiB).
+//!
+//!     e2e/cluster up
+//!     cargo bench -p orchestrator-operator --bench reconcile_1000
+//!
+//! It runs the real operator binary (the bench profile's build) as its own process, scoped to a
+//! fresh namespace, creates the TaskRuns with 64 requests in flight, polls the Jobs and
+//! ConfigMaps (metadata only), samples the operator's VmRSS every 100 ms and reads its VmHWM
+//! (peak RSS) at the end. It also reports when all TaskRuns reached Succeeded (kwok completes the
+//! pods; the Job controller's and scheduler's own client rate limits bound that figure, not the
+//! operator; it waits at most 180 s for it). `BENCH_N` changes the count. The namespace is deleted at the end.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, ResourceExt};
+use orchestrator_crds::taskrun::{Phase, TaskRun};
+use serde_json::json;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn kubeconfig() -> PathBuf {
+    std::env::var_os("ORCH_E2E_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("e2e/.cluster"))
+        .join("kubeconfig")
+}
+
+/// (current VmRSS, peak VmHWM) of `pid`, in KiB.
+fn rss(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+struct Operator(Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        // SIGTERM first (it releases its lease), then make sure.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let n: usize = std::env::var("BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let path = kubeconfig();
+    let kc = Kubeconfig::read_from(&path)
+        .map_err(|e| format!("{}: {e} (run e2e/cluster up)", path.display()))?;
+    let client =
+        Client::try_from(Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)?;
+
+    // CRD, namespace, catalog.
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
+        repo().join("crds/generated/taskrun.yaml"),
+    )?)?;
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .patch(
+            &crd.name_any(),
+            &PatchParams::apply("orchestrator-bench").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+    let ns = format!("bench-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let catalog = std::fs::read_to_string(repo().join("config/catalog.yaml"))?;
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "orchestrator-catalog"}, "data": {"catalog.yaml": catalog}}))?,
+    )
+    .await?;
+    let result = run(&client, &ns, n).await;
+    namespaces.delete(&ns, &DeleteParams::background()).await?;
+    result
+}
+
+async fn run(client: &Client, ns: &str, n: usize) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log = std::fs::File::create(std::env::temp_dir().join("orchestrator-operator-bench.log"))?;
+    let child = Command::new(env!("CARGO_BIN_EXE_orchestrator-operator"))
+        .env("KUBECONFIG", kubeconfig())
+        .env("RUST_LOG", "warn")
+        .args([
+            "--namespace",
+            ns,
+            "--catalog-namespace",
+            ns,
+            "--lease-namespace",
+            ns,
+        ])
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    let pid = child.id();
+    let _operator = Operator(child);
+    // Wait until it leads (and so runs its controller).
+    let started = Instant::now();
+    loop {
+        let out = Command::new("curl")
+            .args(["-fsS", &format!("http://127.0.0.1:{port}/readyz")])
+            .output();
+        if out.is_ok_and(|o| o.stdout == b"leader\n") {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            return Err("the operator did not become leader within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let idle = rss(pid).map_or(0, |r| r.0);
+
+    let sample: TaskRun = serde_saphyr::from_str(&std::fs::read_to_string(
+        repo().join("config/samples/taskrun.yaml"),
+    )?)?;
+    let trs: Api<TaskRun> = Api::namespaced(client.clone(), ns);
+    let t0 = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let mut tr = sample.clone();
+            tr.metadata.name = Some(format!("task-{i:04}"));
+            tr.spec.task_id = i as i64;
+            let trs = trs.clone();
+            async move { trs.create(&PostParams::default(), &tr).await }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let applied = t0.elapsed();
+
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let managed =
+        ListParams::default().labels("app.kubernetes.io/managed-by=orchestrator-operator");
+    let mut peak_sampled = 0;
+    let children_done;
+    loop {
+        if let Some((now, _)) = rss(pid) {
+            peak_sampled = peak_sampled.max(now);
+        }
+        let j = jobs.list_metadata(&managed).await?.items.len();
+        let c = cms.list_metadata(&managed).await?.items.len();
+        if j >= n && c >= n {
+            children_done = t0.elapsed();
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            return Err(format!("after 300 s only {j} Jobs and {c} ConfigMaps of {n}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, hwm_children) = rss(pid).ok_or("operator gone")?;
+
+    // Informational: until every TaskRun shows Succeeded (bounded by the Job controller).
+    let mut succeeded_at = None;
+    let mut succeeded = 0;
+    while t0.elapsed() < Duration::from_secs(180) {
+        if let Some((now, _)) = rss(pid) {
+            peak_sampled = peak_sampled.max(now);
+        }
+        let list = trs.list(&ListParams::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .filter(|t| t.status.as_ref().and_then(|s| s.phase) == Some(Phase::Succeeded))
+            .count();
+        succeeded = done;
+        if done >= n {
+            succeeded_at = Some(t0.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (rss_end, hwm_end) = rss(pid).ok_or("operator gone")?;
+    let metrics = Command::new("curl")
+        .args(["-fsS", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()?;
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let count = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or("?")
+            .to_string()
+    };
+
+    println!("TaskRuns:                          {n}");
+    println!(
+        "created (64 in flight) in:         {:.2} s",
+        applied.as_secs_f64()
+    );
+    println!(
+        "all Jobs + ConfigMaps exist after: {:.2} s  (target <= 30 s)",
+        children_done.as_secs_f64()
+    );
+    match succeeded_at {
+        Some(t) => println!(
+            "all TaskRuns Succeeded after:      {:.2} s",
+            t.as_secs_f64()
+        ),
+        None => println!("TaskRuns Succeeded within 180 s:   {succeeded} of {n}"),
+    }
+    println!("operator RSS idle (leader, 0 TRs): {:.1} MiB", mib(idle));
+    println!(
+        "operator peak RSS (VmHWM) when all children existed: {:.1} MiB  (target <= 64 MiB)",
+        mib(hwm_children)
+    );
+    println!(
+        "operator peak RSS (VmHWM) at the end: {:.1} MiB; RSS at the end: {:.1} MiB",
+        mib(hwm_end),
+        mib(rss_end)
+    );
+    println!(
+        "reconciles ok: {}; reconcile errors: {}",
+        count("orchestrator_operator_reconciles_total{outcome=\"ok\"}"),
+        count("orchestrator_operator_reconcile_errors_total")
+    );
+    Ok(())
+}
