@@ -538,3 +538,92 @@ async fn chart_rbac_lets_the_operator_reconcile_and_refuses_what_it_does_not_nee
     work.delete().await?;
     system.delete().await
 }
+
+/// The rules of one rendered Role/ClusterRole: (group, resource) -> verbs.
+type Rules = std::collections::BTreeMap<(String, String), std::collections::BTreeSet<String>>;
+
+fn rendered_rules(docs: &[serde_json::Value], kind: &str, name_suffix: &str) -> Result<Rules> {
+    let role = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(name_suffix))
+        })
+        .with_context(|| format!("a {kind} named *{name_suffix} in the rendered chart"))?;
+    let mut rules = Rules::new();
+    for rule in role["rules"].as_array().context("rules")? {
+        let strings = |key: &str| -> Vec<String> {
+            rule[key]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for group in strings("apiGroups") {
+            for resource in strings("resources") {
+                rules
+                    .entry((group.clone(), resource))
+                    .or_default()
+                    .extend(strings("verbs"));
+            }
+        }
+    }
+    Ok(rules)
+}
+
+#[test]
+#[ignore = "needs helm from the control-plane build (run ./test)"]
+fn chart_grants_exactly_the_verbs_the_operator_lists() -> Result<()> {
+    let rendered = success(
+        "helm template",
+        Command::new(bin_dir()?.join("helm"))
+            .args(["template", "r", &chart(), "--kube-version"])
+            .arg(pinned_version("K8S_VERSION")?)
+            .output()?,
+    )?;
+    let docs: Vec<serde_json::Value> = rendered
+        .split("\n---")
+        .filter(|d| d.contains("kind:"))
+        .map(serde_saphyr::from_str)
+        .collect::<std::result::Result<_, _>>()?;
+    let cluster = rendered_rules(&docs, "ClusterRole", "-operator")?;
+    let local = rendered_rules(&docs, "Role", "-operator-local")?;
+
+    let mut want_cluster = Rules::new();
+    let mut want_local = Rules::new();
+    for rule in orchestrator_operator::rbac::RULES {
+        // Leases live only in the release namespace; everything else wherever TaskRuns are.
+        let target = if rule.resource == "leases" {
+            &mut want_local
+        } else {
+            &mut want_cluster
+        };
+        target
+            .entry((rule.group.to_string(), rule.resource.to_string()))
+            .or_default()
+            .extend(rule.verbs.iter().map(|v| v.to_string()));
+    }
+    assert_eq!(cluster, want_cluster, "ClusterRole vs operator/src/rbac.rs");
+    // The local Role adds read access to the catalog ConfigMap (by name), for installs where the
+    // ClusterRole becomes a Role in another namespace (watchNamespace).
+    let mut local_without_catalog = local.clone();
+    let catalog = local_without_catalog.remove(&(String::new(), "configmaps".to_string()));
+    assert_eq!(
+        catalog.map(|v| v.into_iter().collect::<Vec<_>>()),
+        Some(vec![
+            "get".to_string(),
+            "list".to_string(),
+            "watch".to_string()
+        ])
+    );
+    assert_eq!(
+        local_without_catalog, want_local,
+        "local Role vs operator/src/rbac.rs"
+    );
+    Ok(())
+}
