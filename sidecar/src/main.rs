@@ -38,6 +38,10 @@ struct Args {
     /// Milliseconds of quiet after a change in the config directory before reloading.
     #[arg(long, default_value_t = 50)]
     reload_debounce_ms: u64,
+    /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
+    /// serves one agent, and cross-thread wake-ups cost more than they buy.
+    #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
+    threads: usize,
 }
 
 #[derive(Subcommand)]
@@ -60,7 +64,6 @@ fn main() -> ExitCode {
         eprintln!("error: --config PATH is required (or MCP_PROXY_CONFIG)");
         return ExitCode::from(2);
     };
-    telemetry::init_logs(args.log_format);
     let options = Options {
         config,
         stdio: args.stdio,
@@ -81,7 +84,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(orchestrator_mcp_proxy::run(options)) {
+    let log_format = args.log_format;
+    let result = runtime.block_on(async move {
+        // Inside the runtime: the OTLP exporter needs it.
+        let _telemetry = telemetry::init(log_format);
+        orchestrator_mcp_proxy::run(options).await
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

@@ -24,6 +24,7 @@ use rmcp::{
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{
     audit::{self, Audit, Outcome},
@@ -34,6 +35,7 @@ use crate::{
     names::ServerName,
     router::{Lookup, Route, Router},
     session::{ListKind, Registry, SessionRef},
+    telemetry,
     upstream::{Connection, StartReason, handler::UpstreamEvent, pool::Pool},
 };
 
@@ -275,8 +277,12 @@ impl Proxy {
             }
         };
         let timeout = snap.config.call_timeout;
-        let result = self.forward(&route, &req, timeout).await;
-        self.finish(&snap, &req, &route, started, &result);
+        let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
+        let result = self
+            .forward(&route, &req, timeout)
+            .instrument(span.clone())
+            .await;
+        self.finish(&snap, &req, &route, started, &result, &span);
         result.map_err(|e| e.to_mcp())
     }
 
@@ -389,9 +395,11 @@ impl Proxy {
             .routes
             .begin(req.session.clone(), req.request_id.clone(), client_token);
         let modern = conn.protocol >= rmcp::model::ProtocolVersion::V_2026_07_28;
+        let mut meta = upstream_meta(&req.meta, modern);
+        telemetry::inject(&tracing::Span::current(), &mut meta);
         let options = PeerRequestOptions::with_timeout(timeout)
             .reset_timeout_on_progress()
-            .with_meta(upstream_meta(&req.meta, modern));
+            .with_meta(meta);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let gone = |conn: &Arc<Connection>| {
             let conn = conn.clone();
@@ -475,6 +483,20 @@ impl Proxy {
             None => (None, None, None),
         };
         tracing::info!(tool = %req.name, session = %req.session.id, error = %error, "tools/call refused");
+        let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
+        if !span.is_none() {
+            span.record("mcp.server", server.unwrap_or(""));
+            span.record(
+                "mcp.decision",
+                if denied.is_some() {
+                    "denied"
+                } else {
+                    "unknown"
+                },
+            );
+            span.record("mcp.outcome", outcome.as_str());
+            span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
+        }
         // Unknown names are client input: keep them out of metric labels.
         let label_tool = if upstream_tool.is_some() {
             req.name.as_str()
@@ -524,6 +546,7 @@ impl Proxy {
         route: &Route,
         started: Instant,
         result: &Result<CallToolResponse, Error>,
+        span: &tracing::Span,
     ) {
         let (outcome, error) = match result {
             Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
@@ -536,6 +559,12 @@ impl Proxy {
             tracing::warn!(tool = %req.name, server = %route.server.name, error = %e, "tools/call failed");
         }
         let elapsed = started.elapsed();
+        if !span.is_none() {
+            span.record("mcp.server", route.server.name.as_str());
+            span.record("mcp.decision", "allowed");
+            span.record("mcp.outcome", outcome.as_str());
+            span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
+        }
         self.metrics.call(
             route.server.name.as_str(),
             &req.name,

@@ -3,6 +3,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
+use axum::serve::ListenerExt;
 use orchestrator_crds::proxy::DEFAULT_LISTEN;
 use rmcp::ServiceExt;
 use tokio::sync::mpsc;
@@ -102,7 +103,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?
+            // Small JSON-RPC messages must not wait for Nagle's algorithm.
+            .tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
         let app = http::app(proxy.clone(), listen, sessions_cancel.clone());
         tracing::info!(%listen, "serving MCP at http://{listen}/mcp");
         let accept = accept_cancel.clone();

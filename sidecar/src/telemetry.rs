@@ -1,8 +1,34 @@
 //! Logs and traces. Logs go to stderr (stdout may be the MCP transport), as JSON when asked.
-//! A span per `tools/call` is created only when OTLP export is on (`OTEL_EXPORTER_OTLP_ENDPOINT`
-//! set), so tracing costs nothing otherwise.
+//!
+//! A span per `tools/call` exists only when OTLP export is configured
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`): otherwise no
+//! exporter, no layer and no span is created, so tracing costs one atomic load per call. The
+//! protocol follows `OTEL_EXPORTER_OTLP_PROTOCOL` (`grpc`, the default, `http/protobuf` or
+//! `http/json`). Spans are children of the client's trace context when the request carries a
+//! W3C `traceparent` in `_meta`, and the upstream gets the proxy span's context.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+use opentelemetry::{
+    propagation::{Extractor, TextMapPropagator},
+    trace::TracerProvider as _,
+};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::{
+    Resource,
+    propagation::TraceContextPropagator,
+    runtime::TokioCurrentThread,
+    trace::{SdkTracerProvider, span_processor_with_async_runtime::BatchSpanProcessor},
+};
+use rmcp::model::RequestMetaObject;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Target of the per-call spans (the only spans exported).
+pub const CALL_TARGET: &str = "orchestrator_mcp_proxy::call";
 
 static TRACING_ON: AtomicBool = AtomicBool::new(false);
 
@@ -18,32 +44,160 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the stderr logger. `RUST_LOG` overrides the default filter.
-pub fn init_logs(format: LogFormat) {
+/// Keeps the exporter alive; flushes pending spans when dropped.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("flushing traces: {e}");
+        }
+    }
+}
+
+/// Installs the stderr logger and, when configured, the OTLP exporter. Call inside the runtime.
+/// `RUST_LOG` overrides the default log filter.
+pub fn init(format: LogFormat) -> Telemetry {
     use std::io::IsTerminal;
 
-    use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+    use tracing_subscriber::{EnvFilter, Layer, filter::Targets, fmt, prelude::*};
     // rmcp logs every message at info and every error response at warn; the proxy logs what
     // matters itself.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=error"));
-    let registry = tracing_subscriber::registry().with(filter);
     let ansi = std::io::stderr().is_terminal();
-    let result = match format {
-        LogFormat::Text => registry
-            .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
-            .try_init(),
-        LogFormat::Json => registry
-            .with(
-                fmt::layer()
-                    .json()
-                    .flatten_event(true)
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
+    let logs = match format {
+        LogFormat::Text => fmt::layer()
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Json => fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_writer(std::io::stderr)
+            .boxed(),
     };
+    let provider = exporter();
+    let otel = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("orchestrator-mcp-proxy"))
+            .with_filter(Targets::new().with_target(CALL_TARGET, tracing::Level::INFO))
+    });
+    let result = tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(otel)
+        .try_init();
     if result.is_err() {
         eprintln!("a logger was already installed");
     }
-    let _ = &TRACING_ON;
+    if provider.is_some() {
+        TRACING_ON.store(true, Ordering::Relaxed);
+        tracing::info!("exporting a span per tools/call over OTLP");
+    }
+    Telemetry { provider }
+}
+
+fn exporter() -> Option<SdkTracerProvider> {
+    let configured = [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|s| !s.is_empty()));
+    if !configured {
+        return None;
+    }
+    let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        .unwrap_or_else(|_| "grpc".into());
+    // The endpoint and headers are read from the standard variables by the exporter itself.
+    let built = match protocol.as_str() {
+        "grpc" => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build(),
+        "http/protobuf" => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .build(),
+        "http/json" => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpJson)
+            .build(),
+        other => {
+            eprintln!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL={other:?} is not supported (grpc, http/protobuf, http/json); not exporting traces"
+            );
+            return None;
+        }
+    };
+    let exporter = match built {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("cannot set up the OTLP exporter ({protocol}): {e}; not exporting traces");
+            return None;
+        }
+    };
+    // Exports run on their own thread and runtime, so a current-thread proxy runtime can block
+    // on the final flush without deadlocking.
+    let processor = BatchSpanProcessor::builder(exporter, TokioCurrentThread).build();
+    let resource = Resource::builder()
+        .with_service_name("orchestrator-mcp-proxy")
+        .build();
+    Some(
+        SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_resource(resource)
+            .build(),
+    )
+}
+
+/// The span of one `tools/call`, child of the client's trace context when it sent one.
+/// `Span::none()` when tracing is off.
+pub fn call_span(tool: &str, session: impl std::fmt::Display, meta: &RequestMetaObject) -> Span {
+    if !tracing_on() {
+        return Span::none();
+    }
+    let span = tracing::info_span!(
+        target: CALL_TARGET,
+        "tools/call",
+        otel.name = %format!("tools/call {tool}"),
+        otel.kind = "server",
+        mcp.tool = %tool,
+        mcp.session = %session,
+        mcp.server = tracing::field::Empty,
+        mcp.decision = tracing::field::Empty,
+        mcp.outcome = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+    );
+    let parent = TraceContextPropagator::new().extract(&MetaCarrier(meta));
+    let _ = span.set_parent(parent);
+    span
+}
+
+/// Replaces the client's trace context in the upstream's `_meta` with the call span's, so the
+/// upstream's work is a child of the proxy's span. No-op when tracing is off.
+pub fn inject(span: &Span, meta: &mut RequestMetaObject) {
+    if !tracing_on() || span.is_none() {
+        return;
+    }
+    let mut fields = HashMap::new();
+    TraceContextPropagator::new().inject_context(&span.context(), &mut fields);
+    for (k, v) in fields {
+        meta.0.0.insert(k, serde_json::Value::String(v));
+    }
+}
+
+struct MetaCarrier<'a>(&'a RequestMetaObject);
+
+impl Extractor for MetaCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.0.0.get(key).and_then(|v| v.as_str())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.0.0.keys().map(String::as_str).collect()
+    }
 }

@@ -1,0 +1,408 @@
+//! The proxy's cost, measured against talking to the upstream directly, in one run.
+//!
+//! Upstream: `@modelcontextprotocol/server-everything` (stdio), tool `echo`. Client: rmcp.
+//! - direct: rmcp client -> stdio -> server-everything
+//! - proxied: rmcp client -> streamable HTTP -> proxy (release build) -> stdio -> server-everything
+//!
+//! Reports sequential p50/p99 and the difference (added latency), 16-way concurrent throughput
+//! and the ratio, proxy RSS idle and after load, start-to-ready time, and the time from a
+//! kubelet-style config swap to the client receiving `notifications/tools/list_changed`.
+//!
+//! Run: `cargo bench -p orchestrator-mcp-proxy --bench proxy` (needs `e2e/setup`'s tools).
+//! Sizes: `BENCH_SEQ` (sequential calls per round, default 2000), `BENCH_CONC` (calls per
+//! worker, default 300), `BENCH_ROUNDS` (default 3).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use rmcp::{
+    ClientHandler, RoleClient, ServiceExt,
+    model::{CallToolRequestParams, ClientConfig, JsonObject},
+    service::{NotificationContext, RunningService},
+    transport::{
+        StreamableHttpClientTransport, TokioChildProcess,
+        streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+use tokio::sync::mpsc;
+
+const PROXY: &str = env!("CARGO_BIN_EXE_orchestrator-mcp-proxy");
+const WORKERS: usize = 16;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Tools {
+    node: PathBuf,
+    everything: PathBuf,
+}
+
+fn tools() -> Result<Tools> {
+    let root = std::env::var_os("ORCH_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/orchestrator/tools")
+        });
+    let t = Tools {
+        node: root.join("node/node_modules/.bin/node"),
+        everything: root
+            .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+    };
+    for p in [&t.node, &t.everything] {
+        if !p.exists() {
+            bail!(
+                "{} is missing: run e2e/setup to install the MCP test tools",
+                p.display()
+            );
+        }
+    }
+    Ok(t)
+}
+
+/// Sends each `tools/list_changed` arrival time to the bench.
+#[derive(Clone)]
+struct Listener(mpsc::UnboundedSender<Instant>);
+
+impl ClientHandler for Listener {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.0.send(Instant::now());
+    }
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+}
+
+type Client = RunningService<RoleClient, Listener>;
+
+async fn direct_client(t: &Tools, listener: Listener) -> Result<Client> {
+    let mut cmd = tokio::process::Command::new(&t.node);
+    cmd.arg(&t.everything).arg("stdio").stderr(Stdio::null());
+    Ok(listener.serve(TokioChildProcess::new(cmd)?).await?)
+}
+
+async fn http_client(url: &str, listener: Listener) -> Result<Client> {
+    // A client that keeps its connection (rmcp's default client opens one per request).
+    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
+        StreamableHttpClientTransportConfig::with_uri(url),
+    );
+    Ok(listener.serve(transport).await?)
+}
+
+fn echo(name: &str) -> CallToolRequestParams {
+    let mut args = JsonObject::new();
+    args.insert(
+        "message".into(),
+        serde_json::json!("benchmark payload of a typical small size"),
+    );
+    CallToolRequestParams::new(name.to_string()).with_arguments(args)
+}
+
+async fn sequential(client: &Client, tool: &str, n: usize) -> Result<Vec<Duration>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let r = client.peer().call_tool(echo(tool)).await?;
+        out.push(start.elapsed());
+        if r.is_error == Some(true) {
+            bail!("{tool} failed: {r:?}");
+        }
+    }
+    Ok(out)
+}
+
+/// `WORKERS` tasks sharing one connection, `per_worker` calls each; returns calls per second.
+async fn concurrent(client: &Client, tool: &str, per_worker: usize) -> Result<f64> {
+    let peer = client.peer().clone();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..WORKERS {
+        let peer = peer.clone();
+        let tool = tool.to_string();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per_worker {
+                peer.call_tool(echo(&tool)).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok((WORKERS * per_worker) as f64 / start.elapsed().as_secs_f64())
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// (VmRSS, VmHWM) in KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Writes proxy.yaml the way the kubelet updates a ConfigMap volume; returns when renamed.
+fn write_configmap(dir: &Path, text: &str, generation: u32) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let data = format!("..gen{generation}");
+    std::fs::create_dir_all(dir.join(&data))?;
+    std::fs::write(dir.join(&data).join("proxy.yaml"), text)?;
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&data, &tmp)?;
+    std::fs::rename(&tmp, dir.join("..data"))?;
+    if std::fs::symlink_metadata(dir.join("proxy.yaml")).is_err() {
+        std::os::unix::fs::symlink("..data/proxy.yaml", dir.join("proxy.yaml"))?;
+    }
+    Ok(())
+}
+
+fn config(t: &Tools, allow: &[&str]) -> String {
+    serde_json::json!({
+        "task": {"name": "bench"},
+        "servers": [{
+            "name": "every",
+            "stdio": {"command": t.node, "args": [t.everything, "stdio"]},
+            "tools": {"allow": allow},
+        }],
+    })
+    .to_string()
+}
+
+struct ProxyProcess {
+    child: tokio::process::Child,
+    url: String,
+    port: u16,
+}
+
+async fn start_proxy(dir: &Path, cache: &Path) -> Result<(ProxyProcess, Duration)> {
+    let port = free_port()?;
+    let log = std::fs::File::create(dir.join("../proxy.log"))?;
+    let started = Instant::now();
+    let child = tokio::process::Command::new(PROXY)
+        .arg("--config")
+        .arg(dir.join("proxy.yaml"))
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--cache-dir")
+        .arg(cache)
+        .stderr(log)
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the proxy")?;
+    // Readiness as kubelet would see it: the first 200 from /readyz.
+    let http = reqwest::Client::new();
+    let ready_url = format!("http://127.0.0.1:{port}/readyz");
+    loop {
+        if let Ok(r) = http.get(&ready_url).send().await
+            && r.status().is_success()
+        {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            bail!("the proxy did not become ready");
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let ready = started.elapsed();
+    Ok((
+        ProxyProcess {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            port,
+        },
+        ready,
+    ))
+}
+
+async fn stop(mut p: ProxyProcess) -> Result<()> {
+    if let Some(pid) = p
+        .child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    tokio::time::timeout(Duration::from_secs(15), p.child.wait()).await??;
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let t = tools()?;
+    let seq_n = env_usize("BENCH_SEQ", 2000);
+    let per_worker = env_usize("BENCH_CONC", 300);
+    let rounds = env_usize("BENCH_ROUNDS", 3);
+    let work = tempfile::tempdir()?;
+    let cm = work.path().join("configmap");
+    let cache = work.path().join("cache");
+    let mut generation = 0;
+    write_configmap(&cm, &config(&t, &["echo", "get-sum"]), generation)?;
+
+    // Start-to-ready, on a cold cache, several times.
+    let mut readies = Vec::new();
+    for _ in 0..5 {
+        let (p, ready) = start_proxy(&cm, &cache).await?;
+        readies.push(ready);
+        stop(p).await?;
+    }
+    readies.sort();
+
+    let (proxy, _) = start_proxy(&cm, &cache).await?;
+    let proxy_pid = proxy.child.id().context("proxy pid")?;
+    let (rss_idle, _) = rss_kib(proxy_pid);
+
+    let (tx, mut notifications) = mpsc::unbounded_channel();
+    let direct = direct_client(&t, Listener(tx.clone())).await?;
+    let proxied = http_client(&proxy.url, Listener(tx)).await?;
+    proxied.peer().list_all_tools().await?;
+
+    // Warm up both paths (JIT in node, connections, allocator).
+    sequential(&direct, "echo", 300).await?;
+    sequential(&proxied, "every__echo", 300).await?;
+
+    let (mut d_seq, mut p_seq, mut d_tp, mut p_tp) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        d_seq.extend(sequential(&direct, "echo", seq_n).await?);
+        p_seq.extend(sequential(&proxied, "every__echo", seq_n).await?);
+        d_tp.push(concurrent(&direct, "echo", per_worker).await?);
+        p_tp.push(concurrent(&proxied, "every__echo", per_worker).await?);
+    }
+    let (rss_loaded, rss_peak) = rss_kib(proxy_pid);
+    // Diagnostic: the HTTP front alone (tools/list is answered by the proxy, no upstream).
+    let mut front = Vec::with_capacity(seq_n);
+    for _ in 0..seq_n {
+        let start = Instant::now();
+        proxied.peer().list_tools(None).await?;
+        front.push(start.elapsed());
+    }
+    front.sort();
+    d_seq.sort();
+    p_seq.sort();
+    let d_tp_mean = d_tp.iter().sum::<f64>() / d_tp.len() as f64;
+    let p_tp_mean = p_tp.iter().sum::<f64>() / p_tp.len() as f64;
+
+    // Swap -> list_changed: alternate between two allow lists so every swap changes the tools.
+    while notifications.try_recv().is_ok() {}
+    let mut swaps = Vec::new();
+    for i in 0..10 {
+        generation += 1;
+        let allow: &[&str] = if i % 2 == 0 {
+            &["echo"]
+        } else {
+            &["echo", "get-sum"]
+        };
+        let text = config(&t, allow);
+        let before = Instant::now();
+        write_configmap(&cm, &text, generation)?;
+        let at = tokio::time::timeout(Duration::from_secs(5), notifications.recv())
+            .await
+            .context("no list_changed within 5 s")?
+            .context("client gone")?;
+        swaps.push(at.duration_since(before));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        while notifications.try_recv().is_ok() {}
+    }
+    swaps.sort();
+
+    let mut direct = direct;
+    let mut proxied = proxied;
+    let _ = proxied.close().await;
+    let _ = direct.close().await;
+    let port = proxy.port;
+    stop(proxy).await?;
+
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    println!("## orchestrator-mcp-proxy benchmark");
+    println!();
+    println!(
+        "upstream: server-everything `echo` over stdio; client: rmcp 3.9 (HTTP keep-alive); {cpus} CPUs"
+    );
+    println!(
+        "sequential: {rounds} x {seq_n} calls per path; concurrent: {rounds} x {WORKERS} workers x {per_worker} calls per path; proxy port {port}"
+    );
+    println!();
+    println!("| metric | direct (stdio) | through proxy (HTTP) | added / ratio | target |");
+    println!("|---|---|---|---|---|");
+    let (dp50, pp50) = (pct(&d_seq, 0.50), pct(&p_seq, 0.50));
+    let (dp99, pp99) = (pct(&d_seq, 0.99), pct(&p_seq, 0.99));
+    println!(
+        "| sequential p50 | {:.3} ms | {:.3} ms | +{:.3} ms | <= 0.15 ms added |",
+        ms(dp50),
+        ms(pp50),
+        ms(pp50) - ms(dp50)
+    );
+    println!(
+        "| sequential p99 | {:.3} ms | {:.3} ms | +{:.3} ms | <= 0.5 ms added |",
+        ms(dp99),
+        ms(pp99),
+        ms(pp99) - ms(dp99)
+    );
+    println!(
+        "| 16-way throughput | {:.0} calls/s | {:.0} calls/s | {:.1} % of direct | >= 90 % |",
+        d_tp_mean,
+        p_tp_mean,
+        100.0 * p_tp_mean / d_tp_mean
+    );
+    println!(
+        "| diagnostic: tools/list via the proxy (front only, p50 / p99) | | {:.3} ms / {:.3} ms | | |",
+        ms(pct(&front, 0.5)),
+        ms(pct(&front, 0.99))
+    );
+    println!(
+        "| proxy RSS idle (no upstream yet) | | {:.1} MiB | | <= 10 MiB |",
+        rss_idle as f64 / 1024.0
+    );
+    println!(
+        "| proxy RSS after load (peak) | | {:.1} MiB ({:.1} MiB) | | |",
+        rss_loaded as f64 / 1024.0,
+        rss_peak as f64 / 1024.0
+    );
+    println!(
+        "| start to ready (median / max of {}) | | {:.1} ms / {:.1} ms | | <= 20 ms |",
+        readies.len(),
+        ms(pct(&readies, 0.5)),
+        ms(*readies.last().unwrap_or(&Duration::ZERO))
+    );
+    println!(
+        "| config swap to list_changed (median / max of {}) | | {:.1} ms / {:.1} ms | | <= 100 ms |",
+        swaps.len(),
+        ms(pct(&swaps, 0.5)),
+        ms(*swaps.last().unwrap_or(&Duration::ZERO))
+    );
+    Ok(())
+}
