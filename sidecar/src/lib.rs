@@ -13,6 +13,7 @@
 //! - [`session`]: client sessions and `list_changed` fan-out.
 //! - [`reload`]: hot reload of the mounted config (kubelet `..data` swap).
 //! - [`audit`], [`metrics`], [`telemetry`]: one JSON line per call, Prometheus, logs and spans.
+//! - [`probe`]: the exec-probe HTTP check (`orchestrator-mcp-proxy probe URL`).
 //! - [`reaper`]: reaps orphaned grandchildren when the proxy is PID 1.
 //! - [`run`]: wiring and shutdown.
 
@@ -23,6 +24,7 @@ pub mod filter;
 pub mod metrics;
 pub mod names;
 pub mod passthrough;
+pub mod probe;
 pub mod proxy;
 pub mod reaper;
 pub mod reload;

@@ -20,7 +20,9 @@ struct Args {
     /// endpoints (/mcp, /healthz, /readyz, /metrics, /tools) there.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Directory for cached tool lists, so a restarted proxy answers without starting servers.
+    /// Directory for cached tool lists, so a restarted proxy answers without starting servers
+    /// (default: $TMPDIR/orchestrator-mcp-proxy; in the pod /tmp is an emptyDir that outlives
+    /// container restarts). `--cache-dir ""` keeps lists in memory only.
     #[arg(long, env = "MCP_PROXY_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
     /// Log format on stderr.
@@ -46,6 +48,9 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Health probe for exec probes: GET the URL (e.g. http://127.0.0.1:8080/readyz), exit 0 on
+    /// a 2xx answer within 2 s, 1 otherwise. Lets kubelet probe a proxy bound to loopback.
+    Probe { url: String },
     /// Check a config file: print every problem with its code, exit non-zero on errors.
     Validate {
         file: PathBuf,
@@ -57,8 +62,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(Command::Validate { file, json }) = &args.command {
-        return validate(file, *json);
+    match &args.command {
+        Some(Command::Validate { file, json }) => return validate(file, *json),
+        Some(Command::Probe { url }) => return probe(url),
+        None => {}
     }
     let Some(config) = args.config.clone() else {
         eprintln!("error: --config PATH is required (or MCP_PROXY_CONFIG)");
@@ -68,7 +75,11 @@ fn main() -> ExitCode {
         config,
         stdio: args.stdio,
         listen: args.listen,
-        cache_dir: args.cache_dir,
+        cache_dir: match args.cache_dir {
+            Some(dir) if dir.as_os_str().is_empty() => None,
+            Some(dir) => Some(dir),
+            None => Some(std::env::temp_dir().join("orchestrator-mcp-proxy")),
+        },
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
         kill_grace: Duration::from_secs(args.kill_grace_seconds),
         start_timeout: Duration::from_secs(args.start_timeout_seconds),
@@ -125,5 +136,19 @@ fn validate(file: &std::path::Path, json: bool) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+fn probe(url: &str) -> ExitCode {
+    match orchestrator_mcp_proxy::probe::get(url, std::time::Duration::from_secs(2)) {
+        Ok(status) if (200..300).contains(&status) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("{url}: HTTP {status}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{url}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

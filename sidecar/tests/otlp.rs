@@ -1,9 +1,10 @@
 //! Tracing over OTLP, end to end: the real proxy binary with a real upstream (server-everything),
 //! an rmcp client sending a W3C `traceparent` in `_meta`, and an OTLP/HTTP JSON receiver standing
-//! in for the collector. Proves a span per `tools/call`, parented to the client's trace, with the
+//! in for the collector (OTLP/HTTP JSON and OTLP/gRPC). Proves a span per `tools/call`, parented to the client's trace, with the
 //! decision and outcome, exported only because `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 
 use std::{
+    collections::HashMap,
     path::PathBuf,
     process::Stdio,
     sync::{Arc, Mutex},
@@ -11,6 +12,13 @@ use std::{
 };
 
 use axum::{Router, body::Bytes, extract::State, routing::post};
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+        trace_service_server::{TraceService, TraceServiceServer},
+    },
+    common::v1::any_value,
+};
 use rmcp::{
     ServiceExt,
     model::{CallToolRequest, CallToolRequestParams, ClientRequest, JsonObject, RequestMetaObject},
@@ -32,17 +40,127 @@ fn tools_dir() -> PathBuf {
         })
 }
 
-fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
-    span["attributes"]
-        .as_array()?
-        .iter()
-        .find(|a| a["key"] == key)
-        .and_then(|a| a["value"]["stringValue"].as_str())
+#[derive(Debug, Clone)]
+struct SpanRec {
+    name: String,
+    trace_id: String,
+    parent: String,
+    attributes: HashMap<String, String>,
+}
+
+type Collected = Arc<Mutex<Vec<SpanRec>>>;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An OTLP/HTTP JSON receiver; returns its endpoint.
+async fn http_json_collector(spans: Collected) -> anyhow::Result<String> {
+    let receiver = Router::new()
+        .route(
+            "/v1/traces",
+            post(|State(spans): State<Collected>, body: Bytes| async move {
+                let export: Value = serde_json::from_slice(&body).unwrap_or_default();
+                let found = export["resourceSpans"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|r| r["scopeSpans"].as_array().cloned().unwrap_or_default())
+                    .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
+                    .map(|s| SpanRec {
+                        name: s["name"].as_str().unwrap_or_default().into(),
+                        trace_id: s["traceId"].as_str().unwrap_or_default().to_lowercase(),
+                        parent: s["parentSpanId"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_lowercase(),
+                        attributes: s["attributes"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|a| {
+                                Some((
+                                    a["key"].as_str()?.to_string(),
+                                    a["value"]["stringValue"].as_str()?.to_string(),
+                                ))
+                            })
+                            .collect(),
+                    });
+                spans.lock().expect("lock").extend(found);
+                "{}"
+            }),
+        )
+        .with_state(spans);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, receiver).await });
+    Ok(format!("http://{addr}"))
+}
+
+struct GrpcCollector(Collected);
+
+#[tonic::async_trait]
+impl TraceService for GrpcCollector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let found = request
+            .into_inner()
+            .resource_spans
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .map(|s| SpanRec {
+                name: s.name,
+                trace_id: hex(&s.trace_id),
+                parent: hex(&s.parent_span_id),
+                attributes: s
+                    .attributes
+                    .into_iter()
+                    .filter_map(|kv| match kv.value?.value? {
+                        any_value::Value::StringValue(v) => Some((kv.key, v)),
+                        _ => None,
+                    })
+                    .collect(),
+            });
+        self.0.lock().expect("lock").extend(found);
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC receiver; returns its endpoint.
+async fn grpc_collector(spans: Collected) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(GrpcCollector(spans)))
+            .serve_with_incoming(incoming),
+    );
+    Ok(format!("http://{addr}"))
 }
 
 #[tokio::test]
 #[ignore = "needs MCP test tools from e2e/setup"]
-async fn each_tools_call_is_a_span_under_the_clients_trace() -> anyhow::Result<()> {
+async fn spans_are_exported_over_otlp_http_json() -> anyhow::Result<()> {
+    let spans = Collected::default();
+    let endpoint = http_json_collector(spans.clone()).await?;
+    check_spans(&endpoint, "http/json", spans).await
+}
+
+#[tokio::test]
+#[ignore = "needs MCP test tools from e2e/setup"]
+async fn spans_are_exported_over_otlp_grpc() -> anyhow::Result<()> {
+    let spans = Collected::default();
+    let endpoint = grpc_collector(spans.clone()).await?;
+    check_spans(&endpoint, "grpc", spans).await
+}
+
+/// Runs the proxy exporting to `endpoint`, makes an allowed and a denied call under a client
+/// trace, stops the proxy (which flushes), and checks what the collector got.
+async fn check_spans(endpoint: &str, protocol: &str, spans: Collected) -> anyhow::Result<()> {
     let tools = tools_dir();
     let node = tools.join("node/node_modules/.bin/node");
     let everything =
@@ -51,25 +169,6 @@ async fn each_tools_call_is_a_span_under_the_clients_trace() -> anyhow::Result<(
         node.exists() && everything.exists(),
         "run e2e/setup to install the MCP test tools"
     );
-
-    // The collector stand-in: keeps every OTLP/HTTP JSON export request.
-    let exports: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let receiver = Router::new()
-        .route(
-            "/v1/traces",
-            post(
-                |State(exports): State<Arc<Mutex<Vec<Value>>>>, body: Bytes| async move {
-                    if let Ok(v) = serde_json::from_slice(&body) {
-                        exports.lock().expect("lock").push(v);
-                    }
-                    "{}"
-                },
-            ),
-        )
-        .with_state(exports.clone());
-    let collector = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let collector_addr = collector.local_addr()?;
-    tokio::spawn(async move { axum::serve(collector, receiver).await });
 
     let dir = tempfile::tempdir()?;
     let config = serde_json::json!({
@@ -89,11 +188,8 @@ async fn each_tools_call_is_a_span_under_the_clients_trace() -> anyhow::Result<(
         .arg(dir.path().join("proxy.yaml"))
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://{collector_addr}"),
-        )
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -145,38 +241,20 @@ async fn each_tools_call_is_a_span_under_the_clients_trace() -> anyhow::Result<(
     }
     tokio::time::timeout(Duration::from_secs(20), proxy.wait()).await??;
 
-    let spans: Vec<Value> = exports
-        .lock()
-        .expect("lock")
-        .iter()
-        .flat_map(|e| e["resourceSpans"].as_array().cloned().unwrap_or_default())
-        .flat_map(|r| r["scopeSpans"].as_array().cloned().unwrap_or_default())
-        .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
-        .collect();
-    let find = |name: &str| spans.iter().find(|s| s["name"] == name).cloned();
+    let spans = spans.lock().expect("lock").clone();
+    let find = |name: &str| spans.iter().find(|s| s.name == name).cloned();
+    let attr = |s: &SpanRec, k: &str| s.attributes.get(k).cloned();
     let echo =
         find("tools/call every__echo").unwrap_or_else(|| panic!("no echo span in {spans:#?}"));
-    assert_eq!(
-        echo["traceId"].as_str().map(str::to_lowercase).as_deref(),
-        Some(TRACE_ID)
-    );
-    assert_eq!(
-        echo["parentSpanId"]
-            .as_str()
-            .map(str::to_lowercase)
-            .as_deref(),
-        Some(PARENT_SPAN)
-    );
-    assert_eq!(attribute(&echo, "mcp.server"), Some("every"));
-    assert_eq!(attribute(&echo, "mcp.decision"), Some("allowed"));
-    assert_eq!(attribute(&echo, "mcp.outcome"), Some("ok"));
+    assert_eq!(echo.trace_id, TRACE_ID);
+    assert_eq!(echo.parent, PARENT_SPAN);
+    assert_eq!(attr(&echo, "mcp.server").as_deref(), Some("every"));
+    assert_eq!(attr(&echo, "mcp.decision").as_deref(), Some("allowed"));
+    assert_eq!(attr(&echo, "mcp.outcome").as_deref(), Some("ok"));
     let denied =
         find("tools/call every__get-env").unwrap_or_else(|| panic!("no denied span in {spans:#?}"));
-    assert_eq!(attribute(&denied, "mcp.decision"), Some("denied"));
-    assert_eq!(attribute(&denied, "mcp.outcome"), Some("denied"));
-    assert_eq!(
-        denied["traceId"].as_str().map(str::to_lowercase).as_deref(),
-        Some(TRACE_ID)
-    );
+    assert_eq!(attr(&denied, "mcp.decision").as_deref(), Some("denied"));
+    assert_eq!(attr(&denied, "mcp.outcome").as_deref(), Some("denied"));
+    assert_eq!(denied.trace_id, TRACE_ID);
     Ok(())
 }
