@@ -5,6 +5,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -33,10 +34,12 @@ pub fn init(otlp_endpoint: Option<&str>, json: bool) -> Result<Telemetry> {
         tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)
+            .with_filter(filter)
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_filter(filter)
             .boxed()
     };
     let (otel, provider) = match otlp_endpoint {
@@ -55,15 +58,20 @@ pub fn init(otlp_endpoint: Option<&str>, json: bool) -> Result<Telemetry> {
                 )
                 .build();
             let tracer = provider.tracer("orchestrator-operator");
+            // The operator's spans are exported whatever the log level (RUST_LOG filters logs).
+            let spans = Targets::new().with_target("orchestrator_operator", LevelFilter::INFO);
             (
-                Some(tracing_opentelemetry::layer().with_tracer(tracer)),
+                Some(
+                    tracing_opentelemetry::layer()
+                        .with_tracer(tracer)
+                        .with_filter(spans),
+                ),
                 Some(provider),
             )
         }
         None => (None, None),
     };
     tracing_subscriber::registry()
-        .with(filter)
         .with(fmt)
         .with(otel)
         .try_init()
