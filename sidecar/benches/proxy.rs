@@ -150,6 +150,21 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// CPU time (user + system) a process has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    // Fields after the command: state is [0], utime [11], stime [12] (clock ticks, 100/s on Linux).
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
 /// (VmRSS, VmHWM) in KiB.
 fn rss_kib(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -294,12 +309,15 @@ async fn main() -> Result<()> {
 
     let (mut d_seq, mut p_seq, mut d_tp, mut p_tp) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let cpu_before = cpu_time(proxy_pid);
     for _ in 0..rounds {
         d_seq.extend(sequential(&direct, "echo", seq_n).await?);
         p_seq.extend(sequential(&proxied, "every__echo", seq_n).await?);
         d_tp.push(concurrent(&direct, "echo", per_worker).await?);
         p_tp.push(concurrent(&proxied, "every__echo", per_worker).await?);
     }
+    let proxy_cpu = cpu_time(proxy_pid).saturating_sub(cpu_before);
+    let proxied_calls = rounds * (seq_n + WORKERS * per_worker);
     let (rss_loaded, rss_peak) = rss_kib(proxy_pid);
     // Diagnostic: the HTTP front alone (tools/list is answered by the proxy, no upstream).
     let mut front = Vec::with_capacity(seq_n);
@@ -382,6 +400,10 @@ async fn main() -> Result<()> {
         "| diagnostic: tools/list via the proxy (front only, p50 / p99) | | {:.3} ms / {:.3} ms | | |",
         ms(pct(&front, 0.5)),
         ms(pct(&front, 0.99))
+    );
+    println!(
+        "| diagnostic: proxy CPU per proxied call | | {:.0} µs | | |",
+        proxy_cpu.as_secs_f64() * 1e6 / proxied_calls as f64
     );
     println!(
         "| proxy RSS idle (no upstream yet) | | {:.1} MiB | | <= 10 MiB |",

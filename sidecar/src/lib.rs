@@ -9,6 +9,7 @@
 //!   lists, crash/restart handling and shutdown.
 //! - [`proxy`]: the core: current config + tool table, `tools/list`, `tools/call` enforcement.
 //! - [`server`]: the MCP front (streamable HTTP at `/mcp`, or stdio) and the HTTP endpoints.
+//! - [`bridge`]: initialize-era upstreams asking 2026-07-28 clients (input_required rounds).
 //! - [`passthrough`]: prompts, resources, completions, logging level relayed to upstreams.
 //! - [`session`]: client sessions and `list_changed` fan-out.
 //! - [`reload`]: hot reload of the mounted config (kubelet `..data` swap).
@@ -18,6 +19,7 @@
 //! - [`run`]: wiring and shutdown.
 
 pub mod audit;
+pub mod bridge;
 pub mod config;
 pub mod error;
 pub mod filter;

@@ -66,6 +66,7 @@ pub struct Proxy {
     rebuild: tokio::sync::Mutex<()>,
     pub pool: Pool,
     pub passthrough: crate::passthrough::Passthrough,
+    bridge: crate::bridge::Bridge,
     pub sessions: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     audit: Audit,
@@ -81,6 +82,7 @@ impl Proxy {
             rebuild: Default::default(),
             pool,
             passthrough: Default::default(),
+            bridge: Default::default(),
             sessions: Default::default(),
             metrics,
             audit,
@@ -159,15 +161,21 @@ impl Proxy {
         if missing.is_empty() {
             return Ok(snap.router.tools());
         }
-        self.fetch_lists(&missing, session).await;
+        self.fetch_lists(&missing, session, false).await;
         self.rebuild().await;
         Ok(self.snapshot().ok_or(Error::NotReady)?.router.tools())
     }
 
     /// Fetches the lists of `servers` in parallel; returns the failures (also logged).
-    async fn fetch_lists(&self, servers: &[Arc<Server>], session: &SessionRef) -> Vec<Error> {
+    /// `tools/list` does not wait out a restart backoff (it leaves the server out); a call does.
+    async fn fetch_lists(
+        &self,
+        servers: &[Arc<Server>],
+        session: &SessionRef,
+        wait_backoff: bool,
+    ) -> Vec<Error> {
         let fetches = servers.iter().map(|s| async move {
-            let result = self.pool.fetch_list(s, Some(session)).await;
+            let result = self.pool.fetch_list(s, Some(session), wait_backoff).await;
             if let Err(e) = &result {
                 tracing::warn!(server = %s.name, error = %e, "tool list unavailable; its tools are left out");
             }
@@ -255,7 +263,7 @@ impl Proxy {
                 }
                 Lookup::NeedsLists(servers) if !fetched => {
                     fetched = true;
-                    fetch_errors = self.fetch_lists(&servers, &req.session).await;
+                    fetch_errors = self.fetch_lists(&servers, &req.session, true).await;
                     if self.rebuild().await {
                         self.notify(ListKind::Tools).await;
                     }
@@ -317,17 +325,33 @@ impl Proxy {
         params.input_responses = req.input_responses.clone();
         params.request_state = req.request_state.clone();
         let client_token = req.meta.get_progress_token();
+        // The retry of a call the proxy parked for a 2026-07-28 client (see `bridge`).
+        let mut resumed = match req.request_state.as_deref() {
+            Some(state) if state.starts_with(crate::bridge::STATE_PREFIX) => {
+                let Some(pending) = self.bridge.resume(state, req.input_responses.as_ref()) else {
+                    return Err(Error::Other(
+                        "the call this retry continues is gone (finished, timed out or the proxy restarted); call the tool again".into(),
+                    ));
+                };
+                Some(pending)
+            }
+            _ => None,
+        };
         for _round in 0..MRTR_MAX_ROUNDS {
-            let result = self
-                .send_call(
-                    &conn,
-                    server,
-                    params.clone(),
-                    req,
-                    client_token.clone(),
-                    timeout,
-                )
-                .await?;
+            let result = match resumed.take() {
+                Some(pending) => self.bridged_step(pending, req, timeout).await?,
+                None => {
+                    self.send_call(
+                        &conn,
+                        server,
+                        params.clone(),
+                        req,
+                        client_token.clone(),
+                        timeout,
+                    )
+                    .await?
+                }
+            };
             match result {
                 ServerResult::CallToolResult(mut r) => {
                     // Older upstreams omit `resultType`; 2026-07-28 clients require it (rmcp strips
@@ -391,29 +415,31 @@ impl Proxy {
         client_token: Option<ProgressToken>,
         timeout: Duration,
     ) -> Result<ServerResult, Error> {
-        let guard = conn
-            .routes
-            .begin(req.session.clone(), req.request_id.clone(), client_token);
         let modern = conn.protocol >= rmcp::model::ProtocolVersion::V_2026_07_28;
+        // An initialize-era upstream may ask a 2026-07-28 client things during the call: those
+        // questions become input_required rounds (see `bridge`).
+        let bridged = !req.session.accepts_requests && !modern;
+        let (asks_tx, asks_rx) = if bridged {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let guard = conn.routes.begin(
+            req.session.clone(),
+            req.request_id.clone(),
+            client_token,
+            asks_tx,
+        );
         let mut meta = upstream_meta(&req.meta, modern);
         telemetry::inject(&tracing::Span::current(), &mut meta);
         let options = PeerRequestOptions::with_timeout(timeout)
             .reset_timeout_on_progress()
             .with_meta(meta);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let gone = |conn: &Arc<Connection>| {
-            let conn = conn.clone();
-            let server = server.name.clone();
-            async move {
-                Error::UpstreamGone {
-                    server,
-                    what: conn.gone_reason().await,
-                }
-            }
-        };
         let handle = match conn.peer.send_request_with_option(request, options).await {
             Ok(handle) => handle,
-            Err(_) => return Err(gone(conn).await),
+            Err(_) => return Err(gone(conn, &server.name).await),
         };
         guard.sent(
             handle.id.clone(),
@@ -421,18 +447,57 @@ impl Proxy {
             &conn.forward,
         );
         let id = handle.id.clone();
+        let wait = {
+            let conn = conn.clone();
+            let server = server.name.clone();
+            async move {
+                let result = match handle.await_response().await {
+                    Ok(result) => Ok(result),
+                    Err(rmcp::ServiceError::TransportClosed)
+                    | Err(rmcp::ServiceError::TransportSend(_)) => Err(gone(&conn, &server).await),
+                    Err(rmcp::ServiceError::Timeout { .. }) => {
+                        Err(Error::Timeout { server, timeout })
+                    }
+                    Err(source) => Err(Error::Upstream { server, source }),
+                };
+                drop(guard);
+                result
+            }
+        };
+        if let Some(asks) = asks_rx {
+            // The call must outlive this client request if it asks something: run it on its own.
+            let (done_tx, done) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let _ = done_tx.send(wait.await);
+            });
+            let pending = crate::bridge::Pending { done, asks };
+            let result = self.bridged_step(pending, req, timeout).await;
+            if req.ct.is_cancelled() {
+                cancel_upstream(conn, id).await;
+            }
+            return result;
+        }
         tokio::select! {
-            result = handle.await_response() => match result {
-                Ok(result) => Ok(result),
-                Err(rmcp::ServiceError::TransportClosed) | Err(rmcp::ServiceError::TransportSend(_)) => Err(gone(conn).await),
-                Err(rmcp::ServiceError::Timeout { .. }) => Err(Error::Timeout { server: server.name.clone(), timeout }),
-                Err(source) => Err(Error::Upstream { server: server.name.clone(), source }),
-            },
+            result = wait => result,
             () = req.ct.cancelled() => {
-                let params = rmcp::model::CancelledNotificationParam::new(Some(id), Some("cancelled by the client".into()));
-                let _ = conn.peer.notify_cancelled(params).await;
+                cancel_upstream(conn, id).await;
                 Err(Error::Other("cancelled by the client".into()))
             }
+        }
+    }
+
+    /// Waits for a bridged call: its result, or its next question as an input_required result.
+    async fn bridged_step(
+        &self,
+        pending: crate::bridge::Pending,
+        req: &CallRequest,
+        timeout: Duration,
+    ) -> Result<ServerResult, Error> {
+        // A parked call waits for its client at most this long.
+        let keep = timeout + Duration::from_secs(60);
+        match self.bridge.wait(pending, &req.ct, keep).await {
+            crate::bridge::Step::Done(result) => *result,
+            crate::bridge::Step::Asked(question) => Ok(ServerResult::InputRequiredResult(question)),
         }
     }
 
@@ -669,6 +734,21 @@ impl Proxy {
     pub fn upstream_states(&self) -> HashMap<ServerName, (&'static str, usize)> {
         self.pool.states()
     }
+}
+
+async fn gone(conn: &Arc<Connection>, server: &ServerName) -> Error {
+    Error::UpstreamGone {
+        server: server.clone(),
+        what: conn.gone_reason().await,
+    }
+}
+
+async fn cancel_upstream(conn: &Connection, id: RequestId) {
+    let params = rmcp::model::CancelledNotificationParam::new(
+        Some(id),
+        Some("cancelled by the client".into()),
+    );
+    let _ = conn.peer.notify_cancelled(params).await;
 }
 
 /// Counts a call in flight for draining.

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::routes::{CallRoutes, Forward};
+use crate::bridge::Ask;
 use crate::names::ServerName;
 
 /// Something an upstream told us that changes what the proxy exposes.
@@ -53,19 +54,34 @@ impl Service<RoleClient> for UpstreamHandler {
             Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
             _ => None,
         };
-        let Some((session, front_request)) = self.routes.session_for_request(origin) else {
+        let Some(target) = self.routes.session_for_request(origin) else {
             return Err(ErrorData::new(
                 ErrorCode::INVALID_REQUEST,
                 "no client session is waiting on this server",
                 None,
             ));
         };
+        let (session, front_request) = (target.session, target.front_request);
         if !session.accepts_requests {
-            return Err(ErrorData::new(
-                ErrorCode::INVALID_REQUEST,
-                "the client's session (protocol 2026-07-28) does not accept server-to-client requests",
-                None,
-            ));
+            // A 2026-07-28 client gets the question as an input_required result of its call.
+            let Some(asks) = target.asks else {
+                return Err(ErrorData::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "the client's session (protocol 2026-07-28) takes no server-to-client requests outside a call",
+                    None,
+                ));
+            };
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            if asks.send(Ask { request, answer }).is_err() {
+                return Err(ErrorData::internal_error(
+                    "the call this request belongs to has ended",
+                    None,
+                ));
+            }
+            return tokio::select! {
+                result = answered => result.unwrap_or_else(|_| Err(ErrorData::internal_error("the client did not answer", None))),
+                () = context.ct.cancelled() => Err(ErrorData::internal_error("cancelled", None)),
+            };
         }
         // Relay as is, with the upstream's _meta, and let a cancellation from the upstream
         // cancel the relayed request too.

@@ -119,10 +119,11 @@ impl Pool {
         &self,
         server: &Arc<Server>,
         session: Option<&SessionRef>,
+        wait_backoff: bool,
     ) -> Result<Arc<Vec<Tool>>> {
         let upstream = self.upstream(server);
         let conn = upstream
-            .connect(&StartReason::ListTools, session, false)
+            .connect(&StartReason::ListTools, session, wait_backoff)
             .await?;
         self.list_from(server, &conn).await
     }

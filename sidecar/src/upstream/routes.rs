@@ -17,7 +17,10 @@ use rmcp::model::{
 };
 use tokio::sync::mpsc;
 
-use crate::session::{SessionId, SessionRef};
+use crate::{
+    bridge::Ask,
+    session::{SessionId, SessionRef},
+};
 
 /// Progress that arrived before its call registered is kept this long.
 const EARLY_PROGRESS_TTL: Duration = Duration::from_secs(5);
@@ -38,6 +41,9 @@ struct CallRoute {
     /// The progress token the client gave (what it expects to see), if any.
     client_token: Option<ProgressToken>,
     upstream_token: Option<ProgressToken>,
+    /// For a client that cannot take server-to-client requests: where the upstream's questions
+    /// go instead (see `bridge`).
+    asks: Option<mpsc::UnboundedSender<Ask>>,
     request_id: Option<RequestId>,
 }
 
@@ -50,6 +56,14 @@ struct Inner {
     by_request: HashMap<RequestId, u64>,
     /// The session that used this upstream last (for messages outside any call).
     last_session: Option<SessionRef>,
+}
+
+/// Where a request from the upstream goes.
+pub struct Target {
+    pub session: SessionRef,
+    /// The client's request id of the call it belongs to.
+    pub front_request: Option<RequestId>,
+    pub asks: Option<mpsc::UnboundedSender<Ask>>,
 }
 
 /// The in-flight calls of one upstream connection.
@@ -71,6 +85,7 @@ impl CallRoutes {
         session: SessionRef,
         front_request: RequestId,
         client_token: Option<ProgressToken>,
+        asks: Option<mpsc::UnboundedSender<Ask>>,
     ) -> CallGuard {
         let mut inner = self.lock();
         inner.next += 1;
@@ -84,6 +99,7 @@ impl CallRoutes {
                 client_token,
                 upstream_token: None,
                 request_id: None,
+                asks,
             },
         );
         CallGuard {
@@ -126,22 +142,26 @@ impl CallRoutes {
     /// The session an upstream request (sampling, elicitation, roots) belongs to: the call whose
     /// upstream request id the transport associated it with, else the newest call in flight,
     /// else the session that used this upstream last.
-    /// Also returns the client's request id of that call, when there is one.
-    pub fn session_for_request(
-        &self,
-        origin: Option<&RequestId>,
-    ) -> Option<(SessionRef, Option<RequestId>)> {
+    /// Also returns the client's request id of that call and its question channel, when there
+    /// is a call.
+    pub fn session_for_request(&self, origin: Option<&RequestId>) -> Option<Target> {
         let inner = self.lock();
-        if let Some(call) = origin
+        let call = origin
             .and_then(|id| inner.by_request.get(id))
             .and_then(|c| inner.calls.get(c))
-        {
-            return Some((call.session.clone(), Some(call.front_request.clone())));
+            .or_else(|| inner.calls.values().next_back());
+        if let Some(call) = call {
+            return Some(Target {
+                session: call.session.clone(),
+                front_request: Some(call.front_request.clone()),
+                asks: call.asks.clone(),
+            });
         }
-        if let Some((_, call)) = inner.calls.iter().next_back() {
-            return Some((call.session.clone(), Some(call.front_request.clone())));
-        }
-        inner.last_session.clone().map(|s| (s, None))
+        inner.last_session.clone().map(|session| Target {
+            session,
+            front_request: None,
+            asks: None,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
