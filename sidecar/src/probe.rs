@@ -29,16 +29,24 @@ pub fn get(url: &str, timeout: Duration) -> Result<u16, String> {
         .set_write_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| format!("cannot send: {e}"))?;
-    let mut head = [0u8; 64];
-    let n = stream
-        .read(&mut head)
-        .map_err(|e| format!("no answer: {e}"))?;
-    let line = std::str::from_utf8(&head[..n]).unwrap_or_default();
+    // One write: a request split over several segments is still valid HTTP, but needless.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("cannot send: {e}"))?;
+    // The status line may arrive in pieces; read until its end.
+    let mut head = Vec::with_capacity(64);
+    let mut chunk = [0u8; 64];
+    while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 512 {
+        let n = stream
+            .read(&mut chunk)
+            .map_err(|e| format!("no answer: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&chunk[..n]);
+    }
+    let line = std::str::from_utf8(&head).unwrap_or_default();
     line.split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
@@ -58,8 +66,15 @@ mod tests {
         std::thread::spawn(move || {
             for status in ["200 OK", "503 Service Unavailable"] {
                 let (mut conn, _) = listener.accept().expect("accept");
-                let mut buf = [0u8; 256];
-                let n = conn.read(&mut buf).unwrap_or(0);
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 256];
+                while !buf.ends_with(b"\r\n\r\n") {
+                    match conn.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let n = buf.len();
                 // A malformed request gets a 400, which the probe would report as a failure.
                 let well_formed = buf[..n].starts_with(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1:")
                     && buf[..n].ends_with(b"\r\n\r\n");
