@@ -7,6 +7,9 @@ use clap::Parser;
 
 use crate::render::RenderSettings;
 
+/// The sidecar's default port (the proxy's own default listen address is 127.0.0.1:8080).
+pub const DEFAULT_SIDECAR_PORT: u16 = 8080;
+
 /// Kubernetes operator for orchestrator TaskRuns: renders each TaskRun into a ConfigMap and a Job
 /// whose pod runs the agent with the MCP proxy as a native sidecar.
 #[derive(Parser, Clone, Debug)]
@@ -36,6 +39,11 @@ pub struct Settings {
         default_value = "orchestrator-mcp-proxy:latest"
     )]
     pub sidecar_image: String,
+    /// Loopback port the sidecar serves MCP on in every task pod (change it if the agent image
+    /// needs 8080 for itself).
+    #[arg(long, env = "ORCH_SIDECAR_PORT", default_value_t = DEFAULT_SIDECAR_PORT,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub sidecar_port: u16,
     /// Agent image for TaskRuns that name none.
     #[arg(long, env = "ORCH_AGENT_IMAGE", default_value = "claude-code:latest")]
     pub agent_image: String,
@@ -93,6 +101,7 @@ impl Settings {
                 .sidecar_otlp_endpoint
                 .clone()
                 .or_else(|| self.otlp_endpoint.clone()),
+            sidecar_port: self.sidecar_port,
         }
     }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use orchestrator_crds::proxy::{
-    AuditSpec, DEFAULT_LISTEN, HttpSpec, PROXY_CONFIG_FILE, ProxyConfig, ServerSpec, StdioSpec,
-    TaskRef, ToolFilter, ToolPrefix,
+    AuditSpec, HttpSpec, PROXY_CONFIG_FILE, ProxyConfig, ServerSpec, StdioSpec, TaskRef,
+    ToolFilter, ToolPrefix,
 };
 use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
@@ -35,7 +35,12 @@ pub struct Files {
 }
 
 impl Files {
-    pub fn render(tr: &TaskRun, namespace: &str, resolved: &Resolved<'_>) -> Files {
+    pub fn render(
+        tr: &TaskRun,
+        namespace: &str,
+        resolved: &Resolved<'_>,
+        proxy_addr: &str,
+    ) -> Files {
         let servers = resolved
             .servers
             .iter()
@@ -73,7 +78,7 @@ impl Files {
                 name: tr.name_any(),
                 namespace: namespace.to_string(),
             },
-            listen: DEFAULT_LISTEN.to_string(),
+            listen: proxy_addr.to_string(),
             tool_prefix: ToolPrefix::Server,
             allowed_hosts: Vec::new(),
             call_timeout_seconds: None,
@@ -82,7 +87,7 @@ impl Files {
         };
         Files {
             proxy,
-            mcp_config: pretty(&mcp_config()),
+            mcp_config: pretty(&mcp_config(proxy_addr)),
             settings: pretty(&settings(tr)),
             task: tr.spec.task.prompt.clone(),
         }
@@ -111,12 +116,12 @@ impl Files {
 }
 
 /// The proxy is the agent's only MCP server (used with `--strict-mcp-config`).
-fn mcp_config() -> serde_json::Value {
+fn mcp_config(proxy_addr: &str) -> serde_json::Value {
     json!({
         "mcpServers": {
             PROXY_SERVER_NAME: {
                 "type": "http",
-                "url": format!("http://{DEFAULT_LISTEN}/mcp"),
+                "url": format!("http://{proxy_addr}/mcp"),
             }
         }
     })

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
-use orchestrator_crds::proxy::{DEFAULT_LISTEN, PROXY_CONFIG_FILE};
+use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::files::{MCP_CONFIG_FILE, SETTINGS_FILE, TASK_FILE};
@@ -126,7 +126,7 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
             command: Some(vec![
                 PROXY_BINARY.into(),
                 "probe".into(),
-                format!("http://{DEFAULT_LISTEN}/readyz"),
+                format!("http://{}/readyz", input.settings.proxy_addr()),
             ]),
         }),
         period_seconds: Some(period),
@@ -174,7 +174,7 @@ fn agent_container(input: &JobInput<'_>) -> Container {
         env("ORCHESTRATOR_TASK_FILE", &format!("{TASK_DIR}/{TASK_FILE}")),
         env(
             "ORCHESTRATOR_MCP_URL",
-            &format!("http://{DEFAULT_LISTEN}/mcp"),
+            &format!("http://{}/mcp", input.settings.proxy_addr()),
         ),
         env(
             "ORCHESTRATOR_MCP_CONFIG",

@@ -44,6 +44,15 @@ pub struct RenderSettings {
     pub agent_image: String,
     /// OTLP endpoint handed to every sidecar (`OTEL_EXPORTER_OTLP_ENDPOINT`), if any.
     pub sidecar_otlp_endpoint: Option<String>,
+    /// The loopback port the sidecar serves MCP on (the agent and the probes use it).
+    pub sidecar_port: u16,
+}
+
+impl RenderSettings {
+    /// Where the proxy listens inside the pod: loopback only, the agent is in the same pod.
+    pub fn proxy_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.sidecar_port)
+    }
 }
 
 /// Everything rendered for one TaskRun, before the context version is known.
@@ -137,7 +146,7 @@ pub fn render(
     let resolved = resolve::resolve(&tr.spec, catalog)?;
     let labels = labels(tr);
 
-    let files = files::Files::render(tr, &namespace, &resolved);
+    let files = files::Files::render(tr, &namespace, &resolved, &settings.proxy_addr());
     let config_hash = digest(&files.data(0));
 
     let mut tools = Vec::new();

@@ -17,6 +17,7 @@ fn settings() -> RenderSettings {
         sidecar_image: "ghcr.io/example/orchestrator-mcp-proxy:0.1.0".into(),
         agent_image: "ghcr.io/example/claude-code:1".into(),
         sidecar_otlp_endpoint: None,
+        sidecar_port: crate::settings::DEFAULT_SIDECAR_PORT,
     }
 }
 
@@ -315,4 +316,45 @@ fn agent_settings_follow_the_internal_tool_permissions() {
         Some(1),
         "the proxy is the only server"
     );
+}
+
+#[test]
+fn the_sidecar_port_reaches_the_proxy_the_agent_and_the_probes() {
+    let settings = RenderSettings {
+        sidecar_port: 18123,
+        ..settings()
+    };
+    let plan = render(&task_1001(), &catalog(), &settings).expect("renders");
+    let data = plan.config_map(1).data.expect("data");
+    let proxy: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("proxy.yaml");
+    assert_eq!(proxy.listen, "127.0.0.1:18123");
+    assert!(data["mcp-config.json"].contains("\"http://127.0.0.1:18123/mcp\""));
+    let proxy_container = proxy_container(&plan);
+    for probe in [
+        &proxy_container.startup_probe,
+        &proxy_container.readiness_probe,
+    ] {
+        let command = probe
+            .as_ref()
+            .and_then(|p| p.exec.as_ref())
+            .and_then(|e| e.command.clone())
+            .expect("exec probe");
+        assert_eq!(
+            command.last().map(String::as_str),
+            Some("http://127.0.0.1:18123/readyz")
+        );
+    }
+    let job = plan.job();
+    let agent = &job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod")
+        .containers[0];
+    let url = agent
+        .env
+        .as_ref()
+        .and_then(|env| env.iter().find(|e| e.name == "ORCHESTRATOR_MCP_URL"))
+        .and_then(|e| e.value.clone());
+    assert_eq!(url.as_deref(), Some("http://127.0.0.1:18123/mcp"));
 }
