@@ -2,7 +2,8 @@
 //! of its own, a catalog ConfigMap in it (from `config/catalog.yaml`), and its own operator
 //! running in-process with `--namespace` set to it, so tests run in parallel without meeting.
 //! kwok plays the nodes: pods bound to them run and, owned by a Job, succeed at once; a pod that
-//! must stay unfinished asks for more CPU than any node has, so it stays Pending.
+//! must stay unfinished asks for more CPU than any node has, so it stays Pending. The first test
+//! enforces the "restricted" Pod Security Standard on its namespace.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -233,6 +234,13 @@ fn owned_by(
 #[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
 async fn applied_taskrun_gets_its_configmap_and_job_and_succeeds() -> Result<()> {
     let (client, ns) = setup("op-apply").await?;
+    // Pod Security Admission refuses any pod of this namespace that is not "restricted".
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let label =
+        json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
+    namespaces
+        .patch(&ns.name, &PatchParams::default(), &Patch::Merge(label))
+        .await?;
     let op = Operator::start(&client, &ns.name, &[]).await?;
     let tr = create(&client, &ns.name, &sample("taskrun.yaml", "task-1001")?).await?;
 
@@ -269,7 +277,8 @@ async fn applied_taskrun_gets_its_configmap_and_job_and_succeeds() -> Result<()>
         ["everything", "memory"]
     );
 
-    // The Job controller creates the pod with both containers: the proxy as a native sidecar.
+    // The Job controller creates the pod (admitted as "restricted") with both containers: the
+    // proxy as a native sidecar.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let pod = wait_for("the Job's pod", MINUTE, || async {
         Ok(pods

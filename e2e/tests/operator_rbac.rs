@@ -138,27 +138,24 @@ async fn the_documented_verbs_are_enough_to_run_a_task_end_to_end() -> Result<()
     let patch = json!({"spec": {"toolConfig": {"mcpServers": [{"name": "github", "tools": {"allow": ["list_*"]}}]}}});
     trs.patch("task-1002", &PatchParams::default(), &Patch::Merge(patch))
         .await?;
-    let done = wait_for(
-        "Succeeded, contextVersion 2 and the Job deleted after its TTL",
+    // The operator deletes the Job first and records it in the status right after.
+    wait_for(
+        "Succeeded, contextVersion 2, the Job deleted after its TTL and JobCreated=DeletedAfterTTL",
         MINUTE,
         || async {
-            let t = trs.get("task-1002").await?;
-            let s = t.status.clone().unwrap_or_default();
+            let s = trs.get("task-1002").await?.status.unwrap_or_default();
+            let deleted = s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "JobCreated" && c.reason == "DeletedAfterTTL");
             let ok = s.phase == Some(Phase::Succeeded)
                 && s.context_version == Some(2)
+                && deleted
                 && jobs.get_opt("task-1002").await?.is_none();
-            Ok(ok.then_some(t))
+            Ok(ok.then_some(()))
         },
     )
     .await?;
-    let job_created = done
-        .status
-        .unwrap_or_default()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "JobCreated")
-        .context("JobCreated")?;
-    assert_eq!(job_created.reason, "DeletedAfterTTL");
 
     let _ = stop.send(());
     operator.await??;
