@@ -34,9 +34,9 @@ use status::{Cond, JobState};
 /// The field manager of every write the operator makes.
 pub const MANAGER: &str = "orchestrator-operator";
 
-/// How often a TaskRun is looked at again without any change (a safety net; changes arrive by
-/// watch).
-const RESYNC: Duration = Duration::from_secs(300);
+/// How often an unfinished TaskRun is looked at again without any event: a safety net so a
+/// missed or reordered watch event can delay a status update by a minute at most.
+const RESYNC: Duration = Duration::from_secs(60);
 /// How soon a TaskRun waiting for a Secret (which the operator does not watch) is looked at again.
 const SECRET_RETRY: Duration = Duration::from_secs(10);
 

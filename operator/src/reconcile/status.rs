@@ -114,7 +114,12 @@ pub fn job_state(job: &Job) -> JobState {
             c.message.clone().unwrap_or_else(|| "the Job failed".into()),
             c.last_transition_time.clone(),
         )
-    } else if status.active.unwrap_or(0) > 0 {
+    } else if status.active.unwrap_or(0) > 0
+        || status.succeeded.unwrap_or(0) > 0
+        || status.failed.unwrap_or(0) > 0
+    {
+        // A pod that already finished counts as running until the Job controller sets its
+        // terminal condition, so the phase never steps back from Running to Pending.
         (
             Phase::Running,
             "Running".into(),
@@ -182,6 +187,11 @@ mod tests {
         assert_eq!(job_state(&job(serde_json::json!({}))).phase, Phase::Pending);
         assert_eq!(
             job_state(&job(serde_json::json!({"active": 1}))).phase,
+            Phase::Running
+        );
+        // The pod finished but the Job controller has not set Complete yet: still Running.
+        assert_eq!(
+            job_state(&job(serde_json::json!({"active": 0, "succeeded": 1}))).phase,
             Phase::Running
         );
         let done = job_state(&job(serde_json::json!({"conditions": [
