@@ -10,7 +10,8 @@
 //!
 //! Run: `cargo bench -p orchestrator-mcp-proxy --bench proxy` (needs `e2e/setup`'s tools).
 //! Sizes: `BENCH_SEQ` (sequential calls per round, default 2000), `BENCH_CONC` (calls per
-//! worker, default 300), `BENCH_ROUNDS` (default 3).
+//! worker, default 300), `BENCH_ROUNDS` (default 3). `BENCH_PROXY_BIN` runs another build of the
+//! proxy (e.g. one with symbols, for profiling).
 
 use std::{
     path::{Path, PathBuf},
@@ -223,7 +224,9 @@ async fn start_proxy(dir: &Path, cache: &Path) -> Result<(ProxyProcess, Duration
     let port = free_port()?;
     let log = std::fs::File::create(dir.join("../proxy.log"))?;
     let started = Instant::now();
-    let child = tokio::process::Command::new(PROXY)
+    // BENCH_PROXY_BIN: profile another build of the same binary (e.g. one with symbols).
+    let binary = std::env::var("BENCH_PROXY_BIN").unwrap_or_else(|_| PROXY.to_string());
+    let child = tokio::process::Command::new(binary)
         .arg("--config")
         .arg(dir.join("proxy.yaml"))
         .arg("--listen")

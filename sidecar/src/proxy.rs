@@ -425,6 +425,7 @@ impl Proxy {
         } else {
             (None, None)
         };
+        let wants_progress = client_token.is_some();
         let guard = conn.routes.begin(
             req.session.clone(),
             req.request_id.clone(),
@@ -452,7 +453,12 @@ impl Proxy {
             let server = server.name.clone();
             async move {
                 let result = match handle.await_response().await {
-                    Ok(result) => Ok(result),
+                    Ok(result) => {
+                        if wants_progress {
+                            flush_notifications(&conn).await;
+                        }
+                        Ok(result)
+                    }
                     Err(rmcp::ServiceError::TransportClosed)
                     | Err(rmcp::ServiceError::TransportSend(_)) => Err(gone(&conn, &server).await),
                     Err(rmcp::ServiceError::Timeout { .. }) => {
@@ -740,6 +746,18 @@ async fn gone(conn: &Arc<Connection>, server: &ServerName) -> Error {
     Error::UpstreamGone {
         server: server.clone(),
         what: conn.gone_reason().await,
+    }
+}
+
+/// Waits (briefly) until the notifications the upstream sent before its result are forwarded.
+async fn flush_notifications(conn: &Connection) {
+    let (done, flushed) = tokio::sync::oneshot::channel();
+    if conn
+        .forward
+        .send(crate::upstream::routes::Forward::Barrier(done))
+        .is_ok()
+    {
+        let _ = tokio::time::timeout(Duration::from_secs(1), flushed).await;
     }
 }
 

@@ -32,6 +32,9 @@ pub enum Forward {
     Notification(ServerNotification),
     /// A call registered its upstream progress token: deliver anything that came early.
     Registered(ProgressToken),
+    /// Answered once everything queued before it has been forwarded: a call's result must not
+    /// overtake the progress notifications the upstream sent before it.
+    Barrier(tokio::sync::oneshot::Sender<()>),
 }
 
 struct CallRoute {
@@ -222,6 +225,9 @@ pub async fn run_forwarder(routes: Arc<CallRoutes>, mut rx: mpsc::UnboundedRecei
                 forward_log(&routes, n.params).await;
             }
             Forward::Notification(_) => {}
+            Forward::Barrier(done) => {
+                let _ = done.send(());
+            }
             Forward::Registered(token) => {
                 let (ready, rest): (Vec<_>, Vec<_>) = early
                     .drain(..)
