@@ -219,3 +219,52 @@ pub fn kubeconfig_with_token(path: &Path, token: &str) -> Result<()> {
     std::fs::write(path, text)?;
     Ok(())
 }
+
+/// Waits until the CustomResourceDefinition `name` is Established and its resources are served.
+pub async fn wait_established(client: &Client, name: &str) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for(
+        &format!("the CRD {name} to be Established"),
+        Duration::from_secs(60),
+        || async {
+            let crd = crds.get(name).await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()))
+        },
+    )
+    .await
+}
+
+/// Installs (or updates) the TaskRun CRD from the generated YAML, as the chart would, and waits
+/// until TaskRuns are served.
+pub async fn install_taskrun_crd(client: &Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let text = std::fs::read_to_string(repo_root().join("crds/generated/taskrun.yaml"))?;
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
+    let name = crd.metadata.name.clone().context("the CRD has a name")?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        &name,
+        &PatchParams::apply("orchestrator-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .context("applying the TaskRun CRD")?;
+    wait_established(client, &name).await?;
+    // Established can precede the first successful list by a moment.
+    let gvk = GroupVersionKind::gvk("orchestrator.io", "v1", "TaskRun");
+    let taskruns: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk));
+    wait_for("TaskRuns to be served", Duration::from_secs(30), || async {
+        Ok(taskruns.list(&Default::default()).await.ok().map(|_| ()))
+    })
+    .await
+}

@@ -11,7 +11,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, ResourceExt};
-use orchestrator_e2e::{TestNamespace, client, kubectl, pinned_version, wait_for};
+use orchestrator_e2e::{
+    TestNamespace, client, kubectl, pinned_version, wait_established, wait_for,
+};
 use serde_json::json;
 
 #[tokio::test]
@@ -72,21 +74,7 @@ async fn api_server_refuses_an_object_that_breaks_a_cel_rule() -> Result<()> {
     }))?;
     crds.create(&PostParams::default(), &crd).await?;
     let name = crd.name_any();
-    wait_for(
-        "the CRD to be Established",
-        Duration::from_secs(30),
-        || async {
-            let crd = crds.get(&name).await?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            Ok(established.then_some(()))
-        },
-    )
-    .await?;
+    wait_established(&client, &name).await?;
 
     let ns = TestNamespace::create(&client, "cel").await?;
     let gvk = GroupVersionKind::gvk(&group, "v1", "Range");

@@ -12,11 +12,10 @@ use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use orchestrator_crds::taskrun::{Phase, TaskRun};
-use orchestrator_e2e::{TestNamespace, client, repo_root, wait_for};
+use orchestrator_e2e::{TestNamespace, client, install_taskrun_crd, repo_root, wait_for};
 use orchestrator_operator::Settings;
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -102,30 +101,10 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// Installs (or updates) the TaskRun CRD from the generated YAML and waits until it is served.
-async fn install_crd(client: &Client) -> Result<()> {
-    let text = std::fs::read_to_string(repo_root().join("crds/generated/taskrun.yaml"))?;
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply("orchestrator-e2e").force();
-    api.patch(&crd.name_any(), &pp, &Patch::Apply(&crd)).await?;
-    wait_for("the TaskRun CRD to be Established", MINUTE, || async {
-        let crd = api.get("taskruns.orchestrator.io").await?;
-        let ok = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        Ok(ok.then_some(()))
-    })
-    .await
-}
-
 /// A namespace with the CRD installed and the shipped catalog in a ConfigMap.
 async fn setup(prefix: &str) -> Result<(Client, TestNamespace)> {
     let client = client().await?;
-    install_crd(&client).await?;
+    install_taskrun_crd(&client).await?;
     let ns = TestNamespace::create(&client, prefix).await?;
     put_catalog(
         &client,

@@ -3,17 +3,15 @@
 //! the cluster, scoped to the test's namespace.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::api::PostParams;
+use kube::{Api, Client};
 use orchestrator_crds::taskrun::{McpServer, TaskRun};
-use orchestrator_e2e::{TestNamespace, client, kubeconfig_path, repo_root, wait_for};
+use orchestrator_e2e::{TestNamespace, client, kubeconfig_path, repo_root};
 
 /// The binary under test, built by cargo for this test run.
 pub const BIN: &str = env!("CARGO_BIN_EXE_orchestrator-cli");
@@ -107,37 +105,7 @@ pub fn servers(tr: &TaskRun) -> Vec<McpServer> {
 /// Installs (server-side apply, idempotent) the TaskRun CRD from the `crds` crate and waits
 /// until it is served.
 pub async fn ensure_crd(client: &Client) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = TaskRun::crd();
-    let name = crd.name_any();
-    crds.patch(
-        &name,
-        &PatchParams::apply("orchestrator-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .context("applying the TaskRun CRD")?;
-    wait_for(
-        "the TaskRun CRD to be Established",
-        Duration::from_secs(30),
-        || async {
-            let crd = crds.get(&name).await?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            Ok(established.then_some(()))
-        },
-    )
-    .await?;
-    // Established can precede the first successful list by a moment.
-    let probe: Api<TaskRun> = Api::namespaced(client.clone(), "default");
-    wait_for("TaskRuns to be served", Duration::from_secs(30), || async {
-        Ok(probe.list(&Default::default()).await.ok().map(|_| ()))
-    })
-    .await
+    orchestrator_e2e::install_taskrun_crd(client).await
 }
 
 /// Creates the catalog ConfigMap (key `catalog.yaml`, from `config/catalog.yaml`) in `ns`.
@@ -164,7 +132,7 @@ pub struct Operator {
 impl Operator {
     /// Builds `orchestrator-operator` (cargo: a no-op when up to date) and starts it.
     pub fn start(ns: &str, catalog_name: &str) -> Result<Self> {
-        let bin = build_operator()?;
+        let bin = orchestrator_e2e::cargo_bin("orchestrator-operator", "orchestrator-operator")?;
         let dir = tempfile::tempdir()?;
         let log = dir.path().join("operator.log");
         let file = std::fs::File::create(&log)?;
@@ -203,39 +171,4 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Builds the operator with the cargo that runs these tests, into the same target directory,
-/// and returns the binary's path.
-fn build_operator() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "orchestrator-operator",
-            "--bin",
-            "orchestrator-operator",
-        ])
-        .args(["--message-format", "json"])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build for the operator")?;
-    if !out.status.success() {
-        bail!("building orchestrator-operator failed");
-    }
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if msg["reason"] == "compiler-artifact"
-            && msg["target"]["name"] == "orchestrator-operator"
-            && let Some(exe) = msg["executable"].as_str()
-        {
-            return Ok(Path::new(exe).to_path_buf());
-        }
-    }
-    bail!("cargo build did not report the orchestrator-operator executable")
 }
