@@ -7,7 +7,7 @@
 use std::{
     io::Write,
     path::PathBuf,
-    sync::mpsc::{Receiver, Sender, channel},
+    sync::{Arc, Condvar, Mutex},
 };
 
 use serde::Serialize;
@@ -65,42 +65,100 @@ pub struct Record<'a> {
     pub arguments: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }
 
+/// Lines are batched: the writer thread wakes on the first line of a batch, collects for
+/// [`BATCH_WINDOW`], then writes each file once. No syscall or thread wake-up per call; a crash
+/// can lose the last window of lines (a normal shutdown flushes).
+pub const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Where audit lines go; cheap to clone.
 #[derive(Clone)]
 pub struct Audit {
-    tx: Sender<(Option<PathBuf>, Vec<u8>)>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<Vec<(Option<PathBuf>, Vec<u8>)>>,
+    wake: Condvar,
 }
 
 impl Audit {
     /// Starts the writer thread.
     pub fn start() -> Self {
-        let (tx, rx) = channel();
+        let shared = Arc::new(Shared::default());
+        let writer = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("audit-writer".into())
-            .spawn(move || writer(rx));
+            .spawn(move || writer.run());
         if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the audit writer; audit lines are dropped");
+            tracing::error!(error = %e, "cannot start the audit writer; lines are written at shutdown only");
         }
-        Self { tx }
+        Self { shared }
     }
 
     /// Queues one line for `path` (stderr when `None`).
     pub fn record(&self, path: Option<&PathBuf>, record: &Record<'_>) {
-        match serde_json::to_vec(record) {
-            Ok(mut line) => {
-                line.push(b'\n');
-                let _ = self.tx.send((path.cloned(), line));
+        let mut line = match serde_json::to_vec(record) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serialize an audit record");
+                return;
             }
-            Err(e) => tracing::error!(error = %e, "cannot serialize an audit record"),
+        };
+        line.push(b'\n');
+        let first = {
+            let mut pending = self.shared.lock();
+            pending.push((path.cloned(), line));
+            pending.len() == 1
+        };
+        if first {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Writes every queued line now (at shutdown).
+    pub fn flush(&self) {
+        let batch = std::mem::take(&mut *self.shared.lock());
+        write_batch(batch, &mut None);
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Option<PathBuf>, Vec<u8>)>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn run(&self) {
+        let mut open = None;
+        loop {
+            {
+                let mut pending = self.lock();
+                while pending.is_empty() {
+                    pending = self.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+                }
+            }
+            std::thread::sleep(BATCH_WINDOW);
+            let batch = std::mem::take(&mut *self.lock());
+            write_batch(batch, &mut open);
         }
     }
 }
 
-fn writer(rx: Receiver<(Option<PathBuf>, Vec<u8>)>) {
-    let mut open: Option<(PathBuf, std::fs::File)> = None;
-    while let Ok((path, line)) = rx.recv() {
+/// Writes lines in order, one write per run of lines to the same destination.
+fn write_batch(
+    batch: Vec<(Option<PathBuf>, Vec<u8>)>,
+    open: &mut Option<(PathBuf, std::fs::File)>,
+) {
+    let mut runs: Vec<(Option<PathBuf>, Vec<u8>)> = Vec::new();
+    for (path, line) in batch {
+        match runs.last_mut() {
+            Some((p, buf)) if *p == path => buf.extend_from_slice(&line),
+            _ => runs.push((path, line)),
+        }
+    }
+    for (path, bytes) in runs {
         let result = match path {
-            None => std::io::stderr().lock().write_all(&line),
+            None => std::io::stderr().lock().write_all(&bytes),
             Some(path) => {
                 if open.as_ref().is_none_or(|(p, _)| *p != path) {
                     match std::fs::OpenOptions::new()
@@ -108,21 +166,21 @@ fn writer(rx: Receiver<(Option<PathBuf>, Vec<u8>)>) {
                         .append(true)
                         .open(&path)
                     {
-                        Ok(file) => open = Some((path.clone(), file)),
+                        Ok(file) => *open = Some((path.clone(), file)),
                         Err(e) => {
                             tracing::error!(file = %path.display(), error = %e, "cannot open the audit log");
-                            open = None;
+                            *open = None;
                         }
                     }
                 }
                 match open.as_mut() {
-                    Some((_, file)) => file.write_all(&line),
+                    Some((_, file)) => file.write_all(&bytes),
                     None => Ok(()),
                 }
             }
         };
         if let Err(e) = result {
-            tracing::error!(error = %e, "cannot write an audit line");
+            tracing::error!(error = %e, "cannot write audit lines");
         }
     }
 }

@@ -732,6 +732,11 @@ impl Proxy {
         }
     }
 
+    /// Writes the audit lines still queued (at shutdown).
+    pub fn flush_audit(&self) {
+        self.audit.flush();
+    }
+
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }

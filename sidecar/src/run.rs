@@ -145,6 +145,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     proxy.drain(opts.shutdown_grace).await;
     sessions_cancel.cancel();
     proxy.pool.shutdown().await;
+    proxy.flush_audit();
     tracing::info!("all upstream servers stopped; bye");
     Ok(())
 }

@@ -135,10 +135,10 @@ async fn check_host(
     let Some(authority) = authority else {
         return (StatusCode::BAD_REQUEST, "Bad Request: missing Host header").into_response();
     };
-    let extra = proxy
-        .snapshot()
-        .map(|s| s.config.allowed_hosts.clone())
-        .unwrap_or_default();
+    let snapshot = proxy.snapshot();
+    let extra: &[String] = snapshot
+        .as_deref()
+        .map_or(&[], |s| s.config.allowed_hosts.as_slice());
     // A browser page on another site reaching the loopback proxy carries its own Origin.
     let origin_ok = match request.headers().get(header::ORIGIN) {
         None => true,
@@ -147,9 +147,11 @@ async fn check_host(
             .ok()
             .and_then(|o| o.parse::<http::Uri>().ok())
             .and_then(|u| u.authority().map(|a| a.to_string()))
-            .is_some_and(|a| host_allowed(&a, listen, &extra)),
+            .is_some_and(|a| host_allowed(&a, listen, extra)),
     };
-    if host_allowed(&authority, listen, &extra) && origin_ok {
+    let allowed = host_allowed(&authority, listen, extra) && origin_ok;
+    drop(snapshot);
+    if allowed {
         next.run(request).await
     } else {
         tracing::warn!(host = %authority, "refused /mcp request with a Host or Origin that is not allowed (add it to allowedHosts if it is legitimate)");
