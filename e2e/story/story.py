@@ -26,6 +26,7 @@ import fnmatch
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -219,6 +220,7 @@ class Story:
         sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
         token = self.kubectl("create", "token", sa, "-n", self.system_ns, "--duration", "1h").strip()
         workdir = Path(tempfile.mkdtemp(prefix="story-"))
+        self.cleanup.callback(shutil.rmtree, workdir, True)
         self.workdir = workdir
         sa_kubeconfig = workdir / "operator.kubeconfig"
         admin = self.kubeconfig.read_text()
@@ -292,13 +294,13 @@ class Story:
         started = time.monotonic()
         proxy.start(self.proxy_log)
         self.figures["proxy_ready_s"] = round(time.monotonic() - started, 3)
-        shown = " ".join(proxy.argv[1:]).replace(str(proxy.root), "<volumes>")
+        shown = " ".join(proxy.argv[1:]).replace(str(proxy.root / "volumes"), "<volumes>")
         self.say(f"   proxy: orchestrator-mcp-proxy {shown} (ready in {self.figures['proxy_ready_s']}s)")
         return proxy
 
     async def agent(self, taskrun: dict, proxy: ProxyContainer) -> None:
         self.say("\n== 4. the agent (official MCP Python SDK) connects to the proxy")
-        agent = next(c for c in self.pod_spec(proxy)["containers"] if c["name"] == "agent")
+        agent = next(c for c in proxy.pod["spec"]["containers"] if c["name"] == "agent")
         url = next(e["value"] for e in agent["env"] if e["name"] == "ORCHESTRATOR_MCP_URL")
         catalog = self.catalog()
         want = expected_tools(taskrun, catalog)
@@ -364,9 +366,6 @@ class Story:
             result = await client.call_tool("everything__get-env", {})
             check(not result.is_error, f"everything__get-env was enabled but failed: {text_of(result)}")
             self.say("   call everything__get-env -> ok")
-
-    def pod_spec(self, proxy: ProxyContainer) -> dict:
-        return proxy.pod["spec"]
 
     def catalog(self) -> dict:
         """The catalog the operator uses: the chart's ConfigMap."""
