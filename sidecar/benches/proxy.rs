@@ -11,7 +11,7 @@
 //! Run: `cargo bench -p orchestrator-mcp-proxy --bench proxy` (needs `e2e/setup`'s tools).
 //! Sizes: `BENCH_SEQ` (sequential calls per round, default 2000), `BENCH_CONC` (calls per
 //! worker, default 300), `BENCH_ROUNDS` (default 3). `BENCH_PROXY_BIN` runs another build of the
-//! proxy (e.g. one with symbols, for profiling).
+//! proxy (e.g. one with symbols, for profiling); `BENCH_PROXY_ARGS` adds flags (e.g. `--threads 2`).
 
 use std::{
     path::{Path, PathBuf},
@@ -21,8 +21,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use rmcp::{
-    ClientHandler, RoleClient, ServiceExt,
-    model::{CallToolRequestParams, ClientConfig, JsonObject},
+    ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt,
+    model::{CallToolRequestParams, ClientConfig, JsonObject, ProtocolVersion},
     service::{NotificationContext, RunningService},
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
@@ -98,6 +98,19 @@ async fn http_client(url: &str, listener: Listener) -> Result<Client> {
         StreamableHttpClientTransportConfig::with_uri(url),
     );
     Ok(listener.serve(transport).await?)
+}
+
+/// A 2026-07-28 client (server/discover, stateless requests).
+async fn http_client_modern(url: &str, listener: Listener) -> Result<Client> {
+    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
+        StreamableHttpClientTransportConfig::with_uri(url),
+    );
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    Ok(listener.serve_with_lifecycle(transport, lifecycle).await?)
 }
 
 fn echo(name: &str) -> CallToolRequestParams {
@@ -233,6 +246,12 @@ async fn start_proxy(dir: &Path, cache: &Path) -> Result<(ProxyProcess, Duration
         .arg(format!("127.0.0.1:{port}"))
         .arg("--cache-dir")
         .arg(cache)
+        // BENCH_PROXY_ARGS: extra flags, e.g. "--threads 2".
+        .args(
+            std::env::var("BENCH_PROXY_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stderr(log)
         .stdout(Stdio::null())
         .kill_on_drop(true)
@@ -330,6 +349,13 @@ async fn main() -> Result<()> {
         front.push(start.elapsed());
     }
     front.sort();
+    // Diagnostic: the same calls from a 2026-07-28 client (stateless requests).
+    let (modern_tx, _modern_rx) = mpsc::unbounded_channel();
+    let modern = http_client_modern(&proxy.url, Listener(modern_tx)).await?;
+    let mut modern_seq = sequential(&modern, "every__echo", seq_n).await?;
+    modern_seq.sort();
+    let mut modern = modern;
+    let _ = modern.close().await;
     d_seq.sort();
     p_seq.sort();
     let d_tp_mean = d_tp.iter().sum::<f64>() / d_tp.len() as f64;
@@ -374,6 +400,10 @@ async fn main() -> Result<()> {
         "upstream: server-everything `echo` over stdio; client: rmcp 3.9 (HTTP keep-alive); {cpus} CPUs"
     );
     println!(
+        "proxy flags: {:?}",
+        std::env::var("BENCH_PROXY_ARGS").unwrap_or_default()
+    );
+    println!(
         "sequential: {rounds} x {seq_n} calls per path; concurrent: {rounds} x {WORKERS} workers x {per_worker} calls per path; proxy port {port}"
     );
     println!();
@@ -403,6 +433,11 @@ async fn main() -> Result<()> {
         "| diagnostic: tools/list via the proxy (front only, p50 / p99) | | {:.3} ms / {:.3} ms | | |",
         ms(pct(&front, 0.5)),
         ms(pct(&front, 0.99))
+    );
+    println!(
+        "| diagnostic: 2026-07-28 client, sequential p50 / p99 | | {:.3} ms / {:.3} ms | | |",
+        ms(pct(&modern_seq, 0.5)),
+        ms(pct(&modern_seq, 0.99))
     );
     println!(
         "| diagnostic: proxy CPU per proxied call | | {:.0} µs | | |",

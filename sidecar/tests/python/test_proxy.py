@@ -378,14 +378,15 @@ async def test_children_get_only_their_configured_environment(make_proxy, tools)
 # --- front details ------------------------------------------------------------------------------
 
 
-async def test_stdio_front_serves_the_same_tools(proxy_bin, tools, tmp_path):
+@BOTH
+async def test_stdio_front_serves_the_same_tools(proxy_bin, tools, tmp_path, mode):
     from conftest import to_yaml, write_configmap
 
     write_configmap(tmp_path / "cm", to_yaml({"task": {"name": "t"}, "servers": [everything_server(tools, tools={"allow": ["echo"]})]}))
     params = StdioServerParameters(
         command=str(proxy_bin), args=["--stdio", "--config", str(tmp_path / "cm/proxy.yaml"), "--cache-dir", str(tmp_path / "c")]
     )
-    async with Client(params, mode="legacy") as client:
+    async with Client(params, mode=mode) as client:
         assert names(await client.list_tools()) == ["every__echo"]
         assert text_of(await client.call_tool("every__echo", {"message": "stdio"})) == "Echo: stdio"
 
