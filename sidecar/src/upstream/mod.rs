@@ -29,7 +29,8 @@ use rmcp::{
     ClientLifecycleMode, Peer, RoleClient,
     model::{
         ClientConfig, ClientRequest, Implementation, LoggingLevel, ProtocolVersion,
-        ServerCapabilities, SetLevelRequest, SetLevelRequestParams,
+        ServerCapabilities, ServerNotification, SetLevelRequest, SetLevelRequestParams,
+        SubscriptionFilter,
     },
     service::{RunningService, serve_client_with_lifecycle},
     transport::IntoTransport,
@@ -452,6 +453,17 @@ impl Upstream {
         tokio::spawn(routes::run_forwarder(routes.clone(), forward_rx));
         let peer = service.peer().clone();
         let info = peer.peer_info();
+        if let Some(info) = &info
+            && info.protocol_version >= ProtocolVersion::V_2026_07_28
+        {
+            listen_for_changes(
+                name.clone(),
+                peer.clone(),
+                &info.capabilities,
+                self.deps.events.clone(),
+                closed.clone(),
+            );
+        }
         Ok(Connection {
             server: name.clone(),
             protocol: info
@@ -480,6 +492,78 @@ impl Upstream {
             conn.stop(self.deps.kill_grace).await;
         }
     }
+}
+
+/// A 2026-07-28 upstream sends list changes only on a `subscriptions/listen` stream: open one for
+/// what it advertises, and turn what arrives into events, until the connection closes.
+fn listen_for_changes(
+    server: ServerName,
+    peer: Peer<RoleClient>,
+    capabilities: &ServerCapabilities,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+    closed: CancellationToken,
+) {
+    let mut filter = SubscriptionFilter::builder();
+    let mut any = false;
+    if capabilities
+        .tools
+        .as_ref()
+        .is_some_and(|t| t.list_changed == Some(true))
+    {
+        filter = filter.tools_list_changed();
+        any = true;
+    }
+    if capabilities
+        .prompts
+        .as_ref()
+        .is_some_and(|p| p.list_changed == Some(true))
+    {
+        filter = filter.prompts_list_changed();
+        any = true;
+    }
+    if capabilities
+        .resources
+        .as_ref()
+        .is_some_and(|r| r.list_changed == Some(true))
+    {
+        filter = filter.resources_list_changed();
+        any = true;
+    }
+    if !any {
+        return;
+    }
+    let filter = filter.build();
+    tokio::spawn(async move {
+        let mut subscription = match peer.listen(filter).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%server, error = %e, "could not subscribe to the upstream's list changes");
+                return;
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                next = subscription.next() => next,
+                () = closed.cancelled() => return,
+            };
+            let event = match next {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                    UpstreamEvent::ToolsChanged(server.clone())
+                }
+                Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
+                    UpstreamEvent::PromptsChanged(server.clone())
+                }
+                Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
+                    UpstreamEvent::ResourcesChanged(server.clone())
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => return,
+            };
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 async fn start_failure(error: &str, child: &stdio::Child) -> String {

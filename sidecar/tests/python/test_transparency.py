@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import urllib.request
 
+import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -157,3 +158,33 @@ def test_unknown_methods_get_the_json_rpc_error(make_proxy, tools):
     _, session = post(init)
     reply, _ = post({"jsonrpc": "2.0", "id": 2, "method": "no/such-method", "params": {}}, session)
     assert reply["error"]["code"] == -32601
+
+
+@BOTH
+async def test_an_upstream_list_change_reaches_the_client(make_proxy, tools, mode):
+    """The upstream (Python SDK, spoken to with 2026-07-28, so its change arrives on the listen
+    stream the proxy opened) adds a tool; the proxy re-lists it and tells the client."""
+    from conftest import SUPPORT
+
+    proxy = make_proxy(
+        {"servers": [{"name": "dyn", "stdio": {"command": str(tools.python), "args": [str(SUPPORT / "dynamic_server.py")]}}]}
+    )
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async with Client(proxy.url, mode=mode, message_handler=on_message) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["dyn__add_tool"]
+        if mode == "legacy":
+            assert text_of(await client.call_tool("dyn__add_tool", {"name": "fresh"})) == "added"
+            with anyio.fail_after(10):
+                await changed.wait()
+        else:
+            async with client.listen(tools_list_changed=True) as subscription:
+                assert text_of(await client.call_tool("dyn__add_tool", {"name": "fresh"})) == "added"
+                with anyio.fail_after(10):
+                    await subscription.__anext__()
+        assert sorted(t.name for t in (await client.list_tools()).tools) == ["dyn__add_tool", "dyn__fresh"]
+        assert text_of(await client.call_tool("dyn__fresh", {})) == "hello from fresh"
