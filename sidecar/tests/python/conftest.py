@@ -263,10 +263,15 @@ class Proxy:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def audit(self) -> list[dict]:
-        if not self.audit_path.exists():
-            return []
-        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line.strip()]
+    def audit(self, at_least: int = 1) -> list[dict]:
+        """The audit records, once `at_least` of them are written (lines are batched: ~50 ms)."""
+
+        def read() -> list[dict]:
+            if not self.audit_path.exists():
+                return []
+            return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line.strip()]
+
+        return wait_for(lambda: (lambda records: records if len(records) >= at_least else None)(read()), timeout=5, what="audit lines")
 
     def complete(self, config: dict) -> dict:
         """Adds what every test config shares: the task, and the audit file in the workdir."""
