@@ -196,7 +196,7 @@ class Proxy:
         assert self.process is not None
         return self.process.pid
 
-    def start(self) -> "Proxy":
+    def start(self, wait_ready: bool = True) -> "Proxy":
         env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), **self.env}
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
@@ -214,7 +214,10 @@ class Proxy:
             stderr=log,
             env=env,
         )
-        wait_for(self.ready, what="the proxy to be ready")
+        if wait_ready:
+            wait_for(self.ready, what="the proxy to be ready")
+        else:
+            wait_for(lambda: self.http("/healthz")[0] == 200, what="the proxy to listen")
         return self
 
     def http(self, path: str, headers: dict | None = None) -> tuple[int, bytes]:
@@ -294,13 +297,19 @@ def make_proxy(proxy_bin, tmp_path):
     """Starts proxies for a test and makes sure none outlives it."""
     started: list[Proxy] = []
 
-    def make(config: dict, env: dict | None = None, extra_args: list | None = None, workdir: Path | None = None) -> Proxy:
+    def make(
+        config: dict,
+        env: dict | None = None,
+        extra_args: list | None = None,
+        workdir: Path | None = None,
+        wait_ready: bool = True,
+    ) -> Proxy:
         wd = workdir or tmp_path / f"proxy{len(started)}"
         wd.mkdir(parents=True, exist_ok=True)
         proxy = Proxy(binary=proxy_bin, workdir=wd, port=free_port(), env=env or {}, extra_args=extra_args or [])
         write_configmap(proxy.config_dir, to_yaml(proxy.complete(config)))
         started.append(proxy)
-        return proxy.start()
+        return proxy.start(wait_ready)
 
     yield make
     for proxy in started:

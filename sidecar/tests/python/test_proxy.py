@@ -297,6 +297,17 @@ async def test_invalid_swap_keeps_the_last_good_config(make_proxy, tools):
     assert "keeping the last good config" in log
 
 
+async def test_an_invalid_file_at_start_means_not_ready_until_fixed(make_proxy, tools):
+    proxy = make_proxy({"servers": [{"name": "every", "stdio": {"comand": "typo"}}]}, wait_ready=False)
+    assert proxy.http("/readyz")[0] == 503
+    assert proxy.metric("mcp_proxy_config_reloads_total", result="failed") == 1
+    assert "PROXY.UNKNOWN_KEY" in proxy.log()
+    proxy.swap({"servers": [everything_server(tools, tools={"allow": ["echo"]})]})
+    await await_for(proxy.ready, what="the fixed config to be loaded")
+    async with Client(proxy.url, mode="legacy") as client:
+        assert names(await client.list_tools()) == ["every__echo"]
+
+
 # --- upstream crash, SIGTERM, environment -----------------------------------------------------
 
 
