@@ -102,8 +102,10 @@ fn main() -> ExitCode {
     let log_format = args.log_format;
     let result = runtime.block_on(async move {
         // Inside the runtime: the OTLP exporter needs it.
-        let _telemetry = telemetry::init(log_format);
-        orchestrator_mcp_proxy::run(options).await
+        let telemetry = telemetry::init(log_format);
+        let result = orchestrator_mcp_proxy::run(options).await;
+        telemetry.shutdown().await;
+        result
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

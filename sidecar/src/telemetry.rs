@@ -44,9 +44,22 @@ pub enum LogFormat {
     Json,
 }
 
-/// Keeps the exporter alive; flushes pending spans when dropped.
+/// Keeps the exporter alive; flushes pending spans at [`Telemetry::shutdown`] (or when dropped).
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports what is pending. Runs the blocking flush on a blocking thread so the runtime keeps
+    /// serving the exporter's own connection tasks meanwhile (the gRPC client lives on it).
+    pub async fn shutdown(mut self) {
+        if let Some(provider) = self.provider.take() {
+            let flushed = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+            if let Ok(Err(e)) = flushed {
+                eprintln!("flushing traces: {e}");
+            }
+        }
+    }
 }
 
 impl Drop for Telemetry {
