@@ -165,6 +165,16 @@ async def test_denied_call_is_refused_naming_the_rule_and_never_reaches_the_serv
     received = [json.loads(line) for line in stdin_log.read_text().splitlines()]
     calls = [m["params"]["name"] for m in received if m.get("method") == "tools/call"]
     assert calls == ["read_text_file"]
+    # GET /tools: every upstream tool known, with its verdict and the deciding rule.
+    known = {t["tool"]: t for t in proxy.tools()["servers"][0]["tools"]}
+    assert known["write_file"]["verdict"] == {
+        "decision": "denied",
+        "rule": {"kind": "deny", "index": 0, "pattern": "write_*"},
+    }
+    assert "exposedAs" not in known["write_file"]
+    assert known["read_text_file"]["exposedAs"] == "fs__read_text_file"
+    assert known["read_text_file"]["verdict"]["rule"] == {"kind": "allow", "index": 0, "pattern": "read_*"}
+    assert known["directory_tree"]["verdict"] == {"decision": "denied", "rule": {"kind": "notAllowed"}}
     denied = [r for r in proxy.audit(at_least=2) if r["outcome"] == "denied"]
     assert denied and denied[0]["rule"] == 'servers[fs].tools.deny[0] "write_*"'
     assert proxy.metric("mcp_proxy_tool_calls_total", server="fs", tool="fs__write_file", outcome="denied") == 1
