@@ -7,7 +7,8 @@
 //! - [`names`]: newtypes for server, upstream tool and exposed tool names.
 //! - [`upstream`]: lazy-started upstream servers (stdio children, streamable HTTP), their tool
 //!   lists, crash/restart handling and shutdown.
-//! - [`proxy`]: the core: current config + tool table, `tools/list`, `tools/call` enforcement.
+//! - [`proxy`]: the core: current config + tool table, `tools/list`, reload, drain; its
+//!   `tools/call` path (enforcement, forwarding, audit) lives in `call`.
 //! - [`server`]: the MCP front (streamable HTTP at `/mcp`, or stdio) and the HTTP endpoints.
 //! - [`bridge`]: initialize-era upstreams asking 2026-07-28 clients (input_required rounds).
 //! - [`passthrough`]: prompts, resources, completions, logging level relayed to upstreams.
@@ -20,6 +21,7 @@
 
 pub mod audit;
 pub mod bridge;
+mod call;
 pub mod config;
 pub mod error;
 pub mod filter;

@@ -4,7 +4,8 @@
 //!
 //! Submodules: `stdio` (child processes), `http` (streamable-HTTP client), `handler` (what the
 //! upstream may send us), `routes` (which session a call belongs to), `cache` (tool lists on
-//! disk), `pool` (all upstreams, their tool lists, reconciliation and shutdown).
+//! disk), `shared` (capabilities and logging level all upstreams share), `pool` (all upstreams,
+//! their tool lists, reconciliation and shutdown).
 // Logging and resources/subscribe are deprecated by SEP-2577 but still part of the legacy
 // protocol versions the proxy relays.
 #![allow(deprecated)]
@@ -14,7 +15,10 @@ pub mod handler;
 pub mod http;
 pub mod pool;
 pub mod routes;
+mod shared;
 pub mod stdio;
+
+pub use shared::Shared;
 
 use std::{
     sync::{
@@ -28,9 +32,8 @@ use arc_swap::ArcSwapOption;
 use rmcp::{
     ClientLifecycleMode, Peer, RoleClient,
     model::{
-        ClientConfig, ClientRequest, Implementation, LoggingLevel, ProtocolVersion,
-        ServerCapabilities, ServerNotification, SetLevelRequest, SetLevelRequestParams,
-        SubscriptionFilter,
+        ClientConfig, ClientRequest, Implementation, ProtocolVersion, ServerCapabilities,
+        ServerNotification, SetLevelRequest, SetLevelRequestParams, SubscriptionFilter,
     },
     service::{RunningService, serve_client_with_lifecycle},
     transport::IntoTransport,
@@ -43,7 +46,7 @@ use self::{
     routes::{CallRoutes, Forward},
 };
 use crate::{
-    config::{Server, SpecHash, Transport},
+    config::{Server, Transport},
     error::{Error, Result},
     metrics::Metrics,
     names::ServerName,
@@ -62,57 +65,6 @@ pub fn backoff(failures: u32) -> Duration {
     }
     let exp = failures.saturating_sub(1).min(16);
     FIRST_BACKOFF.saturating_mul(1 << exp).min(MAX_BACKOFF)
-}
-
-/// What all upstreams share: capabilities seen per server spec (in memory and in the cache
-/// directory) and the logging level clients asked for.
-#[derive(Default)]
-pub struct Shared {
-    cache: Option<cache::DiskCache>,
-    capabilities: std::sync::Mutex<std::collections::HashMap<SpecHash, ServerCapabilities>>,
-    log_level: std::sync::Mutex<Option<LoggingLevel>>,
-}
-
-impl Shared {
-    pub fn new(cache: Option<cache::DiskCache>) -> Self {
-        Self {
-            cache,
-            ..Default::default()
-        }
-    }
-
-    pub fn cache(&self) -> Option<&cache::DiskCache> {
-        self.cache.as_ref()
-    }
-
-    /// What a server (by spec) offered when it last ran, if known.
-    pub fn capabilities(&self, hash: &SpecHash) -> Option<ServerCapabilities> {
-        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = caps.get(hash) {
-            return Some(c.clone());
-        }
-        let loaded = self.cache.as_ref()?.load_capabilities(hash)?;
-        caps.insert(hash.clone(), loaded.clone());
-        Some(loaded)
-    }
-
-    fn record_capabilities(&self, hash: &SpecHash, capabilities: &ServerCapabilities) {
-        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
-        if caps.get(hash) != Some(capabilities) {
-            caps.insert(hash.clone(), capabilities.clone());
-            if let Some(cache) = &self.cache {
-                cache.store_capabilities(hash, capabilities);
-            }
-        }
-    }
-
-    pub fn set_log_level(&self, level: LoggingLevel) {
-        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(level);
-    }
-
-    fn log_level(&self) -> Option<LoggingLevel> {
-        *self.log_level.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// Everything an upstream needs from the rest of the proxy.

@@ -1,0 +1,558 @@
+//! The `tools/call` path: decide with the current table, refuse what is not on offer (without
+//! touching any upstream), forward what is, and record every call (audit line, metrics, span).
+
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::{Duration, Instant},
+};
+
+use rmcp::{
+    ErrorData,
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, InputRequest,
+        InputResponses, ProgressToken, RequestId, ServerRequest, ServerResult,
+    },
+    service::PeerRequestOptions,
+};
+use tracing::Instrument;
+
+use crate::{
+    audit::{self, Outcome},
+    config::Server,
+    error::Error,
+    filter::{Rule, RuleDisplay},
+    names::ServerName,
+    proxy::{CallRequest, MRTR_MAX_ROUNDS, Proxy, Snapshot, upstream_meta},
+    router::{Lookup, Route},
+    session::ListKind,
+    telemetry,
+    upstream::{Connection, StartReason},
+};
+
+impl Proxy {
+    /// `tools/call`: decide, then forward to the upstream that owns the tool. A call that is not
+    /// allowed never reaches any upstream.
+    pub async fn call_tool(
+        self: &Arc<Self>,
+        req: CallRequest,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let started = Instant::now();
+        let _in_flight = InFlight::enter(self);
+        let Some(mut snap) = self.snapshot() else {
+            return Err(Error::NotReady.to_mcp());
+        };
+        if self.draining.load(Ordering::Acquire) {
+            return self.refuse(&snap, &req, started, Error::ShuttingDown, None);
+        }
+        let mut fetched = false;
+        let mut fetch_errors = Vec::new();
+        let route: Route = loop {
+            match snap.router.lookup(&req.name) {
+                Lookup::Routed(route) => break route.clone(),
+                Lookup::Denied { server, tool, rule } => {
+                    let error = Error::ToolDenied {
+                        tool: req.name.clone(),
+                        server: server.clone(),
+                        rule: RuleDisplay {
+                            server: &server,
+                            rule: &rule,
+                        }
+                        .to_string(),
+                    };
+                    return self.refuse(
+                        &snap,
+                        &req,
+                        started,
+                        error,
+                        Some((server, tool.to_string(), rule)),
+                    );
+                }
+                Lookup::NeedsLists(servers) if !fetched => {
+                    fetched = true;
+                    fetch_errors = self.fetch_lists(&servers, &req.session, true).await;
+                    if self.rebuild().await {
+                        self.notify(ListKind::Tools).await;
+                    }
+                    snap = self.snapshot().ok_or_else(|| Error::NotReady.to_mcp())?;
+                }
+                Lookup::NeedsLists(_) | Lookup::Unknown => {
+                    // The server that could own the name did not start: say that, not "unknown".
+                    if let Some(error) = fetch_errors.into_iter().next() {
+                        return self.refuse(&snap, &req, started, error, None);
+                    }
+                    return self.refuse(
+                        &snap,
+                        &req,
+                        started,
+                        Error::UnknownTool(req.name.clone()),
+                        None,
+                    );
+                }
+            }
+        };
+        let timeout = snap.config.call_timeout;
+        let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
+        let result = self
+            .forward(&route, &req, timeout)
+            .instrument(span.clone())
+            .await;
+        self.finish(&snap, &req, &route, started, &result, &span);
+        result.map_err(|e| e.to_mcp())
+    }
+
+    async fn forward(
+        self: &Arc<Self>,
+        route: &Route,
+        req: &CallRequest,
+        timeout: Duration,
+    ) -> Result<CallToolResponse, Error> {
+        let server = &route.server;
+        let upstream = self.pool.upstream(server);
+        let reason = StartReason::CallTool(req.name.clone());
+        let conn = match tokio::time::timeout(
+            timeout,
+            upstream.connect(&reason, Some(&req.session), true),
+        )
+        .await
+        {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    server: server.name.clone(),
+                    timeout,
+                });
+            }
+        };
+        if !conn.listed.swap(true, Ordering::Relaxed) {
+            self.check_freshness(server.clone());
+        }
+        let mut params = CallToolRequestParams::new(route.tool.as_str().to_string());
+        params.arguments = req.arguments.clone();
+        params.input_responses = req.input_responses.clone();
+        params.request_state = req.request_state.clone();
+        let client_token = req.meta.get_progress_token();
+        // The retry of a call the proxy parked for a 2026-07-28 client (see `bridge`).
+        let mut resumed = match req.request_state.as_deref() {
+            Some(state) if state.starts_with(crate::bridge::STATE_PREFIX) => {
+                let Some(pending) = self.bridge.resume(state, req.input_responses.as_ref()) else {
+                    return Err(Error::Other(
+                        "the call this retry continues is gone (finished, timed out or the proxy restarted); call the tool again".into(),
+                    ));
+                };
+                Some(pending)
+            }
+            _ => None,
+        };
+        for _round in 0..MRTR_MAX_ROUNDS {
+            let result = match resumed.take() {
+                Some(pending) => self.bridged_step(pending, req, timeout).await?,
+                None => {
+                    self.send_call(
+                        &conn,
+                        server,
+                        params.clone(),
+                        req,
+                        client_token.clone(),
+                        timeout,
+                    )
+                    .await?
+                }
+            };
+            match result {
+                ServerResult::CallToolResult(mut r) => {
+                    // Older upstreams omit `resultType`; 2026-07-28 clients require it (rmcp strips
+                    // it again for older clients).
+                    r.result_type
+                        .get_or_insert(rmcp::model::ResultType::COMPLETE);
+                    return Ok(CallToolResponse::Complete(r));
+                }
+                ServerResult::CreateTaskResult(t) => return Ok(CallToolResponse::Task(t)),
+                ServerResult::InputRequiredResult(r) if !req.session.accepts_requests => {
+                    // A 2026-07-28 client drives the rounds itself; hand it over unchanged.
+                    return Ok(CallToolResponse::InputRequired(r));
+                }
+                ServerResult::InputRequiredResult(r) => {
+                    // A client on the initialize lifecycle gets the upstream's questions as
+                    // ordinary requests; the proxy retries with the answers.
+                    let mut responses = InputResponses::new();
+                    for (key, request) in r.input_requests.clone().unwrap_or_default() {
+                        let request = match request {
+                            InputRequest::CreateMessage(m) => {
+                                ServerRequest::CreateMessageRequest(m)
+                            }
+                            InputRequest::Elicitation(e) => ServerRequest::ElicitRequest(e),
+                            InputRequest::ListRoots(l) => ServerRequest::ListRootsRequest(l),
+                            _ => {
+                                return Err(Error::Other(
+                                    "unsupported input request from the upstream".into(),
+                                ));
+                            }
+                        };
+                        let answer = req.session.peer.send_request(request).await.map_err(|e| {
+                            Error::Other(format!(
+                                "the client could not answer the server's request: {e}"
+                            ))
+                        })?;
+                        let value = serde_json::to_value(answer)
+                            .map_err(|e| Error::Other(e.to_string()))?;
+                        responses.insert(key, value);
+                    }
+                    params.input_responses = Some(responses);
+                    params.request_state = r.request_state.clone();
+                }
+                other => {
+                    return Err(Error::Other(format!(
+                        "the upstream answered tools/call with an unexpected result: {other:?}"
+                    )));
+                }
+            }
+        }
+        Err(Error::Other(format!(
+            "the upstream asked for input more than {MRTR_MAX_ROUNDS} times"
+        )))
+    }
+
+    async fn send_call(
+        &self,
+        conn: &Arc<Connection>,
+        server: &Arc<Server>,
+        params: CallToolRequestParams,
+        req: &CallRequest,
+        client_token: Option<ProgressToken>,
+        timeout: Duration,
+    ) -> Result<ServerResult, Error> {
+        let modern = conn.protocol >= rmcp::model::ProtocolVersion::V_2026_07_28;
+        // An initialize-era upstream may ask a 2026-07-28 client things during the call: those
+        // questions become input_required rounds (see `bridge`).
+        let bridged = !req.session.accepts_requests && !modern;
+        let (asks_tx, asks_rx) = if bridged {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let wants_progress = client_token.is_some();
+        let guard = conn.routes.begin(
+            req.session.clone(),
+            req.request_id.clone(),
+            client_token,
+            asks_tx,
+        );
+        let mut meta = upstream_meta(&req.meta, modern);
+        telemetry::inject(&tracing::Span::current(), &mut meta);
+        let options = PeerRequestOptions::with_timeout(timeout)
+            .reset_timeout_on_progress()
+            .with_meta(meta);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = match conn.peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle,
+            Err(_) => return Err(gone(conn, &server.name).await),
+        };
+        guard.sent(
+            handle.id.clone(),
+            handle.progress_token.clone(),
+            &conn.forward,
+        );
+        let id = handle.id.clone();
+        let wait = {
+            let conn = conn.clone();
+            let server = server.name.clone();
+            async move {
+                let result = match handle.await_response().await {
+                    Ok(result) => {
+                        if wants_progress {
+                            flush_notifications(&conn).await;
+                        }
+                        Ok(result)
+                    }
+                    Err(rmcp::ServiceError::TransportClosed)
+                    | Err(rmcp::ServiceError::TransportSend(_)) => Err(gone(&conn, &server).await),
+                    Err(rmcp::ServiceError::Timeout { .. }) => {
+                        Err(Error::Timeout { server, timeout })
+                    }
+                    Err(source) => Err(Error::Upstream { server, source }),
+                };
+                drop(guard);
+                result
+            }
+        };
+        if let Some(asks) = asks_rx {
+            // The call must outlive this client request if it asks something: run it on its own.
+            let (done_tx, done) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let _ = done_tx.send(wait.await);
+            });
+            let pending = crate::bridge::Pending { done, asks };
+            let result = self.bridged_step(pending, req, timeout).await;
+            if req.ct.is_cancelled() {
+                cancel_upstream(conn, id).await;
+            }
+            return result;
+        }
+        tokio::select! {
+            result = wait => result,
+            () = req.ct.cancelled() => {
+                cancel_upstream(conn, id).await;
+                Err(Error::Other("cancelled by the client".into()))
+            }
+        }
+    }
+
+    /// Waits for a bridged call: its result, or its next question as an input_required result.
+    async fn bridged_step(
+        &self,
+        pending: crate::bridge::Pending,
+        req: &CallRequest,
+        timeout: Duration,
+    ) -> Result<ServerResult, Error> {
+        // A parked call waits for its client at most this long.
+        let keep = timeout + Duration::from_secs(60);
+        match self.bridge.wait(pending, &req.ct, keep).await {
+            crate::bridge::Step::Done(result) => *result,
+            crate::bridge::Step::Asked(question) => Ok(ServerResult::InputRequiredResult(question)),
+        }
+    }
+
+    /// After a start, compare the upstream's list with the one served (it may come from the disk
+    /// cache and be stale); when it differs, update and notify.
+    fn check_freshness(self: &Arc<Self>, server: Arc<Server>) {
+        let proxy = self.clone();
+        tokio::spawn(async move {
+            match proxy.pool.relist(&server).await {
+                Ok(Some(_)) => {
+                    if proxy.rebuild().await {
+                        tracing::info!(server = %server.name, "the cached tool list was stale; clients are told to re-list");
+                        proxy.notify(ListKind::Tools).await;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(server = %server.name, error = %e, "freshness re-list failed")
+                }
+            }
+        });
+    }
+
+    /// Records a call refused by the proxy itself and returns its error.
+    fn refuse(
+        &self,
+        snap: &Snapshot,
+        req: &CallRequest,
+        started: Instant,
+        error: Error,
+        denied: Option<(ServerName, String, Rule)>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
+        // error result it can read (as most MCP servers answer unknown tools). Failures of the
+        // proxy itself stay JSON-RPC errors.
+        let as_result = matches!(error, Error::ToolDenied { .. } | Error::UnknownTool(_));
+        let outcome = match (&denied, as_result) {
+            (Some(_), _) => Outcome::Denied,
+            (None, true) => Outcome::ToolError,
+            (None, false) => Outcome::ProtocolError,
+        };
+        let (server, upstream_tool, rule) = match &denied {
+            Some((s, t, r)) => (
+                Some(s.as_str()),
+                Some(t.as_str()),
+                Some(RuleDisplay { server: s, rule: r }.to_string()),
+            ),
+            None => (None, None, None),
+        };
+        tracing::info!(tool = %req.name, session = %req.session.id, error = %error, "tools/call refused");
+        let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
+        if !span.is_none() {
+            span.record("mcp.server", server.unwrap_or(""));
+            span.record(
+                "mcp.decision",
+                if denied.is_some() {
+                    "denied"
+                } else {
+                    "unknown"
+                },
+            );
+            span.record("mcp.outcome", outcome.as_str());
+            span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
+        }
+        // Unknown names are client input: keep them out of metric labels.
+        let label_tool = if upstream_tool.is_some() {
+            req.name.as_str()
+        } else {
+            "(unknown)"
+        };
+        self.metrics.call(
+            server.unwrap_or("(none)"),
+            label_tool,
+            outcome.as_str(),
+            started.elapsed().as_secs_f64(),
+        );
+        self.write_audit(
+            snap,
+            req,
+            server,
+            upstream_tool,
+            if denied.is_some() {
+                "denied"
+            } else {
+                "unknown"
+            },
+            rule,
+            outcome,
+            Some(error.to_string()),
+            started,
+        );
+        if !as_result {
+            return Err(error.to_mcp());
+        }
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(
+            "io.orchestrator/proxy".into(),
+            error.to_mcp().data.unwrap_or_default(),
+        );
+        let result = rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+            error.to_string(),
+        )])
+        .with_meta(Some(meta));
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    fn finish(
+        &self,
+        snap: &Snapshot,
+        req: &CallRequest,
+        route: &Route,
+        started: Instant,
+        result: &Result<CallToolResponse, Error>,
+        span: &tracing::Span,
+    ) {
+        let (outcome, error) = match result {
+            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
+                (Outcome::ToolError, None)
+            }
+            Ok(_) => (Outcome::Ok, None),
+            Err(e) => (Outcome::ProtocolError, Some(e.to_string())),
+        };
+        if let Err(e) = result {
+            tracing::warn!(tool = %req.name, server = %route.server.name, error = %e, "tools/call failed");
+        }
+        let elapsed = started.elapsed();
+        if !span.is_none() {
+            span.record("mcp.server", route.server.name.as_str());
+            span.record("mcp.decision", "allowed");
+            span.record("mcp.outcome", outcome.as_str());
+            span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
+        }
+        self.metrics.call(
+            route.server.name.as_str(),
+            &req.name,
+            outcome.as_str(),
+            elapsed.as_secs_f64(),
+        );
+        let rule = route.server.filter.verdict(route.tool.as_str());
+        let rule = RuleDisplay {
+            server: &route.server.name,
+            rule: rule.rule(),
+        }
+        .to_string();
+        self.write_audit(
+            snap,
+            req,
+            Some(route.server.name.as_str()),
+            Some(route.tool.as_str()),
+            "allowed",
+            Some(rule),
+            outcome,
+            error,
+            started,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_audit(
+        &self,
+        snap: &Snapshot,
+        req: &CallRequest,
+        server: Option<&str>,
+        upstream_tool: Option<&str>,
+        decision: &'static str,
+        rule: Option<String>,
+        outcome: Outcome,
+        error: Option<String>,
+        started: Instant,
+    ) {
+        let config = &snap.config;
+        let argument_bytes = req
+            .arguments
+            .as_ref()
+            .map(|a| serde_json::to_vec(a).map(|v| v.len()).unwrap_or(0))
+            .unwrap_or(0);
+        let record = audit::Record {
+            ts: audit::timestamp(),
+            task: &config.task_name,
+            namespace: &config.task_namespace,
+            context_version: config.context_version,
+            session: req.session.id.to_string(),
+            request_id: req.request_id.to_string(),
+            tool: &req.name,
+            server,
+            upstream_tool,
+            decision,
+            rule,
+            outcome,
+            error,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            argument_bytes,
+            arguments: if config.audit.include_arguments {
+                req.arguments.as_ref()
+            } else {
+                None
+            },
+        };
+        self.audit.record(config.audit.path.as_ref(), &record);
+    }
+}
+
+async fn gone(conn: &Arc<Connection>, server: &ServerName) -> Error {
+    Error::UpstreamGone {
+        server: server.clone(),
+        what: conn.gone_reason().await,
+    }
+}
+
+/// Waits (briefly) until the notifications the upstream sent before its result are forwarded.
+async fn flush_notifications(conn: &Connection) {
+    let (done, flushed) = tokio::sync::oneshot::channel();
+    if conn
+        .forward
+        .send(crate::upstream::routes::Forward::Barrier(done))
+        .is_ok()
+    {
+        let _ = tokio::time::timeout(Duration::from_secs(1), flushed).await;
+    }
+}
+
+async fn cancel_upstream(conn: &Connection, id: RequestId) {
+    let params = rmcp::model::CancelledNotificationParam::new(
+        Some(id),
+        Some("cancelled by the client".into()),
+    );
+    let _ = conn.peer.notify_cancelled(params).await;
+}
+
+/// Counts a call in flight for draining.
+struct InFlight<'a>(&'a Proxy);
+
+impl<'a> InFlight<'a> {
+    fn enter(proxy: &'a Proxy) -> Self {
+        proxy.calls_in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(proxy)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.calls_in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! What all upstreams share: the capabilities each server spec offered when it last ran (in
+//! memory and in the cache directory) and the logging level clients asked for.
+// Logging is deprecated by SEP-2577 but still part of the legacy protocol versions relayed.
+#![allow(deprecated)]
+
+use std::{collections::HashMap, sync::Mutex};
+
+use rmcp::model::{LoggingLevel, ServerCapabilities};
+
+use super::cache;
+use crate::config::SpecHash;
+
+/// What all upstreams share: capabilities seen per server spec (in memory and in the cache
+/// directory) and the logging level clients asked for.
+#[derive(Default)]
+pub struct Shared {
+    cache: Option<cache::DiskCache>,
+    capabilities: Mutex<HashMap<SpecHash, ServerCapabilities>>,
+    log_level: Mutex<Option<LoggingLevel>>,
+}
+
+impl Shared {
+    pub fn new(cache: Option<cache::DiskCache>) -> Self {
+        Self {
+            cache,
+            ..Default::default()
+        }
+    }
+
+    pub fn cache(&self) -> Option<&cache::DiskCache> {
+        self.cache.as_ref()
+    }
+
+    /// What a server (by spec) offered when it last ran, if known.
+    pub fn capabilities(&self, hash: &SpecHash) -> Option<ServerCapabilities> {
+        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = caps.get(hash) {
+            return Some(c.clone());
+        }
+        let loaded = self.cache.as_ref()?.load_capabilities(hash)?;
+        caps.insert(hash.clone(), loaded.clone());
+        Some(loaded)
+    }
+
+    pub(super) fn record_capabilities(&self, hash: &SpecHash, capabilities: &ServerCapabilities) {
+        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
+        if caps.get(hash) != Some(capabilities) {
+            caps.insert(hash.clone(), capabilities.clone());
+            if let Some(cache) = &self.cache {
+                cache.store_capabilities(hash, capabilities);
+            }
+        }
+    }
+
+    pub fn set_log_level(&self, level: LoggingLevel) {
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(level);
+    }
+
+    pub(super) fn log_level(&self) -> Option<LoggingLevel> {
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
