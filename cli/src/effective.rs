@@ -13,7 +13,9 @@ use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::{McpServer, ToolConfig};
 use serde::Serialize;
 
-use crate::toolspec::{glob_matches, is_literal};
+use orchestrator_crds::tools::ToolFilter;
+
+use crate::toolspec::is_literal;
 
 /// What one server exposes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -107,18 +109,14 @@ fn server_tools(
     if let Some(extra) = extra {
         universe.extend(extra.iter().cloned());
     }
+    // The sidecar's rule, from the crds crate; patterns that do not compile expose nothing, as
+    // the sidecar would refuse them.
+    let filter = ToolFilter::compile(s.enabled, &s.tools.allow, &s.tools.deny).ok();
     let tools = universe
         .into_iter()
-        .filter(|t| exposes(s, t))
+        .filter(|t| filter.as_ref().is_some_and(|f| f.exposes(t)))
         .collect::<BTreeSet<_>>();
     ServerTools::Tools { tools }
-}
-
-/// Whether the server's filter lets `tool` through (the sidecar's rule).
-pub fn exposes(s: &McpServer, tool: &str) -> bool {
-    s.enabled
-        && !s.tools.deny.iter().any(|d| glob_matches(d, tool))
-        && (s.tools.allow.is_empty() || s.tools.allow.iter().any(|a| glob_matches(a, tool)))
 }
 
 fn literal_names(s: &McpServer) -> impl Iterator<Item = String> + '_ {

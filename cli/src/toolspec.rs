@@ -8,8 +8,10 @@
 
 use std::fmt;
 
-use globset::Glob;
 use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
+// The sidecar's glob semantics, shared through the crds crate.
+use orchestrator_crds::tools::{check_pattern, has_glob_syntax};
+pub use orchestrator_crds::tools::{glob_matches, is_match_all};
 
 use crate::error::{Error, Result};
 
@@ -35,25 +37,9 @@ impl ToolSpec {
     }
 }
 
-/// Glob metacharacters understood by `globset` (the sidecar treats the same set as globs).
+/// True when the pattern is a plain tool name (no glob syntax).
 pub fn is_literal(pattern: &str) -> bool {
-    !pattern.contains(['*', '?', '[', ']', '{', '}', '\\'])
-}
-
-/// A pattern made of `*` only: it matches every tool.
-pub fn is_match_all(pattern: &str) -> bool {
-    !pattern.is_empty() && pattern.chars().all(|c| c == '*')
-}
-
-/// Whether `pattern` matches `name` with the sidecar's semantics (`globset`, `*` crosses any
-/// character). A pattern that does not compile matches nothing (parsing refuses those first).
-pub fn glob_matches(pattern: &str, name: &str) -> bool {
-    if is_literal(pattern) {
-        return pattern == name;
-    }
-    Glob::new(pattern)
-        .map(|g| g.compile_matcher().is_match(name))
-        .unwrap_or(false)
+    !has_glob_syntax(pattern)
 }
 
 /// Parses the values of one flag (each value may hold a comma-separated list). Empty items
@@ -120,7 +106,7 @@ fn parse_one(item: &str) -> std::result::Result<ToolSpec, String> {
         return Err("the tool pattern is longer than 256 characters".into());
     }
     if !is_literal(pattern) {
-        Glob::new(pattern).map_err(|e| format!("invalid glob pattern: {}", e.kind()))?;
+        check_pattern(pattern).map_err(|e| format!("invalid glob pattern: {e}"))?;
     }
     Ok(ToolSpec {
         server: server.to_string(),

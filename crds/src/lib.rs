@@ -3,7 +3,9 @@
 //! - [`taskrun`]: the `TaskRun` custom resource (`orchestrator.io/v1`) and its status.
 //! - [`proxy`]: the config file the operator renders and the MCP proxy sidecar reads.
 //! - [`catalog`]: the known MCP servers and how to start them.
+//! - [`tools`]: the allow/deny glob semantics of a server's tools, shared by all binaries.
 
 pub mod catalog;
 pub mod proxy;
 pub mod taskrun;
+pub mod tools;

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use globset::Glob;
 use orchestrator_crds::catalog::{Catalog, CatalogServer};
 use orchestrator_crds::taskrun::{McpServer, TaskRunSpec};
+use orchestrator_crds::tools::ToolFilter;
 
 /// One thing the operator cannot accept in a TaskRun (the API server could not judge it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,14 +73,15 @@ pub fn resolve<'a>(
         let Some(entry) = catalog.get(&server.name) else {
             continue;
         };
-        for pattern in server.tools.allow.iter().chain(&server.tools.deny) {
-            if let Err(e) = Glob::new(pattern) {
+        if let Err(errors) =
+            ToolFilter::compile(server.enabled, &server.tools.allow, &server.tools.deny)
+        {
+            for e in errors {
                 problems.push(Problem {
                     reason: "BadPattern",
                     message: format!(
-                        "spec.toolConfig.mcpServers[{}].tools: pattern {pattern:?} is not a valid glob: {}",
-                        server.name,
-                        e.kind()
+                        "spec.toolConfig.mcpServers[{}].tools.{}[{}]: pattern {:?} is not a valid glob: {}",
+                        server.name, e.list, e.index, e.pattern, e.message
                     ),
                 });
             }
@@ -180,22 +181,16 @@ pub fn exposed_tools(server: &ResolvedServer<'_>) -> Option<Vec<String>> {
     if server.entry.tools.is_empty() {
         return None;
     }
-    let compile = |ps: &[String]| -> Vec<globset::GlobMatcher> {
-        ps.iter()
-            .filter_map(|p| Glob::new(p).ok())
-            .map(|g| g.compile_matcher())
-            .collect()
-    };
-    let allow = compile(&server.spec.tools.allow);
-    let deny = compile(&server.spec.tools.deny);
+    // Bad patterns were reported by `resolve`; here they would only hide tools.
+    let filter =
+        ToolFilter::compile(true, &server.spec.tools.allow, &server.spec.tools.deny).ok()?;
     Some(
         server
             .entry
             .tools
             .iter()
             .map(|t| t.name.as_str())
-            .filter(|name| allow.is_empty() || allow.iter().any(|m| m.is_match(name)))
-            .filter(|name| !deny.iter().any(|m| m.is_match(name)))
+            .filter(|name| filter.exposes(name))
             .map(str::to_string)
             .collect(),
     )
