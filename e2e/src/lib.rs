@@ -182,7 +182,7 @@ pub fn cargo_bin(package: &str, bin: &str) -> Result<PathBuf> {
     let out = Command::new(cargo)
         .current_dir(repo_root())
         .args(["build", "--quiet", "-p", package, "--bin", bin])
-        .args(["--message-format", "json"])
+        .args(["--message-format", "json-render-diagnostics"])
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running cargo build for {bin}"))?;

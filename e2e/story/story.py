@@ -83,7 +83,7 @@ def cargo_binaries() -> dict[str, Path]:
     env = dict(os.environ)
     env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache/orchestrator/target"))
     out = subprocess.run(
-        ["cargo", "build", "--quiet", "--message-format=json",
+        ["cargo", "build", "--quiet", "--message-format=json-render-diagnostics",
          "-p", "orchestrator-operator", "-p", "orchestrator-mcp-proxy", "-p", "orchestrator-cli", "--bins"],
         cwd=REPO, env=env, check=True, stdout=subprocess.PIPE,
     ).stdout.decode()

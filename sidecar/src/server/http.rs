@@ -152,7 +152,14 @@ async fn check_host(
     let allowed = host_allowed(&authority, listen, extra) && origin_ok;
     drop(snapshot);
     if allowed {
-        next.run(request).await
+        let is_delete = request.method() == http::Method::DELETE;
+        let mut response = next.run(request).await;
+        // rmcp answers a session DELETE with 202 Accepted; the session is gone by then, and
+        // clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise.
+        if is_delete && response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::NO_CONTENT;
+        }
+        response
     } else {
         tracing::warn!(host = %authority, "refused /mcp request with a Host or Origin that is not allowed (add it to allowedHosts if it is legitimate)");
         (

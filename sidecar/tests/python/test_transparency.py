@@ -6,6 +6,7 @@ Prompts and resources are relayed too. Upstream: server-everything; client: the 
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 
 import anyio
@@ -158,6 +159,34 @@ def test_unknown_methods_get_the_json_rpc_error(make_proxy, tools):
     _, session = post(init)
     reply, _ = post({"jsonrpc": "2.0", "id": 2, "method": "no/such-method", "params": {}}, session)
     assert reply["error"]["code"] == -32601
+
+
+def test_a_session_delete_ends_the_session_with_a_success_status(make_proxy, tools):
+    """Clients end a session with DELETE and expect 200 or 204 (the Python SDK logs
+    "Session termination failed" for anything else); afterwards the session id is unknown."""
+    proxy = make_proxy({"servers": [everything(tools)]})
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+    request = urllib.request.Request(proxy.url, data=json.dumps(init).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+        session = response.headers["Mcp-Session-Id"]
+    headers = {**headers, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
+
+    delete = urllib.request.Request(proxy.url, method="DELETE", headers=headers)
+    with urllib.request.urlopen(delete, timeout=10) as response:
+        assert response.status in (200, 204)
+
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    request = urllib.request.Request(proxy.url, data=json.dumps(ping).encode(), headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(request, timeout=10)
+    assert gone.value.code == 404
 
 
 @BOTH
