@@ -5,6 +5,7 @@
 #![allow(deprecated)]
 
 pub mod http;
+mod json_reply;
 
 use std::sync::{
     Arc,
