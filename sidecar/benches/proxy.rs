@@ -156,6 +156,104 @@ async fn concurrent(client: &Client, tool: &str, per_worker: usize) -> Result<f6
     Ok((WORKERS * per_worker) as f64 / start.elapsed().as_secs_f64())
 }
 
+/// A bare HTTP client: the JSON-RPC messages written by hand, one POST per call on a kept
+/// connection, the response read as bytes. What an agent with a lean HTTP stack pays, with
+/// rmcp's client-side machinery taken out of the measurement.
+#[derive(Clone)]
+struct RawClient {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+}
+
+impl RawClient {
+    async fn connect(url: &str) -> Result<Self> {
+        let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "bench-raw", "version": "1"}}
+        });
+        let response = http
+            .post(url)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await?;
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .context("no Mcp-Session-Id on initialize")?
+            .to_string();
+        response.bytes().await?;
+        let client = Self {
+            http,
+            url: url.to_string(),
+            session,
+        };
+        client
+            .post(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await?;
+        Ok(client)
+    }
+
+    async fn post(&self, body: &serde_json::Value) -> Result<axum::body::Bytes> {
+        let response = self
+            .http
+            .post(&self.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &self.session)
+            .header("Mcp-Protocol-Version", "2025-11-25")
+            .json(body)
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(response.bytes().await?)
+    }
+
+    async fn call(&self, id: usize, tool: &str) -> Result<()> {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {"message": "benchmark payload of a typical small size"}}
+        });
+        let reply = self.post(&body).await?;
+        if !reply.windows(8).any(|w| w == b"\"result\"") {
+            bail!("{tool} failed: {}", String::from_utf8_lossy(&reply));
+        }
+        Ok(())
+    }
+}
+
+async fn raw_sequential(client: &RawClient, tool: &str, n: usize) -> Result<Vec<Duration>> {
+    let mut out = Vec::with_capacity(n);
+    for id in 1..=n {
+        let start = Instant::now();
+        client.call(id, tool).await?;
+        out.push(start.elapsed());
+    }
+    Ok(out)
+}
+
+async fn raw_concurrent(client: &RawClient, tool: &str, per_worker: usize) -> Result<f64> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..WORKERS {
+        let client = client.clone();
+        let tool = tool.to_string();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per_worker {
+                client.call(w * per_worker + i + 1, &tool).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok((WORKERS * per_worker) as f64 / start.elapsed().as_secs_f64())
+}
+
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
@@ -356,6 +454,18 @@ async fn main() -> Result<()> {
     modern_seq.sort();
     let mut modern = modern;
     let _ = modern.close().await;
+    // Diagnostic: the same calls from a bare HTTP client (no rmcp on the client side).
+    let raw = RawClient::connect(&proxy.url).await?;
+    raw_sequential(&raw, "every__echo", 300).await?;
+    let (mut raw_seq, mut raw_tp) = (Vec::new(), Vec::new());
+    let raw_cpu_before = cpu_time(proxy_pid);
+    for _ in 0..rounds {
+        raw_seq.extend(raw_sequential(&raw, "every__echo", seq_n).await?);
+        raw_tp.push(raw_concurrent(&raw, "every__echo", per_worker).await?);
+    }
+    let raw_cpu = cpu_time(proxy_pid).saturating_sub(raw_cpu_before);
+    raw_seq.sort();
+    let raw_tp_mean = raw_tp.iter().sum::<f64>() / raw_tp.len() as f64;
     d_seq.sort();
     p_seq.sort();
     let d_tp_mean = d_tp.iter().sum::<f64>() / d_tp.len() as f64;
@@ -440,8 +550,21 @@ async fn main() -> Result<()> {
         ms(pct(&modern_seq, 0.99))
     );
     println!(
-        "| diagnostic: proxy CPU per proxied call | | {:.0} µs | | |",
-        proxy_cpu.as_secs_f64() * 1e6 / proxied_calls as f64
+        "| diagnostic: bare HTTP client (no rmcp client), sequential p50 / p99 | | {:.3} ms / {:.3} ms | +{:.3} ms / +{:.3} ms | |",
+        ms(pct(&raw_seq, 0.5)),
+        ms(pct(&raw_seq, 0.99)),
+        ms(pct(&raw_seq, 0.5)) - ms(dp50),
+        ms(pct(&raw_seq, 0.99)) - ms(dp99)
+    );
+    println!(
+        "| diagnostic: bare HTTP client, 16-way throughput | | {:.0} calls/s | {:.1} % of direct | |",
+        raw_tp_mean,
+        100.0 * raw_tp_mean / d_tp_mean
+    );
+    println!(
+        "| diagnostic: proxy CPU per proxied call (rmcp client / bare client) | | {:.0} µs / {:.0} µs | | |",
+        proxy_cpu.as_secs_f64() * 1e6 / proxied_calls as f64,
+        raw_cpu.as_secs_f64() * 1e6 / (rounds * (seq_n + WORKERS * per_worker)) as f64
     );
     println!(
         "| proxy RSS idle (no upstream yet) | | {:.1} MiB | | <= 10 MiB |",
