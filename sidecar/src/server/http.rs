@@ -17,7 +17,7 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{Front, json_reply};
+use super::Front;
 use crate::proxy::Proxy;
 
 /// Host names always accepted on `/mcp` (any port).
@@ -42,7 +42,6 @@ pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> 
     };
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
-        .layer(middleware::from_fn(json_reply::json_when_single_response))
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),
             check_host,

@@ -5,7 +5,6 @@
 #![allow(deprecated)]
 
 pub mod http;
-mod json_reply;
 
 use std::sync::{
     Arc,
