@@ -225,6 +225,40 @@ impl RawClient {
     }
 }
 
+/// The floor for any HTTP front on this machine: a bare axum server, on its own thread and
+/// current-thread runtime (as the proxy runs), that answers every POST with a canned tools/call
+/// result carrying the request's id. No MCP, no upstream: what the HTTP hop alone costs.
+fn start_http_floor() -> Result<String> {
+    use axum::serve::ListenerExt;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    std::thread::spawn(move || -> Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let reply = |body: axum::body::Bytes| async move {
+                let id = serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v.get("id").cloned())
+                    .unwrap_or(serde_json::Value::Null);
+                axum::Json(serde_json::json!({
+                    "jsonrpc": "2.0", "id": id,
+                    "result": {"content": [{"type": "text", "text": "Echo: benchmark payload of a typical small size"}]}
+                }))
+            };
+            let app = axum::Router::new().route("/mcp", axum::routing::post(reply));
+            axum::serve(listener, app).await?;
+            anyhow::Ok(())
+        })
+    });
+    Ok(format!("http://{addr}/mcp"))
+}
+
 async fn raw_sequential(client: &RawClient, tool: &str, n: usize) -> Result<Vec<Duration>> {
     let mut out = Vec::with_capacity(n);
     for id in 1..=n {
@@ -464,6 +498,20 @@ async fn main() -> Result<()> {
         raw_tp.push(raw_concurrent(&raw, "every__echo", per_worker).await?);
     }
     let raw_cpu = cpu_time(proxy_pid).saturating_sub(raw_cpu_before);
+    // Diagnostic: the HTTP hop alone, against a bare server.
+    let floor = RawClient {
+        http: reqwest::Client::builder().tcp_nodelay(true).build()?,
+        url: start_http_floor()?,
+        session: "floor".into(),
+    };
+    raw_sequential(&floor, "echo", 300).await?;
+    let (mut floor_seq, mut floor_tp) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        floor_seq.extend(raw_sequential(&floor, "echo", seq_n).await?);
+        floor_tp.push(raw_concurrent(&floor, "echo", per_worker).await?);
+    }
+    floor_seq.sort();
+    let floor_tp_mean = floor_tp.iter().sum::<f64>() / floor_tp.len() as f64;
     raw_seq.sort();
     let raw_tp_mean = raw_tp.iter().sum::<f64>() / raw_tp.len() as f64;
     d_seq.sort();
@@ -561,6 +609,12 @@ async fn main() -> Result<()> {
         raw_tp_mean,
         100.0 * raw_tp_mean / d_tp_mean
     );
+    println!(
+        "| diagnostic: HTTP floor (bare client -> bare axum server, canned reply), p50 / p99 | | {:.3} ms / {:.3} ms | | |",
+        ms(pct(&floor_seq, 0.5)),
+        ms(pct(&floor_seq, 0.99))
+    );
+    println!("| diagnostic: HTTP floor, 16-way throughput | | {floor_tp_mean:.0} calls/s | | |");
     println!(
         "| diagnostic: proxy CPU per proxied call (rmcp client / bare client) | | {:.0} µs / {:.0} µs | | |",
         proxy_cpu.as_secs_f64() * 1e6 / proxied_calls as f64,
