@@ -81,7 +81,10 @@ def bin_dir() -> Path:
 def cargo_binaries() -> dict[str, Path]:
     """Builds the three binaries (a no-op when up to date) and returns their paths."""
     env = dict(os.environ)
-    env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache/orchestrator/target"))
+    if "CARGO_TARGET_DIR" not in env:  # this checkout's target directory (scripts/target-dir)
+        env["CARGO_TARGET_DIR"] = subprocess.run(
+            [REPO / "scripts/target-dir"], check=True, capture_output=True, text=True
+        ).stdout.strip()
     out = subprocess.run(
         ["cargo", "build", "--quiet", "--message-format=json-render-diagnostics",
          "-p", "orchestrator-operator", "-p", "orchestrator-mcp-proxy", "-p", "orchestrator-cli", "--bins"],

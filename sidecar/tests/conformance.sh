@@ -24,7 +24,7 @@ export PATH="$bin:$PATH"
 
 proxy=${MCP_PROXY_BIN:-}
 if [ -z "$proxy" ]; then
-  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/orchestrator/target}
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$("$repo/scripts/target-dir")}
   (cd "$repo" && cargo build -q -p orchestrator-mcp-proxy --bins)
   proxy=$CARGO_TARGET_DIR/debug/orchestrator-mcp-proxy
 fi

@@ -66,9 +66,12 @@ def proxy_bin() -> Path:
     """The proxy binary: $MCP_PROXY_BIN, or a debug build made now."""
     if os.environ.get("MCP_PROXY_BIN"):
         return _require(Path(os.environ["MCP_PROXY_BIN"]))
-    # The project's shared target directory, unless the caller chose another.
+    # This checkout's target directory (scripts/target-dir), unless the caller chose another.
     env = {**os.environ}
-    env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache/orchestrator/target"))
+    if "CARGO_TARGET_DIR" not in env:
+        env["CARGO_TARGET_DIR"] = subprocess.run(
+            [REPO / "scripts/target-dir"], check=True, capture_output=True, text=True
+        ).stdout.strip()
     out = subprocess.run(
         ["cargo", "build", "-p", "orchestrator-mcp-proxy", "--bins", "--message-format=json-render-diagnostics"],
         cwd=REPO,
