@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use rmcp::{
     ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt,
     model::{CallToolRequestParams, ClientConfig, JsonObject, ProtocolVersion},
-    service::{NotificationContext, RunningService},
+    service::{NotificationContext, Peer, RunningService},
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
         streamable_http_client::StreamableHttpClientTransportConfig,
@@ -33,6 +33,8 @@ use tokio::sync::mpsc;
 
 const PROXY: &str = env!("CARGO_BIN_EXE_orchestrator-mcp-proxy");
 const WORKERS: usize = 16;
+/// The `message` argument of every echo call.
+const PAYLOAD: &str = "benchmark payload of a typical small size";
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -115,37 +117,46 @@ async fn http_client_modern(url: &str, listener: Listener) -> Result<Client> {
 
 fn echo(name: &str) -> CallToolRequestParams {
     let mut args = JsonObject::new();
-    args.insert(
-        "message".into(),
-        serde_json::json!("benchmark payload of a typical small size"),
-    );
+    args.insert("message".into(), serde_json::json!(PAYLOAD));
     CallToolRequestParams::new(name.to_string()).with_arguments(args)
 }
 
-async fn sequential(client: &Client, tool: &str, n: usize) -> Result<Vec<Duration>> {
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let start = Instant::now();
-        let r = client.peer().call_tool(echo(tool)).await?;
-        out.push(start.elapsed());
+/// One `tools/call` of `tool` (the echo payload) by some client; `id` is unique within a run.
+trait Caller: Clone + Send + Sync + 'static {
+    fn call(&self, id: usize, tool: &str) -> impl Future<Output = Result<()>> + Send;
+}
+
+impl Caller for Peer<RoleClient> {
+    async fn call(&self, _id: usize, tool: &str) -> Result<()> {
+        let r = self.call_tool(echo(tool)).await?;
         if r.is_error == Some(true) {
             bail!("{tool} failed: {r:?}");
         }
+        Ok(())
+    }
+}
+
+/// `n` calls one after the other; the duration of each.
+async fn sequential(client: &impl Caller, tool: &str, n: usize) -> Result<Vec<Duration>> {
+    let mut out = Vec::with_capacity(n);
+    for id in 1..=n {
+        let start = Instant::now();
+        client.call(id, tool).await?;
+        out.push(start.elapsed());
     }
     Ok(out)
 }
 
-/// `WORKERS` tasks sharing one connection, `per_worker` calls each; returns calls per second.
-async fn concurrent(client: &Client, tool: &str, per_worker: usize) -> Result<f64> {
-    let peer = client.peer().clone();
+/// `WORKERS` tasks sharing one client, `per_worker` calls each; returns calls per second.
+async fn concurrent(client: &impl Caller, tool: &str, per_worker: usize) -> Result<f64> {
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..WORKERS {
-        let peer = peer.clone();
+    for w in 0..WORKERS {
+        let client = client.clone();
         let tool = tool.to_string();
         tasks.push(tokio::spawn(async move {
-            for _ in 0..per_worker {
-                peer.call_tool(echo(&tool)).await?;
+            for i in 0..per_worker {
+                client.call(w * per_worker + i + 1, &tool).await?;
             }
             anyhow::Ok(())
         }));
@@ -211,11 +222,13 @@ impl RawClient {
             .error_for_status()?;
         Ok(response.bytes().await?)
     }
+}
 
+impl Caller for RawClient {
     async fn call(&self, id: usize, tool: &str) -> Result<()> {
         let body = serde_json::json!({
             "jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": {"message": "benchmark payload of a typical small size"}}
+            "params": {"name": tool, "arguments": {"message": PAYLOAD}}
         });
         let reply = self.post(&body).await?;
         if !reply.windows(8).any(|w| w == b"\"result\"") {
@@ -248,7 +261,7 @@ fn start_http_floor() -> Result<String> {
                     .unwrap_or(serde_json::Value::Null);
                 axum::Json(serde_json::json!({
                     "jsonrpc": "2.0", "id": id,
-                    "result": {"content": [{"type": "text", "text": "Echo: benchmark payload of a typical small size"}]}
+                    "result": {"content": [{"type": "text", "text": format!("Echo: {PAYLOAD}")}]}
                 }))
             };
             let app = axum::Router::new().route("/mcp", axum::routing::post(reply));
@@ -257,35 +270,6 @@ fn start_http_floor() -> Result<String> {
         })
     });
     Ok(format!("http://{addr}/mcp"))
-}
-
-async fn raw_sequential(client: &RawClient, tool: &str, n: usize) -> Result<Vec<Duration>> {
-    let mut out = Vec::with_capacity(n);
-    for id in 1..=n {
-        let start = Instant::now();
-        client.call(id, tool).await?;
-        out.push(start.elapsed());
-    }
-    Ok(out)
-}
-
-async fn raw_concurrent(client: &RawClient, tool: &str, per_worker: usize) -> Result<f64> {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..WORKERS {
-        let client = client.clone();
-        let tool = tool.to_string();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..per_worker {
-                client.call(w * per_worker + i + 1, &tool).await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    Ok((WORKERS * per_worker) as f64 / start.elapsed().as_secs_f64())
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -458,17 +442,17 @@ async fn main() -> Result<()> {
     proxied.peer().list_all_tools().await?;
 
     // Warm up both paths (JIT in node, connections, allocator).
-    sequential(&direct, "echo", 300).await?;
-    sequential(&proxied, "every__echo", 300).await?;
+    sequential(direct.peer(), "echo", 300).await?;
+    sequential(proxied.peer(), "every__echo", 300).await?;
 
     let (mut d_seq, mut p_seq, mut d_tp, mut p_tp) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let cpu_before = cpu_time(proxy_pid);
     for _ in 0..rounds {
-        d_seq.extend(sequential(&direct, "echo", seq_n).await?);
-        p_seq.extend(sequential(&proxied, "every__echo", seq_n).await?);
-        d_tp.push(concurrent(&direct, "echo", per_worker).await?);
-        p_tp.push(concurrent(&proxied, "every__echo", per_worker).await?);
+        d_seq.extend(sequential(direct.peer(), "echo", seq_n).await?);
+        p_seq.extend(sequential(proxied.peer(), "every__echo", seq_n).await?);
+        d_tp.push(concurrent(direct.peer(), "echo", per_worker).await?);
+        p_tp.push(concurrent(proxied.peer(), "every__echo", per_worker).await?);
     }
     let proxy_cpu = cpu_time(proxy_pid).saturating_sub(cpu_before);
     let proxied_calls = rounds * (seq_n + WORKERS * per_worker);
@@ -484,18 +468,18 @@ async fn main() -> Result<()> {
     // Diagnostic: the same calls from a 2026-07-28 client (stateless requests).
     let (modern_tx, _modern_rx) = mpsc::unbounded_channel();
     let modern = http_client_modern(&proxy.url, Listener(modern_tx)).await?;
-    let mut modern_seq = sequential(&modern, "every__echo", seq_n).await?;
+    let mut modern_seq = sequential(modern.peer(), "every__echo", seq_n).await?;
     modern_seq.sort();
     let mut modern = modern;
     let _ = modern.close().await;
     // Diagnostic: the same calls from a bare HTTP client (no rmcp on the client side).
     let raw = RawClient::connect(&proxy.url).await?;
-    raw_sequential(&raw, "every__echo", 300).await?;
+    sequential(&raw, "every__echo", 300).await?;
     let (mut raw_seq, mut raw_tp) = (Vec::new(), Vec::new());
     let raw_cpu_before = cpu_time(proxy_pid);
     for _ in 0..rounds {
-        raw_seq.extend(raw_sequential(&raw, "every__echo", seq_n).await?);
-        raw_tp.push(raw_concurrent(&raw, "every__echo", per_worker).await?);
+        raw_seq.extend(sequential(&raw, "every__echo", seq_n).await?);
+        raw_tp.push(concurrent(&raw, "every__echo", per_worker).await?);
     }
     let raw_cpu = cpu_time(proxy_pid).saturating_sub(raw_cpu_before);
     // Diagnostic: the HTTP hop alone, against a bare server.
@@ -504,11 +488,11 @@ async fn main() -> Result<()> {
         url: start_http_floor()?,
         session: "floor".into(),
     };
-    raw_sequential(&floor, "echo", 300).await?;
+    sequential(&floor, "echo", 300).await?;
     let (mut floor_seq, mut floor_tp) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        floor_seq.extend(raw_sequential(&floor, "echo", seq_n).await?);
-        floor_tp.push(raw_concurrent(&floor, "echo", per_worker).await?);
+        floor_seq.extend(sequential(&floor, "echo", seq_n).await?);
+        floor_tp.push(concurrent(&floor, "echo", per_worker).await?);
     }
     floor_seq.sort();
     let floor_tp_mean = floor_tp.iter().sum::<f64>() / floor_tp.len() as f64;

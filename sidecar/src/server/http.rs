@@ -42,6 +42,7 @@ pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> 
     };
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn(session_delete_status))
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),
             check_host,
@@ -152,14 +153,7 @@ async fn check_host(
     let allowed = host_allowed(&authority, listen, extra) && origin_ok;
     drop(snapshot);
     if allowed {
-        let is_delete = request.method() == http::Method::DELETE;
-        let mut response = next.run(request).await;
-        // rmcp answers a session DELETE with 202 Accepted; the session is gone by then, and
-        // clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise.
-        if is_delete && response.status() == StatusCode::ACCEPTED {
-            *response.status_mut() = StatusCode::NO_CONTENT;
-        }
-        response
+        next.run(request).await
     } else {
         tracing::warn!(host = %authority, "refused /mcp request with a Host or Origin that is not allowed (add it to allowedHosts if it is legitimate)");
         (
@@ -168,6 +162,17 @@ async fn check_host(
         )
             .into_response()
     }
+}
+
+/// rmcp answers a session `DELETE` with 202 Accepted, though the session is gone by then;
+/// clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise.
+async fn session_delete_status(request: Request, next: Next) -> Response {
+    let is_delete = request.method() == http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if is_delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
