@@ -80,6 +80,9 @@ pub struct Audit {
 struct Shared {
     pending: Mutex<Vec<(Option<PathBuf>, Vec<u8>)>>,
     wake: Condvar,
+    /// Held while a batch is taken and written, so batches reach the files in order even when
+    /// `flush` (at shutdown) runs while the writer thread is writing.
+    writing: Mutex<()>,
 }
 
 impl Audit {
@@ -118,6 +121,7 @@ impl Audit {
 
     /// Writes every queued line now (at shutdown).
     pub fn flush(&self) {
+        let _writing = self.shared.writing();
         let batch = std::mem::take(&mut *self.shared.lock());
         write_batch(batch, &mut None);
     }
@@ -126,6 +130,10 @@ impl Audit {
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Option<PathBuf>, Vec<u8>)>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn writing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.writing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn run(&self) {
@@ -138,6 +146,7 @@ impl Shared {
                 }
             }
             std::thread::sleep(BATCH_WINDOW);
+            let _writing = self.writing();
             let batch = std::mem::take(&mut *self.lock());
             write_batch(batch, &mut open);
         }
