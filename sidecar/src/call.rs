@@ -188,11 +188,21 @@ impl Proxy {
                                 ));
                             }
                         };
-                        let answer = req.session.peer.send_request(request).await.map_err(|e| {
-                            Error::Other(format!(
-                                "the client could not answer the server's request: {e}"
-                            ))
-                        })?;
+                        let answer = match &req.session.stream {
+                            Some(stream) => {
+                                stream.request(request, &req.ct).await.map_err(|e| {
+                                    Error::Other(format!(
+                                        "the client could not answer the server's request: {}",
+                                        e.message
+                                    ))
+                                })?
+                            }
+                            None => req.session.peer.send_request(request).await.map_err(|e| {
+                                Error::Other(format!(
+                                    "the client could not answer the server's request: {e}"
+                                ))
+                            })?,
+                        };
                         let value = serde_json::to_value(answer)
                             .map_err(|e| Error::Other(e.to_string()))?;
                         responses.insert(key, value);

@@ -9,6 +9,7 @@ use std::{
     },
 };
 
+use crate::server::fast::{CallStream, FastSession};
 use rmcp::{
     Peer, RoleServer,
     model::{ClientCapabilities, Implementation},
@@ -43,6 +44,9 @@ pub struct SessionRef {
     pub accepts_requests: bool,
     pub client_info: Option<Implementation>,
     pub capabilities: Option<ClientCapabilities>,
+    /// The call's own response stream, when the direct path serves it (see `server::fast`):
+    /// what the upstream sends during the call goes there instead of through `peer`.
+    pub stream: Option<CallStream>,
 }
 
 /// Where to send `list_changed` notifications.
@@ -58,6 +62,8 @@ struct Inner {
     /// 2026-07-28 `subscriptions/listen` streams.
     subscriptions: HashMap<u64, SubscriptionSink>,
     next_subscription: u64,
+    /// Legacy HTTP sessions the direct `tools/call` path may serve, by `Mcp-Session-Id`.
+    http: HashMap<String, Arc<FastSession>>,
 }
 
 /// What a list changed on.
@@ -75,6 +81,20 @@ impl Registry {
 
     pub fn remove_session(&self, id: SessionId) {
         self.lock().sessions.remove(&id);
+    }
+
+    /// Makes an HTTP session known to the direct `tools/call` path.
+    pub fn add_http_session(&self, http_id: String, session: Arc<FastSession>) {
+        self.lock().http.insert(http_id, session);
+    }
+
+    pub fn remove_http_session(&self, http_id: &str) {
+        self.lock().http.remove(http_id);
+    }
+
+    /// The HTTP session with this `Mcp-Session-Id`, if the direct path may serve it.
+    pub fn http_session(&self, http_id: &str) -> Option<Arc<FastSession>> {
+        self.lock().http.get(http_id).cloned()
     }
 
     /// Registers a listen stream; returns the key to remove it with.

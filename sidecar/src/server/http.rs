@@ -42,6 +42,10 @@ pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> 
     };
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(
+            proxy.clone(),
+            super::fast::fast_path,
+        ))
         .layer(middleware::from_fn(session_delete_status))
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),

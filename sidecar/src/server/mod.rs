@@ -4,10 +4,11 @@
 // initialize lifecycle.
 #![allow(deprecated)]
 
+pub mod fast;
 pub mod http;
 
 use std::sync::{
-    Arc,
+    Arc, OnceLock,
     atomic::{AtomicBool, Ordering},
 };
 
@@ -34,6 +35,10 @@ pub struct Front {
     proxy: Arc<Proxy>,
     session: SessionId,
     registered: AtomicBool,
+    /// The protocol version the initialize handshake settled on.
+    protocol: OnceLock<ProtocolVersion>,
+    /// The `Mcp-Session-Id` under which the direct `tools/call` path knows this session.
+    http_id: OnceLock<String>,
 }
 
 impl Front {
@@ -42,6 +47,8 @@ impl Front {
             proxy,
             session: SessionId::next(),
             registered: AtomicBool::new(false),
+            protocol: OnceLock::new(),
+            http_id: OnceLock::new(),
         }
     }
 
@@ -55,6 +62,7 @@ impl Front {
             accepts_requests,
             client_info: context.client_info(),
             capabilities: context.client_capabilities(),
+            stream: None,
         }
     }
 }
@@ -63,6 +71,9 @@ impl Drop for Front {
     fn drop(&mut self) {
         if self.registered.load(Ordering::Relaxed) {
             self.proxy.sessions.remove_session(self.session);
+        }
+        if let Some(http_id) = self.http_id.get() {
+            self.proxy.sessions.remove_http_session(http_id);
         }
     }
 }
@@ -104,7 +115,34 @@ impl ServerHandler for Front {
             .add_session(self.session, context.peer.clone());
         self.registered.store(true, Ordering::Relaxed);
         tracing::info!(session = %self.session, client = %request.client_info.name, protocol = %request.protocol_version, "client session opened");
-        self.negotiate_initialize(&request)
+        let result = self.negotiate_initialize(&request)?;
+        let _ = self.protocol.set(result.protocol_version.clone());
+        Ok(result)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Over HTTP the notification carries the request's parts, session id included: from
+        // now on, tools/call on this session may take the direct path.
+        let Some(parts) = context.extensions.get::<::http::request::Parts>() else {
+            return;
+        };
+        let Some(http_id) = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        else {
+            return;
+        };
+        let Some(protocol) = self.protocol.get() else {
+            return;
+        };
+        if *protocol >= ProtocolVersion::V_2026_07_28 || self.http_id.set(http_id.into()).is_err() {
+            return;
+        }
+        let session = fast::FastSession::new(self.session, context.peer.clone(), protocol.clone());
+        self.proxy
+            .sessions
+            .add_http_session(http_id.into(), Arc::new(session));
     }
 
     async fn list_tools(

@@ -87,6 +87,10 @@ impl Service<RoleClient> for UpstreamHandler {
         // cancel the relayed request too.
         let mut request = request;
         *request.get_meta_mut() = context.meta;
+        // A call on the direct path: ask on its own stream.
+        if let Some(stream) = &session.stream {
+            return stream.request(request, &context.ct).await;
+        }
         // SEP-2260: ride the stream of the client's call, as if the server were talking directly.
         if let Some(id) = front_request {
             request.extensions_mut().insert(OriginatingRequestId(id));

@@ -259,7 +259,10 @@ async fn forward_progress(routes: &CallRoutes, mut params: ProgressNotificationP
         return true;
     };
     params.progress_token = client_token;
-    if let Err(e) = session.peer.notify_progress(params).await {
+    if let Some(stream) = &session.stream {
+        let notification = rmcp::model::ProgressNotification::new(params);
+        stream.notify(ServerNotification::ProgressNotification(notification));
+    } else if let Err(e) = session.peer.notify_progress(params).await {
         tracing::debug!(session = %session.id, error = %e, "could not forward progress");
     }
     true

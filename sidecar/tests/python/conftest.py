@@ -201,6 +201,9 @@ class Proxy:
 
     def start(self, wait_ready: bool = True) -> "Proxy":
         env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), **self.env}
+        # RUST_LOG passes through, for debugging a test run.
+        if "RUST_LOG" in os.environ:
+            env.setdefault("RUST_LOG", os.environ["RUST_LOG"])
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [

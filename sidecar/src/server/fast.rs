@@ -1,0 +1,512 @@
+//! The direct path for `tools/call` on an established HTTP session.
+//!
+//! rmcp's streamable-HTTP server hands every request through a session worker, a service loop
+//! and a task per request, parses it into its typed message model and answers on an SSE stream
+//! that starts with a priming event: most of the proxy's own cost per call (docs/benchmarks.md).
+//! A `tools/call` on a session that finished its initialize handshake skips all that: this
+//! middleware reads the body, runs the call through the same [`Proxy::call_tool`] (filter,
+//! audit, metrics, span, upstream routing), and answers on the POST itself. Everything else —
+//! initialize, other methods, GET/DELETE, 2026-07-28 requests, anything unusual in the
+//! headers or body — goes to rmcp unchanged.
+//!
+//! What rmcp would do during such a call, this path does on the call's own stream: progress
+//! notifications for the client's token, and requests the upstream sends back (sampling,
+//! elicitation, roots), whose answers arrive as POSTed JSON-RPC responses and are picked up here
+//! by id. `notifications/cancelled` for a call on this path cancels it here. The call's stream
+//! carries no event ids (resumption is optional for servers); a call answered within
+//! [`FIRST_EVENT_WAIT`] gets its whole SSE body in one write.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use rmcp::{
+    ErrorData, Peer, RoleServer,
+    model::{
+        CallToolRequestParams, CallToolResponse, CancelledNotification, CancelledNotificationParam,
+        ClientCapabilities, ClientResult, Implementation, ProtocolVersion, RequestId,
+        ServerJsonRpcMessage, ServerNotification, ServerRequest, ServerResult,
+    },
+};
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    proxy::{CallRequest, Proxy},
+    session::{SessionId, SessionRef},
+};
+
+/// How long a call's answer may take and still be sent as one complete body; a slower call gets
+/// its stream's headers then, and its events as they come.
+pub const FIRST_EVENT_WAIT: Duration = Duration::from_secs(1);
+
+/// Bodies above this go to rmcp (which applies the same limit and says so).
+const MAX_BODY: u64 = 4 * 1024 * 1024;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// An HTTP session the direct path may serve: registered once the client sent
+/// `notifications/initialized`, removed when rmcp drops the session.
+pub struct FastSession {
+    pub session: SessionId,
+    pub peer: Peer<RoleServer>,
+    /// The version the session negotiated (always before 2026-07-28).
+    pub protocol: ProtocolVersion,
+    client_info: Option<Implementation>,
+    capabilities: Option<ClientCapabilities>,
+    /// Requests sent to the client on a call's stream, waiting for its answer.
+    asked: Mutex<HashMap<RequestId, oneshot::Sender<Result<serde_json::Value, ErrorData>>>>,
+    /// Calls in flight on this path, by the client's request id.
+    calls: Mutex<HashMap<RequestId, CancellationToken>>,
+}
+
+impl FastSession {
+    pub fn new(session: SessionId, peer: Peer<RoleServer>, protocol: ProtocolVersion) -> Self {
+        let info = peer.peer_info();
+        Self {
+            session,
+            client_info: info.as_ref().map(|i| i.client_info.clone()),
+            capabilities: info.as_ref().map(|i| i.capabilities.clone()),
+            peer,
+            protocol,
+            asked: Mutex::default(),
+            calls: Mutex::default(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One SSE event for the call's stream; `last` marks the call's response.
+struct Event {
+    bytes: Bytes,
+    last: bool,
+}
+
+/// The response stream of one call on the direct path: where what the upstream sends during the
+/// call goes.
+#[derive(Clone)]
+pub struct CallStream {
+    events: mpsc::UnboundedSender<Event>,
+    session: Arc<FastSession>,
+}
+
+impl std::fmt::Debug for CallStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallStream")
+            .field("session", &self.session.session)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallStream {
+    fn send(&self, message: &ServerJsonRpcMessage, last: bool) -> bool {
+        match serde_json::to_vec(message) {
+            Ok(json) => self
+                .events
+                .send(Event {
+                    bytes: sse_event(&json),
+                    last,
+                })
+                .is_ok(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not encode a message for the client");
+                false
+            }
+        }
+    }
+
+    /// Sends a notification (progress) on the call's stream.
+    pub fn notify(&self, notification: ServerNotification) -> bool {
+        self.send(&ServerJsonRpcMessage::notification(notification), false)
+    }
+
+    /// Sends a request to the client on the call's stream and waits for its answer; `ct`
+    /// withdraws it (the client is told with `notifications/cancelled`).
+    pub async fn request(
+        &self,
+        request: ServerRequest,
+        ct: &CancellationToken,
+    ) -> Result<ClientResult, ErrorData> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = RequestId::String(
+            format!("orchestrator-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into(),
+        );
+        let (tx, rx) = oneshot::channel();
+        lock(&self.session.asked).insert(id.clone(), tx);
+        let _forget = Forget {
+            session: &self.session,
+            id: &id,
+        };
+        if !self.send(&ServerJsonRpcMessage::request(request, id.clone()), false) {
+            return Err(ErrorData::internal_error(
+                "the client's call this request belongs to has ended",
+                None,
+            ));
+        }
+        tokio::select! {
+            answer = rx => match answer {
+                Ok(Ok(value)) => serde_json::from_value(value).map_err(|e| {
+                    ErrorData::invalid_params(format!("the client's answer is not a valid result: {e}"), None)
+                }),
+                Ok(Err(error)) => Err(error),
+                Err(_) => Err(ErrorData::internal_error("the client session ended", None)),
+            },
+            () = ct.cancelled() => {
+                let cancelled = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id.clone()),
+                    Some("cancelled by the upstream server".into()),
+                ));
+                self.notify(ServerNotification::CancelledNotification(cancelled));
+                Err(ErrorData::internal_error("cancelled", None))
+            }
+            () = self.events.closed() => Err(ErrorData::internal_error(
+                "the client closed the call's stream before answering",
+                None,
+            )),
+        }
+    }
+}
+
+/// Removes an unanswered request from the session's table.
+struct Forget<'a> {
+    session: &'a FastSession,
+    id: &'a RequestId,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        lock(&self.session.asked).remove(self.id);
+    }
+}
+
+fn sse_event(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    out.into()
+}
+
+/// What a POST body is, as far as this path cares.
+enum Incoming {
+    Call(RequestId, CallToolRequestParams),
+    Answer(RequestId, Result<serde_json::Value, ErrorData>),
+    Cancel(RequestId),
+}
+
+#[derive(Deserialize)]
+struct Message {
+    jsonrpc: Option<String>,
+    id: Option<RequestId>,
+    method: Option<String>,
+    params: Option<serde_json::Value>,
+    result: Option<serde_json::Value>,
+    error: Option<ErrorData>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CancelParams {
+    request_id: RequestId,
+}
+
+fn classify(body: &[u8]) -> Option<Incoming> {
+    let m: Message = serde_json::from_slice(body).ok()?;
+    if m.jsonrpc.as_deref() != Some("2.0") {
+        return None;
+    }
+    match (m.method.as_deref(), m.id) {
+        (Some("tools/call"), Some(id)) if m.result.is_none() && m.error.is_none() => {
+            let params = serde_json::from_value(m.params?).ok()?;
+            Some(Incoming::Call(id, params))
+        }
+        (Some("notifications/cancelled"), None) => {
+            let params: CancelParams = serde_json::from_value(m.params?).ok()?;
+            Some(Incoming::Cancel(params.request_id))
+        }
+        (None, Some(id)) => match (m.result, m.error) {
+            (Some(result), None) => Some(Incoming::Answer(id, Ok(result))),
+            (None, Some(error)) => Some(Incoming::Answer(id, Err(error))),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The media-type essences of a header, or `None` when any entry has parameters (those are
+/// left to rmcp's full parser).
+fn plain_media_types(headers: &HeaderMap, name: header::HeaderName) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for value in headers.get_all(name) {
+        for entry in value.to_str().ok()?.split(',') {
+            let entry = entry.trim();
+            if entry.contains(';') {
+                return None;
+            }
+            out.push(entry.to_ascii_lowercase());
+        }
+    }
+    Some(out)
+}
+
+/// Whether the request's headers are the plain case this path handles exactly as rmcp would.
+fn headers_eligible(headers: &HeaderMap, session: &FastSession) -> bool {
+    let accepts = plain_media_types(headers, header::ACCEPT).is_some_and(|types| {
+        types.iter().any(|t| t == "application/json")
+            && types.iter().any(|t| t == "text/event-stream")
+    });
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split_once(';').map_or(v, |(e, _)| e);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        });
+    let version_ok = match headers.get(VERSION_HEADER) {
+        None => true,
+        Some(v) => v.as_bytes() == session.protocol.as_str().as_bytes(),
+    };
+    let small = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n <= MAX_BODY);
+    accepts && json_body && version_ok && small
+}
+
+/// Middleware on `/mcp`: serves `tools/call` (and the answers and cancellations that belong to
+/// calls on this path) directly; passes everything else to rmcp.
+pub async fn fast_path(State(proxy): State<Arc<Proxy>>, request: Request, next: Next) -> Response {
+    if request.method() != http::Method::POST {
+        return next.run(request).await;
+    }
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|id| proxy.sessions.http_session(id));
+    let Some(session) = session.filter(|s| headers_eligible(request.headers(), s)) else {
+        return next.run(request).await;
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY as usize).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("Bad Request: could not read the body: {e}"),
+            )
+                .into_response();
+        }
+    };
+    match classify(&bytes) {
+        Some(Incoming::Call(id, params)) => return call(proxy, session, id, params).await,
+        Some(Incoming::Answer(id, answer)) => {
+            let waiting = lock(&session.asked).remove(&id);
+            if let Some(waiting) = waiting {
+                let _ = waiting.send(answer);
+                return StatusCode::ACCEPTED.into_response();
+            }
+        }
+        Some(Incoming::Cancel(id)) => {
+            let call = lock(&session.calls).get(&id).cloned();
+            if let Some(ct) = call {
+                ct.cancel();
+                return StatusCode::ACCEPTED.into_response();
+            }
+        }
+        None => {}
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+async fn call(
+    proxy: Arc<Proxy>,
+    session: Arc<FastSession>,
+    id: RequestId,
+    mut params: CallToolRequestParams,
+) -> Response {
+    tracing::debug!(session = %session.session, request = %id, "tools/call on the direct path");
+    let ct = CancellationToken::new();
+    lock(&session.calls).insert(id.clone(), ct.clone());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let stream = CallStream {
+        events: tx,
+        session: session.clone(),
+    };
+    let req = CallRequest {
+        name: params.name.into_owned(),
+        arguments: params.arguments.take(),
+        input_responses: params.input_responses.take(),
+        request_state: params.request_state.take(),
+        meta: params.meta.take().unwrap_or_default(),
+        request_id: id.clone(),
+        ct: ct.clone(),
+        session: SessionRef {
+            id: session.session,
+            peer: session.peer.clone(),
+            accepts_requests: true,
+            client_info: session.client_info.clone(),
+            capabilities: session.capabilities.clone(),
+            stream: Some(stream.clone()),
+        },
+    };
+    // The call runs on its own so that it finishes (and is audited) even if the client goes away.
+    tokio::spawn(async move {
+        let result = proxy.call_tool(req).await;
+        lock(&stream.session.calls).remove(&id);
+        // A cancelled request gets no response (as rmcp does).
+        if !ct.is_cancelled() {
+            let tasks = stream
+                .session
+                .capabilities
+                .as_ref()
+                .is_some_and(|c| c.supports_tasks());
+            stream.send(&response(result, id, tasks), true);
+        }
+    });
+    let first = tokio::time::timeout(FIRST_EVENT_WAIT, rx.recv()).await;
+    match first {
+        // The whole answer at once: one write.
+        Ok(Some(event)) if event.last => sse_response(Body::from(event.bytes)),
+        Ok(Some(event)) => sse_response(Body::from_stream(events(Some(event), rx))),
+        // Cancelled before anything was sent: an empty stream.
+        Ok(None) => sse_response(Body::empty()),
+        Err(_) => sse_response(Body::from_stream(events(None, rx))),
+    }
+}
+
+/// The call's events until its response.
+fn events(
+    first: Option<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    let done = first.as_ref().is_some_and(|e| e.last);
+    futures::stream::unfold((first, rx, done), |(first, mut rx, done)| async move {
+        if let Some(event) = first {
+            return Some((Ok(event.bytes), (None, rx, event.last)));
+        }
+        if done {
+            return None;
+        }
+        let event = rx.recv().await?;
+        let last = event.last;
+        Some((Ok(event.bytes), (None, rx, last)))
+    })
+}
+
+fn sse_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// The JSON-RPC response rmcp's server handler would send a client on an initialize-era version.
+fn response(
+    result: Result<CallToolResponse, ErrorData>,
+    id: RequestId,
+    client_declared_tasks: bool,
+) -> ServerJsonRpcMessage {
+    let result = result.and_then(|response| {
+        if matches!(response, CallToolResponse::Task(_)) && !client_declared_tasks {
+            return Err(ErrorData::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            ));
+        }
+        let mut result = ServerResult::from(response);
+        if matches!(result, ServerResult::InputRequiredResult(_)) {
+            return Err(ErrorData::invalid_request(
+                "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
+                None,
+            ));
+        }
+        result.strip_result_type_for_legacy_peer();
+        Ok(result)
+    });
+    match result {
+        Ok(result) => ServerJsonRpcMessage::response(result, id),
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_sorts_the_messages_this_path_takes_and_leaves_the_rest() {
+        let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__b","arguments":{"x":1},"_meta":{"progressToken":3}}}"#;
+        let Some(Incoming::Call(id, params)) = classify(call) else {
+            panic!("a tools/call is taken");
+        };
+        assert_eq!(id, RequestId::Number(7));
+        assert_eq!(params.name, "a__b");
+        assert!(params.meta.is_some());
+
+        let answer = br#"{"jsonrpc":"2.0","id":"orchestrator-1","result":{"roots":[]}}"#;
+        assert!(matches!(classify(answer), Some(Incoming::Answer(_, Ok(_)))));
+        let error =
+            br#"{"jsonrpc":"2.0","id":"orchestrator-1","error":{"code":-1,"message":"no"}}"#;
+        assert!(matches!(classify(error), Some(Incoming::Answer(_, Err(_)))));
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#;
+        assert!(matches!(
+            classify(cancel),
+            Some(Incoming::Cancel(RequestId::Number(7)))
+        ));
+
+        for other in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
+            br#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+            br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}]"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            b"not json",
+        ] {
+            assert!(
+                classify(other).is_none(),
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+    }
+
+    #[test]
+    fn only_plain_accept_headers_are_taken() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        assert!(plain_media_types(&h, header::ACCEPT).is_some());
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json;q=0, text/event-stream"),
+        );
+        assert!(plain_media_types(&h, header::ACCEPT).is_none());
+    }
+}
