@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -71,6 +72,27 @@ async def test_a_hung_call_times_out_and_the_proxy_carries_on(make_proxy, tools)
         assert text_of(await client.call_tool("every__echo", {"message": "next"})) == "Echo: next"
     timeouts = [r for r in proxy.audit(at_least=2) if r["tool"] == "every__trigger-elicitation-request"]
     assert timeouts[0]["outcome"] == "protocol_error"
+
+
+async def test_a_call_the_client_gives_up_on_ends_at_once(make_proxy, tools):
+    """The SDK sends notifications/cancelled when it stops waiting for a call; the proxy ends the
+    call then (and tells the upstream), not when the upstream would have finished."""
+    proxy = make_proxy({"servers": [everything(tools)]})
+    async with Client(proxy.url, mode="legacy") as client:
+        started = time.monotonic()
+        with pytest.raises(MCPError) as abandoned:
+            await client.call_tool(
+                "every__trigger-long-running-operation", {"duration": 30, "steps": 30}, read_timeout_seconds=0.5
+            )
+        assert "timed out" in abandoned.value.message.lower()
+        await await_for(
+            lambda: proxy.tools()["servers"][0]["callsInFlight"] == 0, timeout=10, what="the proxy to end the call"
+        )
+        assert time.monotonic() - started < 15, "the call ran until the upstream finished it"
+        assert text_of(await client.call_tool("every__echo", {"message": "after"})) == "Echo: after"
+    records = [r for r in proxy.audit(at_least=2) if r["tool"] == "every__trigger-long-running-operation"]
+    assert records[0]["outcome"] == "protocol_error"
+    assert "cancelled by the client" in records[0]["error"]
 
 
 async def test_a_server_that_cannot_start_is_reported_and_left_out(make_proxy, tools):
