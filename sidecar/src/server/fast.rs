@@ -234,7 +234,17 @@ fn classify(body: &[u8]) -> Option<Incoming> {
     }
     match (m.method.as_deref(), m.id) {
         (Some("tools/call"), Some(id)) if m.result.is_none() && m.error.is_none() => {
-            let params = serde_json::from_value(m.params?).ok()?;
+            let params: CallToolRequestParams = serde_json::from_value(m.params?).ok()?;
+            // Per-request protocol keys (2026-07-28 style) are rmcp's to validate.
+            let protocol_keys = params.meta.as_ref().is_some_and(|meta| {
+                meta.0
+                    .0
+                    .keys()
+                    .any(|k| k.starts_with("io.modelcontextprotocol/"))
+            });
+            if protocol_keys {
+                return None;
+            }
             Some(Incoming::Call(id, params))
         }
         (Some("notifications/cancelled"), None) => {
@@ -485,6 +495,7 @@ mod tests {
             br#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
             br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}]"#,
             br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
             b"not json",
         ] {
             assert!(

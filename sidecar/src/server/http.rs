@@ -1,7 +1,7 @@
 //! The HTTP listener: MCP at `/mcp` (behind a `Host` check that follows config reloads), and
 //! `/healthz`, `/readyz`, `/metrics`, `GET /tools`.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Json, Router,
@@ -26,8 +26,9 @@ const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
 /// Builds the whole HTTP app.
 pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> Router {
     let mut sessions = LocalSessionManager::default();
-    // Agents can sit idle for a long time between calls; don't expire their sessions early.
-    sessions.session_config.keep_alive = Some(Duration::from_secs(24 * 3600));
+    // No idle expiry: calls on the direct path (`fast`) never reach rmcp's session worker, so
+    // its idle timer would end a busy session. A session lives until DELETE or proxy exit.
+    sessions.session_config.keep_alive = None;
     let config = StreamableHttpServerConfig::default()
         // The Host check is done by `check_host` so it follows config reloads.
         .disable_allowed_hosts()
