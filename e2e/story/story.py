@@ -111,8 +111,23 @@ def wait_until(what: str, predicate, timeout: float = 60, interval: float = 0.1)
         time.sleep(interval)
 
 
+def expand_braces(pattern: str) -> list[str]:
+    """`{a,b}` alternatives (which the product's globs take and fnmatch does not), expanded."""
+    start = pattern.find("{")
+    end = pattern.find("}", start + 1)
+    if start < 0 or end < 0:
+        return [pattern]
+    head, tail = pattern[:start], pattern[end + 1 :]
+    return [x for alt in pattern[start + 1 : end].split(",") for x in expand_braces(head + alt + tail)]
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in expand_braces(pattern))
+
+
 def expected_tools(taskrun: dict, catalog: dict, prefix: str = "__") -> list[str]:
-    """What the agent should see: each server's catalog tools through its allow/deny globs."""
+    """What the agent should see: each server's catalog tools through its allow/deny globs,
+    computed here independently of the product's own glob code (crds/src/tools.rs)."""
     servers = {s["name"]: s for s in catalog["servers"]}
     seen = []
     for server in taskrun["spec"]["toolConfig"]["mcpServers"]:
@@ -122,9 +137,7 @@ def expected_tools(taskrun: dict, catalog: dict, prefix: str = "__") -> list[str
         deny = server.get("tools", {}).get("deny") or []
         for tool in servers[server["name"]]["tools"]:
             name = tool["name"]
-            if any(fnmatch.fnmatchcase(name, p) for p in allow) and not any(
-                fnmatch.fnmatchcase(name, p) for p in deny
-            ):
+            if any(glob_match(name, p) for p in allow) and not any(glob_match(name, p) for p in deny):
                 seen.append(f"{server['name']}{prefix}{name}")
     return sorted(seen)
 
