@@ -88,8 +88,18 @@ impl Registry {
         self.lock().http.insert(http_id, session);
     }
 
-    pub fn remove_http_session(&self, http_id: &str) {
-        self.lock().http.remove(http_id);
+    pub fn remove_http_session(&self, http_id: &str) -> Option<Arc<FastSession>> {
+        self.lock().http.remove(http_id)
+    }
+
+    /// Every HTTP session the direct path knows, with its `Mcp-Session-Id`.
+    pub fn http_sessions(&self) -> Vec<(String, Arc<FastSession>)> {
+        let inner = self.lock();
+        inner
+            .http
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// The HTTP session with this `Mcp-Session-Id`, if the direct path may serve it.

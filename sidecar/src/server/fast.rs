@@ -32,6 +32,9 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
+use rmcp::transport::streamable_http_server::session::{
+    SessionManager, local::LocalSessionManager,
+};
 use rmcp::{
     ErrorData, Peer, RoleServer,
     model::{
@@ -72,10 +75,19 @@ pub struct FastSession {
     asked: Mutex<HashMap<RequestId, oneshot::Sender<Result<serde_json::Value, ErrorData>>>>,
     /// Calls in flight on this path, by the client's request id.
     calls: Mutex<HashMap<RequestId, CancellationToken>>,
+    /// Cancelled when the session ends (DELETE, expiry, proxy shutdown): its calls with it.
+    ct: CancellationToken,
+    /// When the client last sent anything on this session (seconds on [`clock`]).
+    last_seen: AtomicU64,
 }
 
 impl FastSession {
-    pub fn new(session: SessionId, peer: Peer<RoleServer>, protocol: ProtocolVersion) -> Self {
+    pub fn new(
+        session: SessionId,
+        peer: Peer<RoleServer>,
+        protocol: ProtocolVersion,
+        ct: CancellationToken,
+    ) -> Self {
         let info = peer.peer_info();
         Self {
             session,
@@ -85,8 +97,64 @@ impl FastSession {
             protocol,
             asked: Mutex::default(),
             calls: Mutex::default(),
+            ct,
+            last_seen: AtomicU64::new(clock()),
         }
     }
+
+    fn touch(&self) {
+        self.last_seen.store(clock(), Ordering::Relaxed);
+    }
+
+    /// Ends the session's calls on this path (the session is over).
+    pub fn end(&self) {
+        self.ct.cancel();
+    }
+}
+
+/// Seconds since the first use, a monotonic clock for idle times.
+fn clock() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs()
+}
+
+/// A session no request has used for this long is closed, as rmcp's own idle expiry would.
+pub const SESSION_IDLE: Duration = Duration::from_secs(24 * 3600);
+const REAP_EVERY: Duration = Duration::from_secs(600);
+
+/// Closes sessions idle for [`SESSION_IDLE`] with no call in flight (rmcp's idle timer cannot
+/// see calls on the direct path, so it is off and this does its job), until `cancel`.
+pub fn spawn_reaper(
+    proxy: Arc<Proxy>,
+    manager: Arc<LocalSessionManager>,
+    cancel: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(REAP_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = cancel.cancelled() => return,
+            }
+            let now = clock();
+            for (http_id, session) in proxy.sessions.http_sessions() {
+                let idle = now.saturating_sub(session.last_seen.load(Ordering::Relaxed));
+                if idle < SESSION_IDLE.as_secs() || !lock(&session.calls).is_empty() {
+                    continue;
+                }
+                tracing::info!(session = %session.session, idle_s = idle, "closing an idle client session");
+                proxy.sessions.remove_http_session(&http_id);
+                session.end();
+                if let Err(e) = manager.close_session(&http_id.as_str().into()).await {
+                    tracing::debug!(error = %e, "closing an idle session");
+                }
+            }
+        }
+    });
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -276,12 +344,16 @@ fn plain_media_types(headers: &HeaderMap, name: header::HeaderName) -> Option<Ve
     Some(out)
 }
 
-/// Whether the request's headers are the plain case this path handles exactly as rmcp would.
-fn headers_eligible(headers: &HeaderMap, session: &FastSession) -> bool {
-    let accepts = plain_media_types(headers, header::ACCEPT).is_some_and(|types| {
-        types.iter().any(|t| t == "application/json")
-            && types.iter().any(|t| t == "text/event-stream")
-    });
+/// Whether a POST on a known session may be read here at all: a JSON body rmcp would read too
+/// (it refuses a body without both media types in `Accept` before reading it).
+fn readable(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",")
+        .to_ascii_lowercase();
     let json_body = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -289,45 +361,59 @@ fn headers_eligible(headers: &HeaderMap, session: &FastSession) -> bool {
             let essence = v.split_once(';').map_or(v, |(e, _)| e);
             essence.trim().eq_ignore_ascii_case("application/json")
         });
-    let version_ok = match headers.get(VERSION_HEADER) {
-        None => true,
-        Some(v) => v.as_bytes() == session.protocol.as_str().as_bytes(),
-    };
+    // A declared size over the limit: rmcp answers 413 without reading.
     let small = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|n| n <= MAX_BODY);
-    accepts && json_body && version_ok && small
+        .is_none_or(|n| n <= MAX_BODY);
+    accept.contains("application/json")
+        && accept.contains("text/event-stream")
+        && json_body
+        && small
+}
+
+/// Whether a `tools/call` is the plain case this path serves exactly as rmcp would.
+fn call_eligible(headers: &HeaderMap, session: &FastSession) -> bool {
+    let accepts = plain_media_types(headers, header::ACCEPT).is_some_and(|types| {
+        types.iter().any(|t| t == "application/json")
+            && types.iter().any(|t| t == "text/event-stream")
+    });
+    let version_ok = match headers.get(VERSION_HEADER) {
+        None => true,
+        Some(v) => v.as_bytes() == session.protocol.as_str().as_bytes(),
+    };
+    accepts && version_ok
 }
 
 /// Middleware on `/mcp`: serves `tools/call` (and the answers and cancellations that belong to
 /// calls on this path) directly; passes everything else to rmcp.
 pub async fn fast_path(State(proxy): State<Arc<Proxy>>, request: Request, next: Next) -> Response {
-    if request.method() != http::Method::POST {
-        return next.run(request).await;
-    }
     let session = request
         .headers()
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|id| proxy.sessions.http_session(id));
-    let Some(session) = session.filter(|s| headers_eligible(request.headers(), s)) else {
+    let Some(session) = session else {
         return next.run(request).await;
     };
+    session.touch();
+    if request.method() != http::Method::POST || !readable(request.headers()) {
+        return next.run(request).await;
+    }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY as usize).await {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("Bad Request: could not read the body: {e}"),
-            )
-                .into_response();
-        }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY as usize).await else {
+        // Over the limit (or the client went away while sending).
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Payload Too Large: request body exceeds {MAX_BODY} bytes"),
+        )
+            .into_response();
     };
     match classify(&bytes) {
-        Some(Incoming::Call(id, params)) => return call(proxy, session, id, params).await,
+        Some(Incoming::Call(id, params)) if call_eligible(&parts.headers, &session) => {
+            return call(proxy, session, id, params).await;
+        }
         Some(Incoming::Answer(id, answer)) => {
             let waiting = lock(&session.asked).remove(&id);
             if let Some(waiting) = waiting {
@@ -342,7 +428,7 @@ pub async fn fast_path(State(proxy): State<Arc<Proxy>>, request: Request, next: 
                 return StatusCode::ACCEPTED.into_response();
             }
         }
-        None => {}
+        _ => {}
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
@@ -355,7 +441,7 @@ async fn call(
     mut params: CallToolRequestParams,
 ) -> Response {
     tracing::debug!(session = %session.session, request = %id, "tools/call on the direct path");
-    let ct = CancellationToken::new();
+    let ct = session.ct.child_token();
     lock(&session.calls).insert(id.clone(), ct.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let stream = CallStream {
@@ -383,8 +469,13 @@ async fn call(
     tokio::spawn(async move {
         let result = proxy.call_tool(req).await;
         lock(&stream.session.calls).remove(&id);
-        // A cancelled request gets no response (as rmcp does).
-        if !ct.is_cancelled() {
+        if ct.is_cancelled() {
+            // A cancelled request gets no response (as rmcp does); its stream ends here.
+            let _ = stream.events.send(Event {
+                bytes: Bytes::new(),
+                last: true,
+            });
+        } else {
             let tasks = stream
                 .session
                 .capabilities
@@ -398,28 +489,37 @@ async fn call(
         // The whole answer at once: one write.
         Ok(Some(event)) if event.last => sse_response(Body::from(event.bytes)),
         Ok(Some(event)) => sse_response(Body::from_stream(events(Some(event), rx))),
-        // Cancelled before anything was sent: an empty stream.
         Ok(None) => sse_response(Body::empty()),
         Err(_) => sse_response(Body::from_stream(events(None, rx))),
     }
 }
 
-/// The call's events until its response.
+/// An SSE comment sent on a quiet call stream, so clients' read timeouts do not fire while a
+/// long call runs (rmcp's streams do the same, every 15 s).
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The call's events until its response, with keep-alive comments while it is quiet.
 fn events(
     first: Option<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
-    let done = first.as_ref().is_some_and(|e| e.last);
-    futures::stream::unfold((first, rx, done), |(first, mut rx, done)| async move {
+    futures::stream::unfold((first, rx, false), |(first, mut rx, done)| async move {
         if let Some(event) = first {
             return Some((Ok(event.bytes), (None, rx, event.last)));
         }
         if done {
             return None;
         }
-        let event = rx.recv().await?;
-        let last = event.last;
-        Some((Ok(event.bytes), (None, rx, last)))
+        tokio::select! {
+            event = rx.recv() => {
+                let event = event?;
+                let last = event.last;
+                Some((Ok(event.bytes), (None, rx, last)))
+            }
+            () = tokio::time::sleep(KEEP_ALIVE) => {
+                Some((Ok(Bytes::from_static(b":\n\n")), (None, rx, false)))
+            }
+        }
     })
 }
 
@@ -504,6 +604,33 @@ mod tests {
                 String::from_utf8_lossy(other)
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_call_stream_gets_keep_alives_and_ends_with_the_response() {
+        use futures::StreamExt;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut stream = std::pin::pin!(events(None, rx));
+        // Nothing for 15 s: a comment, so the client's read timeout does not fire.
+        let quiet = tokio::time::timeout(KEEP_ALIVE + Duration::from_millis(10), stream.next());
+        let chunk = quiet.await.ok().flatten().and_then(Result::ok);
+        assert_eq!(chunk.as_deref(), Some(&b":\n\n"[..]));
+        let event = |text: &'static str, last| Event {
+            bytes: Bytes::from_static(text.as_bytes()),
+            last,
+        };
+        tx.send(event("data: progress\n\n", false)).ok();
+        tx.send(event("data: response\n\n", true)).ok();
+        // Still open senders (a relayed request's clone) do not keep the stream going.
+        let _other_sender = tx.clone();
+        let rest: Vec<Bytes> = stream.filter_map(|c| async move { c.ok() }).collect().await;
+        assert_eq!(
+            rest,
+            vec![
+                Bytes::from_static(b"data: progress\n\n"),
+                Bytes::from_static(b"data: response\n\n"),
+            ]
+        );
     }
 
     #[test]

@@ -29,15 +29,17 @@ pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> 
     // No idle expiry: calls on the direct path (`fast`) never reach rmcp's session worker, so
     // its idle timer would end a busy session. A session lives until DELETE or proxy exit.
     sessions.session_config.keep_alive = None;
+    let sessions = Arc::new(sessions);
+    super::fast::spawn_reaper(proxy.clone(), sessions.clone(), cancel.clone());
     let config = StreamableHttpServerConfig::default()
         // The Host check is done by `check_host` so it follows config reloads.
         .disable_allowed_hosts()
-        .with_cancellation_token(cancel);
+        .with_cancellation_token(cancel.clone());
     let mcp = {
         let proxy = proxy.clone();
         StreamableHttpService::new(
-            move || Ok(Front::new(proxy.clone())),
-            Arc::new(sessions),
+            move || Ok(Front::new(proxy.clone()).within(&cancel)),
+            sessions,
             config,
         )
     };
@@ -47,7 +49,10 @@ pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> 
             proxy.clone(),
             super::fast::fast_path,
         ))
-        .layer(middleware::from_fn(session_delete_status))
+        .layer(middleware::from_fn_with_state(
+            proxy.clone(),
+            session_delete_status,
+        ))
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),
             check_host,
@@ -170,12 +175,29 @@ async fn check_host(
 }
 
 /// rmcp answers a session `DELETE` with 202 Accepted, though the session is gone by then;
-/// clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise.
-async fn session_delete_status(request: Request, next: Next) -> Response {
+/// clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise. The
+/// direct `tools/call` path forgets the session at once (and its calls in flight end).
+async fn session_delete_status(
+    State(proxy): State<Arc<Proxy>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let deleted = (request.method() == http::Method::DELETE)
+        .then(|| request.headers().get("mcp-session-id").cloned())
+        .flatten();
     let is_delete = request.method() == http::Method::DELETE;
     let mut response = next.run(request).await;
-    if is_delete && response.status() == StatusCode::ACCEPTED {
-        *response.status_mut() = StatusCode::NO_CONTENT;
+    if is_delete && response.status().is_success() {
+        if let Some(session) = deleted
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|id| proxy.sessions.remove_http_session(id))
+        {
+            session.end();
+        }
+        if response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::NO_CONTENT;
+        }
     }
     response
 }

@@ -25,6 +25,8 @@ use rmcp::{
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 
+use tokio_util::sync::CancellationToken;
+
 use crate::{
     proxy::{CallRequest, Proxy},
     session::{SessionId, SessionRef},
@@ -39,6 +41,8 @@ pub struct Front {
     protocol: OnceLock<ProtocolVersion>,
     /// The `Mcp-Session-Id` under which the direct `tools/call` path knows this session.
     http_id: OnceLock<String>,
+    /// Cancelled when the session ends; calls on the direct path are children of it.
+    ct: CancellationToken,
 }
 
 impl Front {
@@ -49,7 +53,14 @@ impl Front {
             registered: AtomicBool::new(false),
             protocol: OnceLock::new(),
             http_id: OnceLock::new(),
+            ct: CancellationToken::new(),
         }
+    }
+
+    /// Ties the session's lifetime to `parent` (the HTTP server's session token).
+    pub fn within(mut self, parent: &CancellationToken) -> Self {
+        self.ct = parent.child_token();
+        self
     }
 
     fn session_ref(&self, context: &RequestContext<RoleServer>) -> SessionRef {
@@ -75,6 +86,7 @@ impl Drop for Front {
         if let Some(http_id) = self.http_id.get() {
             self.proxy.sessions.remove_http_session(http_id);
         }
+        self.ct.cancel();
     }
 }
 
@@ -139,7 +151,12 @@ impl ServerHandler for Front {
         if *protocol >= ProtocolVersion::V_2026_07_28 || self.http_id.set(http_id.into()).is_err() {
             return;
         }
-        let session = fast::FastSession::new(self.session, context.peer.clone(), protocol.clone());
+        let session = fast::FastSession::new(
+            self.session,
+            context.peer.clone(),
+            protocol.clone(),
+            self.ct.clone(),
+        );
         self.proxy
             .sessions
             .add_http_session(http_id.into(), Arc::new(session));

@@ -93,7 +93,11 @@ impl CallRoutes {
         let mut inner = self.lock();
         inner.next += 1;
         let id = inner.next;
-        inner.last_session = Some(session.clone());
+        // A call's own stream ends with the call: requests outside any call go to the session.
+        inner.last_session = Some(SessionRef {
+            stream: None,
+            ..session.clone()
+        });
         inner.calls.insert(
             id,
             CallRoute {
@@ -116,7 +120,10 @@ impl CallRoutes {
     pub fn seed(&self, session: SessionRef) {
         let mut inner = self.lock();
         if inner.last_session.is_none() {
-            inner.last_session = Some(session);
+            inner.last_session = Some(SessionRef {
+                stream: None,
+                ..session
+            });
         }
     }
 

@@ -204,22 +204,23 @@ class Proxy:
         # RUST_LOG passes through, for debugging a test run.
         if "RUST_LOG" in os.environ:
             env.setdefault("RUST_LOG", os.environ["RUST_LOG"])
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [
-                str(self.binary),
-                "--config",
-                str(self.config_dir / "proxy.yaml"),
-                "--listen",
-                f"127.0.0.1:{self.port}",
-                "--cache-dir",
-                str(self.workdir / "cache"),
-                *self.extra_args,
-            ],
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
+        # The child writes to its own copy of the descriptor; ours is closed right away.
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(self.binary),
+                    "--config",
+                    str(self.config_dir / "proxy.yaml"),
+                    "--listen",
+                    f"127.0.0.1:{self.port}",
+                    "--cache-dir",
+                    str(self.workdir / "cache"),
+                    *self.extra_args,
+                ],
+                stdout=log,
+                stderr=log,
+                env=env,
+            )
         if wait_ready:
             wait_for(self.ready, what="the proxy to be ready")
         else:

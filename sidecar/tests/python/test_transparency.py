@@ -112,6 +112,28 @@ async def test_sampling_elicitation_and_roots_requests_reach_the_client_and_answ
             await await_for(lambda: any("Roots updated" in line for line in logs), what="the server's log message")
 
 
+@pytest.mark.filterwarnings("ignore:The roots capability is deprecated")
+async def test_a_request_the_upstream_sends_between_calls_reaches_the_client(make_proxy, tools):
+    """Outside any call (here: the upstream re-reads the roots after the client says they
+    changed) the upstream's request goes to the session, not to the stream of a finished call."""
+    proxy = make_proxy({"servers": [everything(tools)]})
+    asked: list[int] = []
+
+    async def counting_roots(context):
+        asked.append(1)
+        return types.ListRootsResult(roots=[types.Root(uri=f"file:///workspace/{len(asked)}", name="project")])
+
+    async with Client(proxy.url, mode="legacy", list_roots_callback=counting_roots) as client:
+        assert text_of(await client.call_tool("every__echo", {"message": "first"})) == "Echo: first"
+        from conftest import await_for
+
+        # server-everything asks for the roots once it is initialized.
+        await await_for(lambda: len(asked) >= 1, what="the upstream's first roots/list")
+        before = len(asked)
+        await client.send_roots_list_changed()
+        await await_for(lambda: len(asked) > before, what="the upstream's roots/list after the change")
+
+
 async def test_prompts_and_resources_are_relayed(make_proxy, tools):
     proxy = make_proxy({"servers": [everything(tools)]})
     async with Client(proxy.url, mode="legacy") as client:
