@@ -211,6 +211,57 @@ def test_a_session_delete_ends_the_session_with_a_success_status(make_proxy, too
     assert gone.value.code == 404
 
 
+def test_a_deleted_session_takes_its_calls_in_flight_with_it(make_proxy, tools):
+    """A call still running when its client DELETEs the session is cancelled then (the upstream
+    is told), its stream ends, and it is audited; it does not run on for nobody."""
+    import threading
+    import time
+
+    from conftest import wait_for
+
+    proxy = make_proxy({"servers": [everything(tools)]})
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+    def post(body: dict) -> str:
+        request = urllib.request.Request(proxy.url, data=json.dumps(body).encode(), headers=headers)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read().decode()
+            headers.setdefault("Mcp-Session-Id", response.headers.get("Mcp-Session-Id"))
+            return text
+
+    post(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+        }
+    )
+    headers["Mcp-Protocol-Version"] = "2025-11-25"
+    post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    long_call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "every__trigger-long-running-operation", "arguments": {"duration": 30, "steps": 30}},
+    }
+    ended: list[float] = []
+    caller = threading.Thread(target=lambda: (post(long_call), ended.append(time.monotonic())), daemon=True)
+    caller.start()
+    wait_for(lambda: proxy.tools()["servers"][0]["callsInFlight"] == 1, what="the call to be in flight")
+
+    deleted_at = time.monotonic()
+    delete = urllib.request.Request(proxy.url, method="DELETE", headers=headers)
+    with urllib.request.urlopen(delete, timeout=10) as response:
+        assert response.status in (200, 204)
+    caller.join(timeout=15)
+    assert ended, "the call's stream did not end when its session was deleted"
+    assert ended[0] - deleted_at < 10
+    wait_for(lambda: proxy.tools()["servers"][0]["callsInFlight"] == 0, timeout=10, what="the call to end")
+    records = [r for r in proxy.audit() if r["tool"] == "every__trigger-long-running-operation"]
+    assert records[0]["outcome"] == "protocol_error" and "cancelled" in records[0]["error"]
+
+
 @BOTH
 async def test_an_upstream_list_change_reaches_the_client(make_proxy, tools, mode):
     """The upstream (Python SDK, spoken to with 2026-07-28, so its change arrives on the listen
