@@ -40,6 +40,10 @@ struct Args {
     /// Milliseconds of quiet after a change in the config directory before reloading.
     #[arg(long, default_value_t = 50)]
     reload_debounce_ms: u64,
+    /// Seconds after which an HTTP session no request used (and with no call in flight) is
+    /// closed.
+    #[arg(long, default_value_t = 24 * 3600)]
+    session_idle_seconds: u64,
     /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
     /// serves one agent, and cross-thread wake-ups cost more than they buy.
     #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
         kill_grace: Duration::from_secs(args.kill_grace_seconds),
         start_timeout: Duration::from_secs(args.start_timeout_seconds),
         reload_debounce: Duration::from_millis(args.reload_debounce_ms),
+        session_idle: Duration::from_secs(args.session_idle_seconds),
     };
     let mut builder = if args.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()

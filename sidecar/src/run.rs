@@ -36,6 +36,8 @@ pub struct Options {
     pub start_timeout: Duration,
     /// Quiet time after the last change of the config directory before reloading.
     pub reload_debounce: Duration,
+    /// An HTTP session no request used for this long (and with no call in flight) is closed.
+    pub session_idle: Duration,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
@@ -108,7 +110,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             .tap_io(|tcp| {
                 let _ = tcp.set_nodelay(true);
             });
-        let app = http::app(proxy.clone(), listen, sessions_cancel.clone());
+        let app = http::app(
+            proxy.clone(),
+            listen,
+            sessions_cancel.clone(),
+            opts.session_idle,
+        );
         tracing::info!(%listen, "serving MCP at http://{listen}/mcp");
         let accept = accept_cancel.clone();
         tokio::spawn(async move {

@@ -77,7 +77,7 @@ pub struct FastSession {
     calls: Mutex<HashMap<RequestId, CancellationToken>>,
     /// Cancelled when the session ends (DELETE, expiry, proxy shutdown): its calls with it.
     ct: CancellationToken,
-    /// When the client last sent anything on this session (seconds on [`clock`]).
+    /// When the client last sent anything on this session (milliseconds on [`clock_ms`]).
     last_seen: AtomicU64,
 }
 
@@ -98,12 +98,12 @@ impl FastSession {
             asked: Mutex::default(),
             calls: Mutex::default(),
             ct,
-            last_seen: AtomicU64::new(clock()),
+            last_seen: AtomicU64::new(clock_ms()),
         }
     }
 
     fn touch(&self) {
-        self.last_seen.store(clock(), Ordering::Relaxed);
+        self.last_seen.store(clock_ms(), Ordering::Relaxed);
     }
 
     /// Ends the session's calls on this path (the session is over).
@@ -112,41 +112,38 @@ impl FastSession {
     }
 }
 
-/// Seconds since the first use, a monotonic clock for idle times.
-fn clock() -> u64 {
+/// Milliseconds since the first use, a monotonic clock for idle times.
+fn clock_ms() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_secs()
+    let elapsed = START.get_or_init(std::time::Instant::now).elapsed();
+    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A session no request has used for this long is closed, as rmcp's own idle expiry would.
-pub const SESSION_IDLE: Duration = Duration::from_secs(24 * 3600);
-const REAP_EVERY: Duration = Duration::from_secs(600);
-
-/// Closes sessions idle for [`SESSION_IDLE`] with no call in flight (rmcp's idle timer cannot
-/// see calls on the direct path, so it is off and this does its job), until `cancel`.
+/// Closes sessions no request used for `idle` and with no call in flight (rmcp's idle timer
+/// cannot see calls on the direct path, so it is off and this does its job), until `cancel`.
 pub fn spawn_reaper(
     proxy: Arc<Proxy>,
     manager: Arc<LocalSessionManager>,
+    idle: Duration,
     cancel: CancellationToken,
 ) {
+    let period = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(600));
+    let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(REAP_EVERY);
+        let mut every = tokio::time::interval(period);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = every.tick() => {}
                 () = cancel.cancelled() => return,
             }
-            let now = clock();
+            let now = clock_ms();
             for (http_id, session) in proxy.sessions.http_sessions() {
-                let idle = now.saturating_sub(session.last_seen.load(Ordering::Relaxed));
-                if idle < SESSION_IDLE.as_secs() || !lock(&session.calls).is_empty() {
+                let quiet = now.saturating_sub(session.last_seen.load(Ordering::Relaxed));
+                if quiet < idle_ms || !lock(&session.calls).is_empty() {
                     continue;
                 }
-                tracing::info!(session = %session.session, idle_s = idle, "closing an idle client session");
+                tracing::info!(session = %session.session, idle_ms = quiet, "closing an idle client session");
                 proxy.sessions.remove_http_session(&http_id);
                 session.end();
                 if let Err(e) = manager.close_session(&http_id.as_str().into()).await {

@@ -1,7 +1,7 @@
 //! The HTTP listener: MCP at `/mcp` (behind a `Host` check that follows config reloads), and
 //! `/healthz`, `/readyz`, `/metrics`, `GET /tools`.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
@@ -24,13 +24,23 @@ use crate::proxy::Proxy;
 const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
 
 /// Builds the whole HTTP app.
-pub fn app(proxy: Arc<Proxy>, listen: SocketAddr, cancel: CancellationToken) -> Router {
+pub fn app(
+    proxy: Arc<Proxy>,
+    listen: SocketAddr,
+    cancel: CancellationToken,
+    session_idle: Duration,
+) -> Router {
     let mut sessions = LocalSessionManager::default();
     // No idle expiry: calls on the direct path (`fast`) never reach rmcp's session worker, so
     // its idle timer would end a busy session. A session lives until DELETE or proxy exit.
     sessions.session_config.keep_alive = None;
     let sessions = Arc::new(sessions);
-    super::fast::spawn_reaper(proxy.clone(), sessions.clone(), cancel.clone());
+    super::fast::spawn_reaper(
+        proxy.clone(),
+        sessions.clone(),
+        session_idle,
+        cancel.clone(),
+    );
     let config = StreamableHttpServerConfig::default()
         // The Host check is done by `check_host` so it follows config reloads.
         .disable_allowed_hosts()

@@ -262,6 +262,52 @@ def test_a_deleted_session_takes_its_calls_in_flight_with_it(make_proxy, tools):
     assert records[0]["outcome"] == "protocol_error" and "cancelled" in records[0]["error"]
 
 
+def test_an_idle_session_is_closed_and_a_busy_one_is_not(make_proxy, tools):
+    """Sessions no request used for --session-idle-seconds are closed (404 afterwards); calls
+    keep a session alive, also the ones the proxy serves without rmcp's session worker."""
+    import time
+
+    from conftest import wait_for
+
+    proxy = make_proxy({"servers": [everything(tools)]}, extra_args=["--session-idle-seconds", "2"])
+
+    def open_session() -> dict:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+        }
+        request = urllib.request.Request(proxy.url, data=json.dumps(init).encode(), headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+            headers["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
+        headers["Mcp-Protocol-Version"] = "2025-11-25"
+        status(headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return headers
+
+    def status(headers: dict, body: dict) -> int:
+        request = urllib.request.Request(proxy.url, data=json.dumps(body).encode(), headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+                return response.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    idle, busy = open_session(), open_session()
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "every__echo", "arguments": {"message": "x"}}}
+    started = time.monotonic()
+    # Keep one session busy with calls for well over the idle time.
+    while time.monotonic() - started < 5:
+        assert status(busy, call) == 200
+        time.sleep(0.3)
+    ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
+    assert status(busy, ping) == 200, "a session in use was closed"
+    wait_for(lambda: status(idle, ping) == 404, timeout=10, what="the idle session to be closed")
+
+
 @BOTH
 async def test_an_upstream_list_change_reaches_the_client(make_proxy, tools, mode):
     """The upstream (Python SDK, spoken to with 2026-07-28, so its change arrives on the listen
