@@ -64,6 +64,9 @@ struct Inner {
     next_subscription: u64,
     /// Legacy HTTP sessions the direct `tools/call` path may serve, by `Mcp-Session-Id`.
     http: HashMap<String, Arc<FastSession>>,
+    /// HTTP sessions between `initialize` and `notifications/initialized`, with when they
+    /// opened (milliseconds on `server::fast::clock_ms`).
+    pending: HashMap<String, u64>,
 }
 
 /// What a list changed on.
@@ -85,7 +88,23 @@ impl Registry {
 
     /// Makes an HTTP session known to the direct `tools/call` path.
     pub fn add_http_session(&self, http_id: String, session: Arc<FastSession>) {
-        self.lock().http.insert(http_id, session);
+        let mut inner = self.lock();
+        inner.pending.remove(&http_id);
+        inner.http.insert(http_id, session);
+    }
+
+    /// An HTTP session that answered `initialize` and has not finished its handshake yet.
+    pub fn add_pending(&self, http_id: String, at_ms: u64) {
+        self.lock().pending.insert(http_id, at_ms);
+    }
+
+    pub fn remove_pending(&self, http_id: &str) {
+        self.lock().pending.remove(http_id);
+    }
+
+    pub fn pending_sessions(&self) -> Vec<(String, u64)> {
+        let inner = self.lock();
+        inner.pending.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     pub fn remove_http_session(&self, http_id: &str) -> Option<Arc<FastSession>> {

@@ -20,7 +20,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -77,8 +77,11 @@ pub struct FastSession {
     calls: Mutex<HashMap<RequestId, CancellationToken>>,
     /// Cancelled when the session ends (DELETE, expiry, proxy shutdown): its calls with it.
     ct: CancellationToken,
-    /// When the client last sent anything on this session (milliseconds on [`clock_ms`]).
+    /// When the client last sent anything on this session, or a stream of it ended
+    /// (milliseconds on [`clock_ms`]).
     last_seen: AtomicU64,
+    /// Responses of this session still streaming (its GET stream, requests rmcp serves).
+    open: AtomicUsize,
 }
 
 impl FastSession {
@@ -99,6 +102,7 @@ impl FastSession {
             calls: Mutex::default(),
             ct,
             last_seen: AtomicU64::new(clock_ms()),
+            open: AtomicUsize::new(0),
         }
     }
 
@@ -112,21 +116,63 @@ impl FastSession {
     }
 }
 
+/// Counts a streaming response of a session while it lasts.
+struct Open(Arc<FastSession>);
+
+impl Open {
+    fn new(session: Arc<FastSession>) -> Self {
+        session.open.fetch_add(1, Ordering::Relaxed);
+        Open(session)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// Keeps an SSE response of `session` counted as activity until its body is done.
+fn while_streaming(response: Response, session: Arc<FastSession>) -> Response {
+    let streaming = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !streaming {
+        return response;
+    }
+    let open = Open::new(session);
+    response.map(|body| {
+        Body::from_stream(futures::StreamExt::map(
+            body.into_data_stream(),
+            move |chunk| {
+                let _ = &open;
+                chunk
+            },
+        ))
+    })
+}
+
 /// Milliseconds since the first use, a monotonic clock for idle times.
-fn clock_ms() -> u64 {
+pub(crate) fn clock_ms() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let elapsed = START.get_or_init(std::time::Instant::now).elapsed();
     u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Closes sessions no request used for `idle` and with no call in flight (rmcp's idle timer
-/// cannot see calls on the direct path, so it is off and this does its job), until `cancel`.
+/// Closes sessions no request used for `idle`, with no call in flight and no open stream,
+/// and sessions that never finished their handshake (rmcp's idle timer cannot see calls on the
+/// direct path, so it is off and this does its job), until `cancel`. `idle` zero: never.
 pub fn spawn_reaper(
     proxy: Arc<Proxy>,
     manager: Arc<LocalSessionManager>,
     idle: Duration,
     cancel: CancellationToken,
 ) {
+    if idle.is_zero() {
+        return;
+    }
     let period = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(600));
     let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
     tokio::spawn(async move {
@@ -140,7 +186,9 @@ pub fn spawn_reaper(
             let now = clock_ms();
             for (http_id, session) in proxy.sessions.http_sessions() {
                 let quiet = now.saturating_sub(session.last_seen.load(Ordering::Relaxed));
-                if quiet < idle_ms || !lock(&session.calls).is_empty() {
+                let busy =
+                    !lock(&session.calls).is_empty() || session.open.load(Ordering::Relaxed) > 0;
+                if quiet < idle_ms || busy {
                     continue;
                 }
                 tracing::info!(session = %session.session, idle_ms = quiet, "closing an idle client session");
@@ -148,6 +196,16 @@ pub fn spawn_reaper(
                 session.end();
                 if let Err(e) = manager.close_session(&http_id.as_str().into()).await {
                     tracing::debug!(error = %e, "closing an idle session");
+                }
+            }
+            for (http_id, since) in proxy.sessions.pending_sessions() {
+                if now.saturating_sub(since) < idle_ms {
+                    continue;
+                }
+                tracing::info!(session = %http_id, "closing a client session that never finished its handshake");
+                proxy.sessions.remove_pending(&http_id);
+                if let Err(e) = manager.close_session(&http_id.as_str().into()).await {
+                    tracing::debug!(error = %e, "closing an unfinished session");
                 }
             }
         }
@@ -392,11 +450,28 @@ pub async fn fast_path(State(proxy): State<Arc<Proxy>>, request: Request, next: 
         .and_then(|v| v.to_str().ok())
         .and_then(|id| proxy.sessions.http_session(id));
     let Some(session) = session else {
-        return next.run(request).await;
+        // An initialize answered with a new session id: remembered until the handshake is
+        // done, so that a session that never finishes it is closed when idle too.
+        let opens = request.method() == http::Method::POST
+            && !request.headers().contains_key(SESSION_HEADER);
+        let response = next.run(request).await;
+        if opens
+            && let Some(id) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+        {
+            proxy.sessions.add_pending(id.to_string(), clock_ms());
+        }
+        return response;
     };
     session.touch();
-    if request.method() != http::Method::POST || !readable(request.headers()) {
-        return next.run(request).await;
+    // A session that is ending: rmcp says so (404).
+    if session.ct.is_cancelled()
+        || request.method() != http::Method::POST
+        || !readable(request.headers())
+    {
+        return while_streaming(next.run(request).await, session);
     }
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY as usize).await else {
@@ -427,8 +502,10 @@ pub async fn fast_path(State(proxy): State<Arc<Proxy>>, request: Request, next: 
         }
         _ => {}
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    while_streaming(response, session)
 }
 
 async fn call(
@@ -466,6 +543,8 @@ async fn call(
     tokio::spawn(async move {
         let result = proxy.call_tool(req).await;
         lock(&stream.session.calls).remove(&id);
+        // The answer is activity too: idle time counts from here.
+        stream.session.touch();
         if ct.is_cancelled() {
             // A cancelled request gets no response (as rmcp does); its stream ends here.
             let _ = stream.events.send(Event {

@@ -192,22 +192,31 @@ async fn session_delete_status(
     request: Request,
     next: Next,
 ) -> Response {
-    let deleted = (request.method() == http::Method::DELETE)
-        .then(|| request.headers().get("mcp-session-id").cloned())
-        .flatten();
-    let is_delete = request.method() == http::Method::DELETE;
+    if request.method() != http::Method::DELETE {
+        return next.run(request).await;
+    }
+    let id = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    // Out of the direct path before rmcp closes it: a call arriving meanwhile goes to rmcp (404).
+    let taken = id
+        .as_deref()
+        .and_then(|id| proxy.sessions.remove_http_session(id));
     let mut response = next.run(request).await;
-    if is_delete && response.status().is_success() {
-        if let Some(session) = deleted
-            .as_ref()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|id| proxy.sessions.remove_http_session(id))
-        {
+    if response.status().is_success() {
+        if let Some(session) = taken {
             session.end();
+        }
+        if let Some(id) = &id {
+            proxy.sessions.remove_pending(id);
         }
         if response.status() == StatusCode::ACCEPTED {
             *response.status_mut() = StatusCode::NO_CONTENT;
         }
+    } else if let (Some(id), Some(session)) = (id, taken) {
+        proxy.sessions.add_http_session(id, session);
     }
     response
 }

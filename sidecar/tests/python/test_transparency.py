@@ -296,7 +296,22 @@ def test_an_idle_session_is_closed_and_a_busy_one_is_not(make_proxy, tools):
         except urllib.error.HTTPError as e:
             return e.code
 
-    idle, busy = open_session(), open_session()
+    idle, busy, listening = open_session(), open_session(), open_session()
+    # A session that never finishes its handshake (initialize only) is closed too.
+    unfinished = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+    request = urllib.request.Request(proxy.url, data=json.dumps(init).encode(), headers=unfinished)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+        unfinished["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
+    # One session only holds its GET stream open (waiting for list_changed): it is in use.
+    get = urllib.request.Request(proxy.url, method="GET", headers={**listening, "Accept": "text/event-stream"})
+    stream = urllib.request.urlopen(get, timeout=30)
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "every__echo", "arguments": {"message": "x"}}}
     started = time.monotonic()
     # Keep one session busy with calls for well over the idle time.
@@ -305,7 +320,10 @@ def test_an_idle_session_is_closed_and_a_busy_one_is_not(make_proxy, tools):
         time.sleep(0.3)
     ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
     assert status(busy, ping) == 200, "a session in use was closed"
+    assert status(listening, ping) == 200, "a session with an open GET stream was closed"
+    stream.close()
     wait_for(lambda: status(idle, ping) == 404, timeout=10, what="the idle session to be closed")
+    wait_for(lambda: status(unfinished, ping) == 404, timeout=10, what="the unfinished session to be closed")
 
 
 @BOTH
