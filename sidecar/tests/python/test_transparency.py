@@ -49,6 +49,38 @@ async def roots(context):
     return types.ListRootsResult(roots=[types.Root(uri="file:///workspace/project", name="project")])
 
 
+RAW_INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+
+
+def raw_post(proxy, headers: dict, body: dict, timeout: float = 10) -> int:
+    """POSTs a JSON-RPC message over plain HTTP; returns the status (the body is read)."""
+    request = urllib.request.Request(proxy.url, data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def raw_session(proxy, finish_handshake: bool = True) -> dict:
+    """Opens an initialize-era session over plain HTTP; returns the headers that use it."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    request = urllib.request.Request(proxy.url, data=json.dumps(RAW_INIT).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+        headers["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
+    headers["Mcp-Protocol-Version"] = "2025-11-25"
+    if finish_handshake:
+        raw_post(proxy, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return headers
+
+
 @BOTH
 async def test_progress_reaches_the_caller_with_its_own_token(make_proxy, tools, mode):
     proxy = make_proxy({"servers": [everything(tools)]})
@@ -187,28 +219,13 @@ def test_a_session_delete_ends_the_session_with_a_success_status(make_proxy, too
     """Clients end a session with DELETE and expect 200 or 204 (the Python SDK logs
     "Session termination failed" for anything else); afterwards the session id is unknown."""
     proxy = make_proxy({"servers": [everything(tools)]})
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-    }
-    request = urllib.request.Request(proxy.url, data=json.dumps(init).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
-        session = response.headers["Mcp-Session-Id"]
-    headers = {**headers, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
+    headers = raw_session(proxy, finish_handshake=False)
 
     delete = urllib.request.Request(proxy.url, method="DELETE", headers=headers)
     with urllib.request.urlopen(delete, timeout=10) as response:
         assert response.status in (200, 204)
 
-    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-    request = urllib.request.Request(proxy.url, data=json.dumps(ping).encode(), headers=headers)
-    with pytest.raises(urllib.error.HTTPError) as gone:
-        urllib.request.urlopen(request, timeout=10)
-    assert gone.value.code == 404
+    assert raw_post(proxy, headers, {"jsonrpc": "2.0", "id": 2, "method": "ping"}) == 404
 
 
 def test_a_deleted_session_takes_its_calls_in_flight_with_it(make_proxy, tools):
@@ -220,25 +237,7 @@ def test_a_deleted_session_takes_its_calls_in_flight_with_it(make_proxy, tools):
     from conftest import wait_for
 
     proxy = make_proxy({"servers": [everything(tools)]})
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-    def post(body: dict) -> str:
-        request = urllib.request.Request(proxy.url, data=json.dumps(body).encode(), headers=headers)
-        with urllib.request.urlopen(request, timeout=60) as response:
-            text = response.read().decode()
-            headers.setdefault("Mcp-Session-Id", response.headers.get("Mcp-Session-Id"))
-            return text
-
-    post(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-        }
-    )
-    headers["Mcp-Protocol-Version"] = "2025-11-25"
-    post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    headers = raw_session(proxy)
     long_call = {
         "jsonrpc": "2.0",
         "id": 2,
@@ -246,7 +245,9 @@ def test_a_deleted_session_takes_its_calls_in_flight_with_it(make_proxy, tools):
         "params": {"name": "every__trigger-long-running-operation", "arguments": {"duration": 30, "steps": 30}},
     }
     ended: list[float] = []
-    caller = threading.Thread(target=lambda: (post(long_call), ended.append(time.monotonic())), daemon=True)
+    caller = threading.Thread(
+        target=lambda: (raw_post(proxy, headers, long_call, timeout=60), ended.append(time.monotonic())), daemon=True
+    )
     caller.start()
     wait_for(lambda: proxy.tools()["servers"][0]["callsInFlight"] == 1, what="the call to be in flight")
 
@@ -271,44 +272,9 @@ def test_an_idle_session_is_closed_and_a_busy_one_is_not(make_proxy, tools):
 
     proxy = make_proxy({"servers": [everything(tools)]}, extra_args=["--session-idle-seconds", "2"])
 
-    def open_session() -> dict:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-        }
-        request = urllib.request.Request(proxy.url, data=json.dumps(init).encode(), headers=headers)
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
-            headers["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
-        headers["Mcp-Protocol-Version"] = "2025-11-25"
-        status(headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return headers
-
-    def status(headers: dict, body: dict) -> int:
-        request = urllib.request.Request(proxy.url, data=json.dumps(body).encode(), headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                response.read()
-                return response.status
-        except urllib.error.HTTPError as e:
-            return e.code
-
-    idle, busy, listening = open_session(), open_session(), open_session()
+    idle, busy, listening = raw_session(proxy), raw_session(proxy), raw_session(proxy)
     # A session that never finishes its handshake (initialize only) is closed too.
-    unfinished = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-    }
-    request = urllib.request.Request(proxy.url, data=json.dumps(init).encode(), headers=unfinished)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
-        unfinished["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
+    unfinished = raw_session(proxy, finish_handshake=False)
     # One session only holds its GET stream open (waiting for list_changed): it is in use.
     get = urllib.request.Request(proxy.url, method="GET", headers={**listening, "Accept": "text/event-stream"})
     stream = urllib.request.urlopen(get, timeout=30)
@@ -316,14 +282,14 @@ def test_an_idle_session_is_closed_and_a_busy_one_is_not(make_proxy, tools):
     started = time.monotonic()
     # Keep one session busy with calls for well over the idle time.
     while time.monotonic() - started < 5:
-        assert status(busy, call) == 200
+        assert raw_post(proxy, busy, call) == 200
         time.sleep(0.3)
     ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
-    assert status(busy, ping) == 200, "a session in use was closed"
-    assert status(listening, ping) == 200, "a session with an open GET stream was closed"
+    assert raw_post(proxy, busy, ping) == 200, "a session in use was closed"
+    assert raw_post(proxy, listening, ping) == 200, "a session with an open GET stream was closed"
     stream.close()
-    wait_for(lambda: status(idle, ping) == 404, timeout=10, what="the idle session to be closed")
-    wait_for(lambda: status(unfinished, ping) == 404, timeout=10, what="the unfinished session to be closed")
+    wait_for(lambda: raw_post(proxy, idle, ping) == 404, timeout=10, what="the idle session to be closed")
+    wait_for(lambda: raw_post(proxy, unfinished, ping) == 404, timeout=10, what="the unfinished session to be closed")
 
 
 @BOTH
