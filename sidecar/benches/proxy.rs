@@ -276,6 +276,19 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
 
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+/// A diagnostic row with the p50 and p99 of a sorted sample.
+fn latency_row(label: &str, sorted: &[Duration]) {
+    println!(
+        "| diagnostic: {label}, p50 / p99 | | {:.3} ms / {:.3} ms | | |",
+        ms(pct(sorted, 0.5)),
+        ms(pct(sorted, 0.99))
+    );
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -495,13 +508,13 @@ async fn main() -> Result<()> {
         floor_tp.push(concurrent(&floor, "echo", per_worker).await?);
     }
     floor_seq.sort();
-    let floor_tp_mean = floor_tp.iter().sum::<f64>() / floor_tp.len() as f64;
+    let floor_tp_mean = mean(&floor_tp);
     raw_seq.sort();
-    let raw_tp_mean = raw_tp.iter().sum::<f64>() / raw_tp.len() as f64;
+    let raw_tp_mean = mean(&raw_tp);
     d_seq.sort();
     p_seq.sort();
-    let d_tp_mean = d_tp.iter().sum::<f64>() / d_tp.len() as f64;
-    let p_tp_mean = p_tp.iter().sum::<f64>() / p_tp.len() as f64;
+    let d_tp_mean = mean(&d_tp);
+    let p_tp_mean = mean(&p_tp);
 
     // Swap -> list_changed: alternate between two allow lists so every swap changes the tools.
     while notifications.try_recv().is_ok() {}
@@ -554,13 +567,13 @@ async fn main() -> Result<()> {
     let (dp50, pp50) = (pct(&d_seq, 0.50), pct(&p_seq, 0.50));
     let (dp99, pp99) = (pct(&d_seq, 0.99), pct(&p_seq, 0.99));
     println!(
-        "| sequential p50 | {:.3} ms | {:.3} ms | +{:.3} ms | <= 0.15 ms added |",
+        "| sequential p50 | {:.3} ms | {:.3} ms | {:+.3} ms | <= 0.15 ms added |",
         ms(dp50),
         ms(pp50),
         ms(pp50) - ms(dp50)
     );
     println!(
-        "| sequential p99 | {:.3} ms | {:.3} ms | +{:.3} ms | <= 0.5 ms added |",
+        "| sequential p99 | {:.3} ms | {:.3} ms | {:+.3} ms | <= 0.5 ms added |",
         ms(dp99),
         ms(pp99),
         ms(pp99) - ms(dp99)
@@ -571,18 +584,10 @@ async fn main() -> Result<()> {
         p_tp_mean,
         100.0 * p_tp_mean / d_tp_mean
     );
+    latency_row("tools/list via the proxy (front only)", &front);
+    latency_row("2026-07-28 client, sequential", &modern_seq);
     println!(
-        "| diagnostic: tools/list via the proxy (front only, p50 / p99) | | {:.3} ms / {:.3} ms | | |",
-        ms(pct(&front, 0.5)),
-        ms(pct(&front, 0.99))
-    );
-    println!(
-        "| diagnostic: 2026-07-28 client, sequential p50 / p99 | | {:.3} ms / {:.3} ms | | |",
-        ms(pct(&modern_seq, 0.5)),
-        ms(pct(&modern_seq, 0.99))
-    );
-    println!(
-        "| diagnostic: bare HTTP client (no rmcp client), sequential p50 / p99 | | {:.3} ms / {:.3} ms | +{:.3} ms / +{:.3} ms | |",
+        "| diagnostic: bare HTTP client (no rmcp client), sequential p50 / p99 | | {:.3} ms / {:.3} ms | {:+.3} ms / {:+.3} ms | |",
         ms(pct(&raw_seq, 0.5)),
         ms(pct(&raw_seq, 0.99)),
         ms(pct(&raw_seq, 0.5)) - ms(dp50),
@@ -593,10 +598,9 @@ async fn main() -> Result<()> {
         raw_tp_mean,
         100.0 * raw_tp_mean / d_tp_mean
     );
-    println!(
-        "| diagnostic: HTTP floor (bare client -> bare axum server, canned reply), p50 / p99 | | {:.3} ms / {:.3} ms | | |",
-        ms(pct(&floor_seq, 0.5)),
-        ms(pct(&floor_seq, 0.99))
+    latency_row(
+        "HTTP floor (bare client -> bare axum server, canned reply)",
+        &floor_seq,
     );
     println!("| diagnostic: HTTP floor, 16-way throughput | | {floor_tp_mean:.0} calls/s | | |");
     println!(

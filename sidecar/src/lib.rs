@@ -39,4 +39,10 @@ pub mod session;
 pub mod telemetry;
 pub mod upstream;
 
+/// Locks a mutex, taking the data even if a panicking thread poisoned it (the proxy's maps
+/// stay usable; a panic is reported where it happened).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 pub use run::{Options, run};

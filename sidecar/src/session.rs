@@ -49,6 +49,16 @@ pub struct SessionRef {
     pub stream: Option<CallStream>,
 }
 
+impl SessionRef {
+    /// The same session, without a call's own stream (which ends with that call).
+    pub fn detached(&self) -> SessionRef {
+        SessionRef {
+            stream: None,
+            ..self.clone()
+        }
+    }
+}
+
 /// Where to send `list_changed` notifications.
 #[derive(Default)]
 pub struct Registry {

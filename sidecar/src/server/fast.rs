@@ -48,6 +48,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    lock,
     proxy::{CallRequest, Proxy},
     session::{SessionId, SessionRef},
 };
@@ -210,10 +211,6 @@ pub fn spawn_reaper(
             }
         }
     });
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One SSE event for the call's stream; `last` marks the call's response.

@@ -14,6 +14,7 @@ use super::{Connection, Deps, StartReason, Upstream, cache::DiskCache};
 use crate::{
     config::{Config, Server, SpecHash},
     error::{Error, Result},
+    lock,
     names::ServerName,
     session::SessionRef,
 };
@@ -248,8 +249,4 @@ impl Pool {
     pub fn kill_grace(&self) -> Duration {
         self.deps.kill_grace
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -94,10 +94,7 @@ impl CallRoutes {
         inner.next += 1;
         let id = inner.next;
         // A call's own stream ends with the call: requests outside any call go to the session.
-        inner.last_session = Some(SessionRef {
-            stream: None,
-            ..session.clone()
-        });
+        inner.last_session = Some(session.detached());
         inner.calls.insert(
             id,
             CallRoute {
@@ -120,10 +117,7 @@ impl CallRoutes {
     pub fn seed(&self, session: SessionRef) {
         let mut inner = self.lock();
         if inner.last_session.is_none() {
-            inner.last_session = Some(SessionRef {
-                stream: None,
-                ..session
-            });
+            inner.last_session = Some(session.detached());
         }
     }
 
