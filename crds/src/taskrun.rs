@@ -8,7 +8,11 @@
 //! The types do not deny unknown fields: the API server prunes them before the operator can see
 //! them, and `kubectl apply` already refuses them (server-side strict field validation).
 
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -64,7 +68,10 @@ pub const MAX_SERVERS: usize = 32;
     {"rule": "self.serviceName == oldSelf.serviceName", "message": "spec.serviceName is immutable", "fieldPath": ".serviceName"},
     {"rule": "self.task == oldSelf.task", "message": "spec.task is immutable: the agent already runs this task; create a new TaskRun for a new task", "fieldPath": ".task"},
     {"rule": "has(self.agent) == has(oldSelf.agent) && (!has(self.agent) || self.agent == oldSelf.agent)", "message": "spec.agent is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".agent"},
-    {"rule": "has(self.activeDeadlineSeconds) == has(oldSelf.activeDeadlineSeconds) && (!has(self.activeDeadlineSeconds) || self.activeDeadlineSeconds == oldSelf.activeDeadlineSeconds)", "message": "spec.activeDeadlineSeconds is immutable", "fieldPath": ".activeDeadlineSeconds"}
+    {"rule": "has(self.activeDeadlineSeconds) == has(oldSelf.activeDeadlineSeconds) && (!has(self.activeDeadlineSeconds) || self.activeDeadlineSeconds == oldSelf.activeDeadlineSeconds)", "message": "spec.activeDeadlineSeconds is immutable", "fieldPath": ".activeDeadlineSeconds"},
+    {"rule": "has(self.serviceAccountName) == has(oldSelf.serviceAccountName) && (!has(self.serviceAccountName) || self.serviceAccountName == oldSelf.serviceAccountName)", "message": "spec.serviceAccountName is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".serviceAccountName"},
+    {"rule": "has(self.podTemplate) == has(oldSelf.podTemplate) && (!has(self.podTemplate) || self.podTemplate == oldSelf.podTemplate)", "message": "spec.podTemplate is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".podTemplate"},
+    {"rule": "has(self.proxy) == has(oldSelf.proxy) && (!has(self.proxy) || self.proxy == oldSelf.proxy)", "message": "spec.proxy is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".proxy"}
 ]))]
 pub struct TaskRunSpec {
     /// The task's id in the tracker (e.g. 1001). Select by it with
@@ -85,6 +92,24 @@ pub struct TaskRunSpec {
     /// The agent container; the operator's defaults apply to what is left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentSpec>,
+
+    /// The MCP proxy sidecar container; the operator's defaults apply to what is left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyContainerSpec>,
+
+    /// The ServiceAccount the task's pod runs as (e.g. for image pull secrets attached to it).
+    /// Its API token is never mounted into the agent. Unset: the namespace's `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')", "message": "must be a DNS-1123 subdomain (the name of a ServiceAccount)"}
+    ]))]
+    pub service_account_name: Option<String>,
+
+    /// Where the task's pod may run and what it may pull: node selection, tolerations,
+    /// affinity, image pull secrets, priority and runtime class. Copied into the Job's pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplate>,
 
     /// Seconds the Job may run before it is stopped and marked failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +190,52 @@ pub struct AgentSpec {
     /// Compute resources of the agent container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+}
+
+/// The MCP proxy sidecar container.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyContainerSpec {
+    /// Compute resources of the proxy container, which also runs the task's stdio MCP servers
+    /// (node, python). Replaces the operator's default as a whole (requests cpu 100m, memory
+    /// 128Mi; limit memory 1Gi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// Scheduling and pull settings of the task's pod (the fields of a Pod's spec of the same names).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplate {
+    /// Labels a node must have for the pod to run there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pod tolerates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])", "message": "a toleration's operator must be Exists or Equal"},
+        {"rule": "self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])", "message": "a toleration's effect must be NoSchedule, PreferNoSchedule or NoExecute (or empty for all)"},
+        {"rule": "self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')", "message": "a toleration with operator Exists must not have a value"},
+        {"rule": "self.all(t, has(t.key) && t.key != '' || has(t.operator) && t.operator == 'Exists')", "message": "a toleration without a key must have operator Exists (it then tolerates every taint)"}
+    ]))]
+    pub tolerations: Vec<Toleration>,
+    /// Node and pod affinity and anti-affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Secrets in the TaskRun's namespace holding registry credentials for the pod's images.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// The pod's PriorityClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+    /// The pod's RuntimeClass (e.g. a sandboxed runtime such as gVisor or Kata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub runtime_class_name: Option<String>,
 }
 
 /// The tools the agent may use.

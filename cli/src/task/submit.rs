@@ -82,6 +82,9 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
             image: Some(image.clone()),
             ..Default::default()
         }),
+        proxy: None,
+        service_account_name: None,
+        pod_template: None,
         active_deadline_seconds: args.active_deadline_seconds,
         ttl_seconds_after_finished: None,
         tool_config,

@@ -55,6 +55,7 @@ pub struct JobInput<'a> {
 pub fn render(input: JobInput<'_>) -> Job {
     let tr = input.taskrun;
     let name = tr.name_any();
+    let placement = tr.spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = input.labels.clone();
     pod_labels.insert("app.kubernetes.io/component".into(), "agent".into());
     Job {
@@ -76,8 +77,18 @@ pub fn render(input: JobInput<'_>) -> Job {
                 }),
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
+                    service_account_name: tr.spec.service_account_name.clone(),
                     // Neither container talks to the Kubernetes API.
                     automount_service_account_token: Some(false),
+                    node_selector: (!placement.node_selector.is_empty())
+                        .then_some(placement.node_selector),
+                    tolerations: (!placement.tolerations.is_empty())
+                        .then_some(placement.tolerations),
+                    affinity: placement.affinity,
+                    image_pull_secrets: (!placement.image_pull_secrets.is_empty())
+                        .then_some(placement.image_pull_secrets),
+                    priority_class_name: placement.priority_class_name,
+                    runtime_class_name: placement.runtime_class_name,
                     enable_service_links: Some(false),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
@@ -153,13 +164,26 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
         ]),
         startup_probe: Some(probe(1, 60)),
         readiness_probe: Some(probe(5, 3)),
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities(&[("cpu", "100m"), ("memory", "128Mi")])),
-            // The proxy's stdio servers (node, python) run inside its container.
-            limits: Some(quantities(&[("memory", "1Gi")])),
-            ..Default::default()
-        }),
+        resources: Some(
+            input
+                .taskrun
+                .spec
+                .proxy
+                .as_ref()
+                .and_then(|p| p.resources.clone())
+                .unwrap_or_else(default_proxy_resources),
+        ),
         security_context: Some(restricted()),
+        ..Default::default()
+    }
+}
+
+/// The proxy's resources unless the TaskRun sets `spec.proxy.resources`.
+fn default_proxy_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(quantities(&[("cpu", "100m"), ("memory", "128Mi")])),
+        // The proxy's stdio servers (node, python) run inside its container.
+        limits: Some(quantities(&[("memory", "1Gi")])),
         ..Default::default()
     }
 }

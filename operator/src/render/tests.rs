@@ -358,3 +358,82 @@ fn the_sidecar_port_reaches_the_proxy_the_agent_and_the_probes() {
         .and_then(|e| e.value.clone());
     assert_eq!(url.as_deref(), Some("http://127.0.0.1:18123/mcp"));
 }
+
+#[test]
+fn pod_placement_reaches_the_pod_and_proxy_resources_replace_the_default() {
+    let tr = sample(
+        r#"
+apiVersion: orchestrator.io/v1
+kind: TaskRun
+metadata: {name: placed}
+spec:
+  taskId: 7
+  serviceName: svc
+  task: {prompt: "do it"}
+  serviceAccountName: task-runner
+  podTemplate:
+    nodeSelector: {e2e.orchestrator.io/node: real}
+    tolerations:
+      - {key: e2e.orchestrator.io/node, operator: Equal, value: real, effect: NoSchedule}
+    imagePullSecrets: [{name: registry-creds}]
+    priorityClassName: agents
+    runtimeClassName: gvisor
+  proxy:
+    resources:
+      requests: {cpu: 50m, memory: 64Mi}
+      limits: {memory: 256Mi}
+  agent:
+    resources:
+      limits: {memory: 2Gi}
+  toolConfig:
+    mcpServers: [{name: time}]
+"#,
+    );
+    let rendered = plan(&tr);
+    let job = rendered.job();
+    let pod = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some("task-runner"));
+    // The pod's identity is set; its token still reaches neither container.
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let selector = pod.node_selector.as_ref().expect("node selector");
+    assert_eq!(selector["e2e.orchestrator.io/node"], "real");
+    let tolerations = pod.tolerations.as_ref().expect("tolerations");
+    assert_eq!(tolerations.len(), 1);
+    assert_eq!(tolerations[0].key.as_deref(), Some("e2e.orchestrator.io/node"));
+    assert_eq!(tolerations[0].effect.as_deref(), Some("NoSchedule"));
+    let pull = pod.image_pull_secrets.as_ref().expect("image pull secrets");
+    assert_eq!(pull[0].name, "registry-creds");
+    assert_eq!(pod.priority_class_name.as_deref(), Some("agents"));
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("gvisor"));
+
+    let proxy = proxy_container(&plan(&tr));
+    let resources = proxy.resources.expect("proxy resources");
+    let requests = resources.requests.expect("requests");
+    assert_eq!(requests["cpu"].0, "50m");
+    assert_eq!(requests["memory"].0, "64Mi");
+    assert_eq!(resources.limits.expect("limits")["memory"].0, "256Mi");
+    let agent = &pod.containers[0];
+    assert_eq!(
+        agent.resources.as_ref().and_then(|r| r.limits.as_ref()).expect("agent limits")["memory"].0,
+        "2Gi"
+    );
+}
+
+#[test]
+fn without_placement_the_pod_has_no_selector_and_the_proxy_default_resources() {
+    let rendered = plan(&task_1001());
+    let job = rendered.job();
+    let pod = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    assert!(pod.node_selector.is_none() && pod.tolerations.is_none());
+    assert!(pod.service_account_name.is_none() && pod.image_pull_secrets.is_none());
+    let resources = proxy_container(&plan(&task_1001())).resources.expect("resources");
+    assert_eq!(resources.limits.expect("limits")["memory"].0, "1Gi");
+}
