@@ -580,14 +580,46 @@ async fn invalid_objects_are_refused_by_cel_at_apply() -> Result<()> {
         "at most 57 characters",
     )
     .await?;
+    refused(
+        base(
+            "bad-toleration",
+            ok(json!({"podTemplate": {"tolerations": [{"key": "k", "operator": "Bogus"}]}})),
+        ),
+        "a toleration's operator must be Exists or Equal",
+    )
+    .await?;
+    refused(
+        base(
+            "keyless-toleration",
+            ok(json!({"podTemplate": {"tolerations": [{"operator": "Equal", "value": "v"}]}})),
+        ),
+        "a toleration without a key must have operator Exists",
+    )
+    .await?;
+    refused(
+        base(
+            "bad-account",
+            ok(json!({"serviceAccountName": "Task Runner"})),
+        ),
+        "must be a DNS-1123 subdomain",
+    )
+    .await?;
     assert!(
         api.list(&ListParams::default()).await?.items.is_empty(),
         "nothing was stored"
     );
 
-    // task and agent are immutable once the TaskRun exists; toolConfig is not.
-    let created: TaskRun =
-        serde_json::from_value(base("immutable", ok(json!({"agent": {"image": "a:1"}}))))?;
+    // task, agent and the pod's placement are immutable once the TaskRun exists; toolConfig is
+    // not.
+    let created: TaskRun = serde_json::from_value(base(
+        "immutable",
+        ok(json!({
+            "agent": {"image": "a:1"},
+            "serviceAccountName": "runner",
+            "podTemplate": {"nodeSelector": {"pool": "agents"}},
+            "proxy": {"resources": {"limits": {"memory": "256Mi"}}},
+        })),
+    ))?;
     api.create(&PostParams::default(), &created).await?;
     for (patch, expect) in [
         (
@@ -599,6 +631,18 @@ async fn invalid_objects_are_refused_by_cel_at_apply() -> Result<()> {
             "spec.agent is immutable",
         ),
         (json!({"spec": {"taskId": 8}}), "spec.taskId is immutable"),
+        (
+            json!({"spec": {"podTemplate": {"nodeSelector": {"pool": "other"}}}}),
+            "spec.podTemplate is immutable",
+        ),
+        (
+            json!({"spec": {"serviceAccountName": "other"}}),
+            "spec.serviceAccountName is immutable",
+        ),
+        (
+            json!({"spec": {"proxy": {"resources": {"limits": {"memory": "1Gi"}}}}}),
+            "spec.proxy is immutable",
+        ),
     ] {
         match api
             .patch("immutable", &PatchParams::default(), &Patch::Merge(patch))

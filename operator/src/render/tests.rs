@@ -403,7 +403,10 @@ spec:
     assert_eq!(selector["e2e.orchestrator.io/node"], "real");
     let tolerations = pod.tolerations.as_ref().expect("tolerations");
     assert_eq!(tolerations.len(), 1);
-    assert_eq!(tolerations[0].key.as_deref(), Some("e2e.orchestrator.io/node"));
+    assert_eq!(
+        tolerations[0].key.as_deref(),
+        Some("e2e.orchestrator.io/node")
+    );
     assert_eq!(tolerations[0].effect.as_deref(), Some("NoSchedule"));
     let pull = pod.image_pull_secrets.as_ref().expect("image pull secrets");
     assert_eq!(pull[0].name, "registry-creds");
@@ -418,7 +421,12 @@ spec:
     assert_eq!(resources.limits.expect("limits")["memory"].0, "256Mi");
     let agent = &pod.containers[0];
     assert_eq!(
-        agent.resources.as_ref().and_then(|r| r.limits.as_ref()).expect("agent limits")["memory"].0,
+        agent
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .expect("agent limits")["memory"]
+            .0,
         "2Gi"
     );
 }
@@ -434,6 +442,8 @@ fn without_placement_the_pod_has_no_selector_and_the_proxy_default_resources() {
         .expect("pod spec");
     assert!(pod.node_selector.is_none() && pod.tolerations.is_none());
     assert!(pod.service_account_name.is_none() && pod.image_pull_secrets.is_none());
-    let resources = proxy_container(&plan(&task_1001())).resources.expect("resources");
+    let resources = proxy_container(&plan(&task_1001()))
+        .resources
+        .expect("resources");
     assert_eq!(resources.limits.expect("limits")["memory"].0, "1Gi");
 }
