@@ -1,6 +1,9 @@
 //! `e2e/cluster up` is idempotent and `e2e/cluster down` leaves no listening port and no process
-//! behind. Runs a second, private cluster (own state dir and ports) so it never disturbs the one
-//! the other tests use.
+//! behind; with the real node, `down` leaves the machine as it was (processes, mounts, cgroups,
+//! host paths, sysctls, network interfaces). Each test runs a private cluster (own state dir and
+//! ports) so it never disturbs the one the other tests use. The real node needs the machine's one
+//! node slot, so `./test` runs `real_node_lifecycle` before it brings its own cluster up (and
+//! skips it in the bulk run).
 
 use std::path::Path;
 use std::process::Command;
@@ -12,10 +15,15 @@ const PORT_BASE: u16 = 27000;
 const PORT_OFFSETS: [u16; 6] = [379, 380, 443, 257, 259, 247];
 
 fn cluster(state: &Path, verb: &str) -> Result<()> {
+    cluster_at(state, PORT_BASE, false, verb)
+}
+
+fn cluster_at(state: &Path, base: u16, real_node: bool, verb: &str) -> Result<()> {
     let status = Command::new(repo_root().join("e2e/cluster"))
         .arg(verb)
         .env("ORCH_E2E_STATE", state)
-        .env("ORCH_E2E_PORT_BASE", PORT_BASE.to_string())
+        .env("ORCH_E2E_PORT_BASE", base.to_string())
+        .env("ORCH_E2E_REAL_NODE", if real_node { "1" } else { "0" })
         .status()
         .with_context(|| format!("running e2e/cluster {verb}"))?;
     ensure!(status.success(), "e2e/cluster {verb} failed: {status}");
@@ -85,6 +93,223 @@ fn up_is_idempotent_and_down_leaves_nothing() -> Result<()> {
     ensure!(!state.exists(), "down removes the state dir");
     // And `down` on nothing is fine.
     cluster(&state, "down")?;
+    let _ = std::fs::remove_dir_all(&parent);
+    Ok(())
+}
+
+/// Port base of the real-node lifecycle cluster (apart from PORT_BASE: the two tests run at once).
+const NODE_PORT_BASE: u16 = 24000;
+
+/// What a real node changes on the machine, as `down` must restore it. Only what the node stack
+/// touches is read, so other work on the machine (builds, other clusters' kwok) does not count.
+#[derive(Debug, PartialEq, Eq)]
+struct Machine {
+    /// Mount points with their filesystem type.
+    mounts: Vec<String>,
+    /// cgroup directories of pods and of the node (kubelet's `kubepods`, our cgroup root).
+    cgroups: Vec<String>,
+    /// Host paths the kubelet, containerd and libcni write whatever their configuration says.
+    host_paths: Vec<String>,
+    /// The sysctls the kubelet sets at start.
+    sysctls: Vec<String>,
+    /// The host's network interfaces.
+    links: Vec<String>,
+    /// Processes of the node stack (containerd, kubelet, shims, pause, portals) and of pods.
+    processes: Vec<String>,
+}
+
+const NODE_HOST_PATHS: [&str; 9] = [
+    "/var/lib/kubelet",
+    "/var/log/containers",
+    "/var/log/pods",
+    "/var/lib/cni",
+    "/run/containerd",
+    "/var/lib/containerd",
+    "/run/netns",
+    "/etc/cni",
+    "/run/orchestrator-e2e-node.owner",
+];
+const KUBELET_SYSCTLS: [&str; 6] = [
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+const NODE_PROCESSES: [&str; 6] = [
+    "containerd",
+    "containerd-shim",
+    "kubelet",
+    "pause",
+    "netns-portal",
+    "runc",
+];
+
+fn snapshot() -> Machine {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let mut mounts: Vec<String> = read("/proc/self/mountinfo")
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some(format!("{} {}", f.get(4)?, f.get(sep + 1)?))
+        })
+        .collect();
+    mounts.sort();
+    let mut cgroups = Vec::new();
+    for controller in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for child in std::fs::read_dir(controller.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = child.file_name().to_string_lossy().into_owned();
+            if child.path().is_dir()
+                && (name.contains("kubepods") || name.contains("orchestrator-e2e"))
+            {
+                cgroups.push(child.path().display().to_string());
+            }
+        }
+    }
+    cgroups.sort();
+    let host_paths = NODE_HOST_PATHS
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .collect();
+    let sysctls = KUBELET_SYSCTLS
+        .iter()
+        .map(|k| format!("{k}={}", read(&format!("/proc/sys/{k}")).trim()))
+        .collect();
+    let mut links: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    links.sort();
+    let mut processes = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let comm = read(&format!("{}/comm", entry.path().display()));
+        let comm = comm.trim();
+        if NODE_PROCESSES.iter().any(|p| comm.starts_with(p)) {
+            processes.push(format!("{}: {comm}", entry.file_name().to_string_lossy()));
+        }
+    }
+    processes.sort();
+    Machine {
+        mounts,
+        cgroups,
+        host_paths,
+        sysctls,
+        links,
+        processes,
+    }
+}
+
+fn kubectl_at(state: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new(orchestrator_e2e::bin_dir()?.join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(state.join("kubeconfig"))
+        .args(args)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The pause image the node imported (e2e/images), to run a pod without any other image.
+fn pause_image() -> Result<String> {
+    let out = Command::new(repo_root().join("e2e/images/build"))
+        .arg("pause")
+        .output()
+        .context("running e2e/images/build pause")?;
+    ensure!(out.status.success(), "e2e/images/build pause failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some("pause")).then(|| f.next().map(str::to_string))?
+        })
+        .context("e2e/images/build printed no pause image")
+}
+
+#[test]
+#[ignore = "needs root and the machine's real-node slot (./test runs it before its own cluster)"]
+fn real_node_lifecycle_down_leaves_the_machine_as_it_was() -> Result<()> {
+    if let Ok(owner) = std::fs::read_to_string("/run/orchestrator-e2e-node.owner") {
+        anyhow::bail!(
+            "a real e2e node of {} may be up: this test needs the machine's one node slot (run it \
+             with the cluster down, as ./test does)",
+            owner.trim()
+        );
+    }
+    let parent = std::env::temp_dir().join(format!("orch-e2e-node-{}", std::process::id()));
+    let state = parent.join("cluster");
+    let before = snapshot();
+
+    cluster_at(&state, NODE_PORT_BASE, true, "up")?;
+    // A pod on the real node, so down has a sandbox, a container, its shim, mounts, a network
+    // namespace and a portal to clean up.
+    let pod = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "idle", "namespace": "default"}},
+        "spec": {{"nodeSelector": {{"e2e.orchestrator.io/node": "real"}},
+          "tolerations": [{{"key": "e2e.orchestrator.io/node", "operator": "Exists"}}],
+          "automountServiceAccountToken": false,
+          "containers": [{{"name": "idle", "image": "{}", "imagePullPolicy": "Never"}}]}}}}"#,
+        pause_image()?
+    );
+    let file = parent.join("pod.json");
+    std::fs::write(&file, pod)?;
+    kubectl_at(&state, &["apply", "-f", &file.display().to_string()])?;
+    kubectl_at(
+        &state,
+        &["wait", "--for=condition=Ready", "pod/idle", "--timeout=60s"],
+    )?;
+    let during = snapshot();
+    // The snapshot sees the node: otherwise the comparison below would prove nothing.
+    ensure!(
+        during
+            .cgroups
+            .iter()
+            .any(|c| c.contains("orchestrator-e2e")),
+        "the node's cgroups are seen: {during:#?}"
+    );
+    ensure!(
+        during.mounts.len() > before.mounts.len(),
+        "the pod's mounts are seen"
+    );
+    ensure!(
+        during.processes.iter().any(|p| p.ends_with("kubelet"))
+            && during
+                .processes
+                .iter()
+                .any(|p| p.contains("containerd-shim"))
+            && during.processes.iter().any(|p| p.ends_with("netns-portal")),
+        "the node's processes are seen: {:#?}",
+        during.processes
+    );
+    ensure!(
+        during.sysctls != before.sysctls
+            || before.sysctls.iter().any(|s| s == "vm/overcommit_memory=1"),
+        "the kubelet's sysctls are seen"
+    );
+
+    cluster_at(&state, NODE_PORT_BASE, true, "down")?;
+    let after = snapshot();
+    ensure!(
+        after == before,
+        "down left the machine changed:\nbefore: {before:#?}\nafter: {after:#?}"
+    );
+    ensure!(!state.exists(), "down removes the state dir");
     let _ = std::fs::remove_dir_all(&parent);
     Ok(())
 }
