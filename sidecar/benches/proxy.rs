@@ -4,9 +4,13 @@
 //! - direct: rmcp client -> stdio -> server-everything
 //! - proxied: rmcp client -> streamable HTTP -> proxy (release build) -> stdio -> server-everything
 //!
-//! Reports sequential p50/p99 and the difference (added latency), 16-way concurrent throughput
-//! and the ratio, proxy RSS idle and after load, start-to-ready time, and the time from a
-//! kubelet-style config swap to the client receiving `notifications/tools/list_changed`.
+//! Clients through the proxy: rmcp on the initialize lifecycle, rmcp on 2026-07-28, and a bare
+//! HTTP client (JSON-RPC written by hand) of each revision; beside them the HTTP floor (the bare
+//! client against a bare axum server answering a canned result). Rounds interleave the clients.
+//! Reports per client sequential p50/p99 and the difference to direct (added latency), 16-way
+//! concurrent throughput and its ratio to direct, and the proxy's CPU per call; then proxy RSS
+//! idle and after load, start-to-ready time, and the time from a kubelet-style config swap to the
+//! client receiving `notifications/tools/list_changed`.
 //!
 //! Run: `cargo bench -p orchestrator-mcp-proxy --bench proxy` (needs `e2e/setup`'s tools).
 //! Sizes: `BENCH_SEQ` (sequential calls per round, default 2000), `BENCH_CONC` (calls per
@@ -169,23 +173,37 @@ async fn concurrent(client: &impl Caller, tool: &str, per_worker: usize) -> Resu
 
 /// A bare HTTP client: the JSON-RPC messages written by hand, one POST per call on a kept
 /// connection, the response read as bytes. What an agent with a lean HTTP stack pays, with
-/// rmcp's client-side machinery taken out of the measurement.
+/// rmcp's client-side machinery taken out of the measurement. On the initialize lifecycle it
+/// holds a session; on 2026-07-28 every request carries its protocol version, capabilities and
+/// the standard headers instead.
 #[derive(Clone)]
 struct RawClient {
     http: reqwest::Client,
     url: String,
-    session: String,
+    session: Option<String>,
+    modern: bool,
 }
 
 impl RawClient {
+    fn new(url: &str, modern: bool) -> Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder().tcp_nodelay(true).build()?,
+            url: url.to_string(),
+            session: None,
+            modern,
+        })
+    }
+
+    /// An initialize-era session.
     async fn connect(url: &str) -> Result<Self> {
-        let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+        let mut client = Self::new(url, false)?;
         let init = serde_json::json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                        "clientInfo": {"name": "bench-raw", "version": "1"}}
         });
-        let response = http
+        let response = client
+            .http
             .post(url)
             .header("Accept", "application/json, text/event-stream")
             .json(&init)
@@ -198,39 +216,55 @@ impl RawClient {
             .context("no Mcp-Session-Id on initialize")?
             .to_string();
         response.bytes().await?;
-        let client = Self {
-            http,
-            url: url.to_string(),
-            session,
-        };
+        client.session = Some(session);
         client
-            .post(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .post(
+                &serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                None,
+            )
             .await?;
         Ok(client)
     }
 
-    async fn post(&self, body: &serde_json::Value) -> Result<axum::body::Bytes> {
-        let response = self
+    async fn post(
+        &self,
+        body: &serde_json::Value,
+        tool: Option<&str>,
+    ) -> Result<axum::body::Bytes> {
+        let mut request = self
             .http
             .post(&self.url)
-            .header("Accept", "application/json, text/event-stream")
-            .header("Mcp-Session-Id", &self.session)
-            .header("Mcp-Protocol-Version", "2025-11-25")
-            .json(body)
-            .send()
-            .await?
-            .error_for_status()?;
+            .header("Accept", "application/json, text/event-stream");
+        if let Some(session) = &self.session {
+            request = request
+                .header("Mcp-Session-Id", session)
+                .header("Mcp-Protocol-Version", "2025-11-25");
+        }
+        if self.modern {
+            request = request
+                .header("Mcp-Protocol-Version", "2026-07-28")
+                .header("Mcp-Method", "tools/call")
+                .header("Mcp-Name", tool.unwrap_or_default());
+        }
+        let response = request.json(body).send().await?.error_for_status()?;
         Ok(response.bytes().await?)
     }
 }
 
 impl Caller for RawClient {
     async fn call(&self, id: usize, tool: &str) -> Result<()> {
+        let mut params = serde_json::json!({"name": tool, "arguments": {"message": PAYLOAD}});
+        if self.modern {
+            params["_meta"] = serde_json::json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "bench-raw", "version": "1"},
+            });
+        }
         let body = serde_json::json!({
-            "jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": {"message": PAYLOAD}}
+            "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params
         });
-        let reply = self.post(&body).await?;
+        let reply = self.post(&body, Some(tool)).await?;
         if !reply.windows(8).any(|w| w == b"\"result\"") {
             bail!("{tool} failed: {}", String::from_utf8_lossy(&reply));
         }
@@ -280,13 +314,46 @@ fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
 }
 
-/// A diagnostic row with the p50 and p99 of a sorted sample.
-fn latency_row(label: &str, sorted: &[Duration]) {
-    println!(
-        "| diagnostic: {label}, p50 / p99 | | {:.3} ms / {:.3} ms | | |",
-        ms(pct(sorted, 0.5)),
-        ms(pct(sorted, 0.99))
-    );
+/// What one client measured over all rounds.
+#[derive(Default)]
+struct Measured {
+    seq: Vec<Duration>,
+    throughput: Vec<f64>,
+    /// Proxy CPU time while this client's calls ran, and their number (none for direct/floor).
+    cpu: Duration,
+    calls: usize,
+}
+
+impl Measured {
+    /// One round: `seq_n` sequential calls, then 16-way concurrent ones; `pid` is the proxy
+    /// whose CPU is counted (None: not through the proxy).
+    async fn round(
+        &mut self,
+        client: &impl Caller,
+        tool: &str,
+        seq_n: usize,
+        per_worker: usize,
+        pid: Option<u32>,
+    ) -> Result<()> {
+        let before = pid.map(cpu_time);
+        self.seq.extend(sequential(client, tool, seq_n).await?);
+        self.throughput
+            .push(concurrent(client, tool, per_worker).await?);
+        if let (Some(pid), Some(before)) = (pid, before) {
+            self.cpu += cpu_time(pid).saturating_sub(before);
+            self.calls += seq_n + WORKERS * per_worker;
+        }
+        Ok(())
+    }
+
+    fn p(&mut self, q: f64) -> Duration {
+        self.seq.sort();
+        pct(&self.seq, q)
+    }
+
+    fn cpu_per_call_us(&self) -> Option<f64> {
+        (self.calls > 0).then(|| self.cpu.as_secs_f64() * 1e6 / self.calls as f64)
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -453,22 +520,54 @@ async fn main() -> Result<()> {
     let direct = direct_client(&t, Listener(tx.clone())).await?;
     let proxied = http_client(&proxy.url, Listener(tx)).await?;
     proxied.peer().list_all_tools().await?;
+    let (modern_tx, _modern_rx) = mpsc::unbounded_channel();
+    let modern = http_client_modern(&proxy.url, Listener(modern_tx)).await?;
+    let raw = RawClient::connect(&proxy.url).await?;
+    let raw_modern = RawClient::new(&proxy.url, true)?;
+    let floor = RawClient::new(&start_http_floor()?, false)?;
 
-    // Warm up both paths (JIT in node, connections, allocator).
+    // Warm up every path (JIT in node, connections, allocator).
     sequential(direct.peer(), "echo", 300).await?;
     sequential(proxied.peer(), "every__echo", 300).await?;
+    sequential(modern.peer(), "every__echo", 300).await?;
+    sequential(&raw, "every__echo", 300).await?;
+    sequential(&raw_modern, "every__echo", 300).await?;
+    sequential(&floor, "echo", 300).await?;
 
-    let (mut d_seq, mut p_seq, mut d_tp, mut p_tp) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let cpu_before = cpu_time(proxy_pid);
+    let pid = Some(proxy_pid);
+    let (mut d, mut fl, mut legacy, mut modern_m, mut bare, mut bare_modern) = Default::default();
     for _ in 0..rounds {
-        d_seq.extend(sequential(direct.peer(), "echo", seq_n).await?);
-        p_seq.extend(sequential(proxied.peer(), "every__echo", seq_n).await?);
-        d_tp.push(concurrent(direct.peer(), "echo", per_worker).await?);
-        p_tp.push(concurrent(proxied.peer(), "every__echo", per_worker).await?);
+        Measured::round(&mut d, direct.peer(), "echo", seq_n, per_worker, None).await?;
+        Measured::round(&mut fl, &floor, "echo", seq_n, per_worker, None).await?;
+        Measured::round(
+            &mut legacy,
+            proxied.peer(),
+            "every__echo",
+            seq_n,
+            per_worker,
+            pid,
+        )
+        .await?;
+        Measured::round(
+            &mut modern_m,
+            modern.peer(),
+            "every__echo",
+            seq_n,
+            per_worker,
+            pid,
+        )
+        .await?;
+        Measured::round(&mut bare, &raw, "every__echo", seq_n, per_worker, pid).await?;
+        Measured::round(
+            &mut bare_modern,
+            &raw_modern,
+            "every__echo",
+            seq_n,
+            per_worker,
+            pid,
+        )
+        .await?;
     }
-    let proxy_cpu = cpu_time(proxy_pid).saturating_sub(cpu_before);
-    let proxied_calls = rounds * (seq_n + WORKERS * per_worker);
     let (rss_loaded, rss_peak) = rss_kib(proxy_pid);
     // Diagnostic: the HTTP front alone (tools/list is answered by the proxy, no upstream).
     let mut front = Vec::with_capacity(seq_n);
@@ -478,43 +577,8 @@ async fn main() -> Result<()> {
         front.push(start.elapsed());
     }
     front.sort();
-    // Diagnostic: the same calls from a 2026-07-28 client (stateless requests).
-    let (modern_tx, _modern_rx) = mpsc::unbounded_channel();
-    let modern = http_client_modern(&proxy.url, Listener(modern_tx)).await?;
-    let mut modern_seq = sequential(modern.peer(), "every__echo", seq_n).await?;
-    modern_seq.sort();
     let mut modern = modern;
     let _ = modern.close().await;
-    // Diagnostic: the same calls from a bare HTTP client (no rmcp on the client side).
-    let raw = RawClient::connect(&proxy.url).await?;
-    sequential(&raw, "every__echo", 300).await?;
-    let (mut raw_seq, mut raw_tp) = (Vec::new(), Vec::new());
-    let raw_cpu_before = cpu_time(proxy_pid);
-    for _ in 0..rounds {
-        raw_seq.extend(sequential(&raw, "every__echo", seq_n).await?);
-        raw_tp.push(concurrent(&raw, "every__echo", per_worker).await?);
-    }
-    let raw_cpu = cpu_time(proxy_pid).saturating_sub(raw_cpu_before);
-    // Diagnostic: the HTTP hop alone, against a bare server.
-    let floor = RawClient {
-        http: reqwest::Client::builder().tcp_nodelay(true).build()?,
-        url: start_http_floor()?,
-        session: "floor".into(),
-    };
-    sequential(&floor, "echo", 300).await?;
-    let (mut floor_seq, mut floor_tp) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        floor_seq.extend(sequential(&floor, "echo", seq_n).await?);
-        floor_tp.push(concurrent(&floor, "echo", per_worker).await?);
-    }
-    floor_seq.sort();
-    let floor_tp_mean = mean(&floor_tp);
-    raw_seq.sort();
-    let raw_tp_mean = mean(&raw_tp);
-    d_seq.sort();
-    p_seq.sort();
-    let d_tp_mean = mean(&d_tp);
-    let p_tp_mean = mean(&p_tp);
 
     // Swap -> list_changed: alternate between two allow lists so every swap changes the tools.
     while notifications.try_recv().is_ok() {}
@@ -555,76 +619,79 @@ async fn main() -> Result<()> {
         "upstream: server-everything `echo` over stdio; client: rmcp 3.9 (HTTP keep-alive); {cpus} CPUs"
     );
     println!(
-        "proxy flags: {:?}",
+        "proxy: {}; flags: {:?}",
+        std::env::var("BENCH_PROXY_BIN").unwrap_or_else(|_| PROXY.to_string()),
         std::env::var("BENCH_PROXY_ARGS").unwrap_or_default()
     );
     println!(
-        "sequential: {rounds} x {seq_n} calls per path; concurrent: {rounds} x {WORKERS} workers x {per_worker} calls per path; proxy port {port}"
+        "sequential: {rounds} x {seq_n} calls per client; concurrent: {rounds} x {WORKERS} workers x {per_worker} calls per client, rounds interleaved; proxy port {port}"
     );
     println!();
-    println!("| metric | direct (stdio) | through proxy (HTTP) | added / ratio | target |");
-    println!("|---|---|---|---|---|");
-    let (dp50, pp50) = (pct(&d_seq, 0.50), pct(&p_seq, 0.50));
-    let (dp99, pp99) = (pct(&d_seq, 0.99), pct(&p_seq, 0.99));
+    let (dp50, dp99) = (d.p(0.50), d.p(0.99));
+    let d_tp = mean(&d.throughput);
     println!(
-        "| sequential p50 | {:.3} ms | {:.3} ms | {:+.3} ms | <= 0.15 ms added |",
+        "| client | p50 | p99 | added p50 / p99 | 16-way throughput | % of direct | proxy CPU per call |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| direct (rmcp client, stdio) | {:.3} ms | {:.3} ms | | {d_tp:.0} calls/s | | |",
         ms(dp50),
-        ms(pp50),
-        ms(pp50) - ms(dp50)
+        ms(dp99)
     );
     println!(
-        "| sequential p99 | {:.3} ms | {:.3} ms | {:+.3} ms | <= 0.5 ms added |",
-        ms(dp99),
-        ms(pp99),
-        ms(pp99) - ms(dp99)
+        "| HTTP floor (bare client -> bare axum, canned reply) | {:.3} ms | {:.3} ms | | {:.0} calls/s | | |",
+        ms(fl.p(0.50)),
+        ms(fl.p(0.99)),
+        mean(&fl.throughput)
     );
+    for (label, m) in [
+        ("proxy, rmcp client, initialize-era session", &mut legacy),
+        ("proxy, rmcp client, 2026-07-28", &mut modern_m),
+        ("proxy, bare client, initialize-era session", &mut bare),
+        ("proxy, bare client, 2026-07-28", &mut bare_modern),
+    ] {
+        let (p50, p99) = (m.p(0.50), m.p(0.99));
+        let tp = mean(&m.throughput);
+        println!(
+            "| {label} | {:.3} ms | {:.3} ms | {:+.3} ms / {:+.3} ms | {tp:.0} calls/s | {:.1} % | {:.0} µs |",
+            ms(p50),
+            ms(p99),
+            ms(p50) - ms(dp50),
+            ms(p99) - ms(dp99),
+            100.0 * tp / d_tp,
+            m.cpu_per_call_us().unwrap_or_default()
+        );
+    }
     println!(
-        "| 16-way throughput | {:.0} calls/s | {:.0} calls/s | {:.1} % of direct | >= 90 % |",
-        d_tp_mean,
-        p_tp_mean,
-        100.0 * p_tp_mean / d_tp_mean
+        "| diagnostic: tools/list via the proxy (front only, rmcp client) | {:.3} ms | {:.3} ms | | | | |",
+        ms(pct(&front, 0.5)),
+        ms(pct(&front, 0.99))
     );
-    latency_row("tools/list via the proxy (front only)", &front);
-    latency_row("2026-07-28 client, sequential", &modern_seq);
+    println!();
     println!(
-        "| diagnostic: bare HTTP client (no rmcp client), sequential p50 / p99 | | {:.3} ms / {:.3} ms | {:+.3} ms / {:+.3} ms | |",
-        ms(pct(&raw_seq, 0.5)),
-        ms(pct(&raw_seq, 0.99)),
-        ms(pct(&raw_seq, 0.5)) - ms(dp50),
-        ms(pct(&raw_seq, 0.99)) - ms(dp99)
+        "target: added p50 <= 2 x the floor's p50 = {:.3} ms (both revisions); p99 added <= 0.5 ms; throughput >= 90 % of direct",
+        2.0 * ms(fl.p(0.50))
     );
+    println!();
+    println!("| metric | value | target |");
+    println!("|---|---|---|");
     println!(
-        "| diagnostic: bare HTTP client, 16-way throughput | | {:.0} calls/s | {:.1} % of direct | |",
-        raw_tp_mean,
-        100.0 * raw_tp_mean / d_tp_mean
-    );
-    latency_row(
-        "HTTP floor (bare client -> bare axum server, canned reply)",
-        &floor_seq,
-    );
-    println!("| diagnostic: HTTP floor, 16-way throughput | | {floor_tp_mean:.0} calls/s | | |");
-    println!(
-        "| diagnostic: proxy CPU per proxied call (rmcp client / bare client) | | {:.0} µs / {:.0} µs | | |",
-        proxy_cpu.as_secs_f64() * 1e6 / proxied_calls as f64,
-        raw_cpu.as_secs_f64() * 1e6 / (rounds * (seq_n + WORKERS * per_worker)) as f64
-    );
-    println!(
-        "| proxy RSS idle (no upstream yet) | | {:.1} MiB | | <= 10 MiB |",
+        "| proxy RSS idle (no upstream yet) | {:.1} MiB | <= 10 MiB |",
         rss_idle as f64 / 1024.0
     );
     println!(
-        "| proxy RSS after load (peak) | | {:.1} MiB ({:.1} MiB) | | |",
+        "| proxy RSS after load (peak) | {:.1} MiB ({:.1} MiB) | |",
         rss_loaded as f64 / 1024.0,
         rss_peak as f64 / 1024.0
     );
     println!(
-        "| start to ready (median / max of {}) | | {:.1} ms / {:.1} ms | | <= 20 ms |",
+        "| start to ready (median / max of {}) | {:.1} ms / {:.1} ms | <= 20 ms |",
         readies.len(),
         ms(pct(&readies, 0.5)),
         ms(*readies.last().unwrap_or(&Duration::ZERO))
     );
     println!(
-        "| config swap to list_changed (median / max of {}) | | {:.1} ms / {:.1} ms | | <= 100 ms |",
+        "| config swap to list_changed (median / max of {}) | {:.1} ms / {:.1} ms | <= 100 ms |",
         swaps.len(),
         ms(pct(&swaps, 0.5)),
         ms(*swaps.last().unwrap_or(&Duration::ZERO))
