@@ -4,6 +4,7 @@
 //! Argument values are recorded only when `audit.includeArguments` is set; otherwise only their
 //! serialized size is.
 
+use crate::sync::lock;
 use std::{
     io::Write,
     path::PathBuf,
@@ -129,11 +130,11 @@ impl Audit {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Option<PathBuf>, Vec<u8>)>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending)
     }
 
     fn writing(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.writing.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.writing)
     }
 
     fn run(&self) {

@@ -1,5 +1,6 @@
-//! The crate's error type. Errors that reach an MCP client are turned into JSON-RPC errors with a
-//! stable `code` in their `data` (see [`Error::to_mcp`]).
+//! The crate's error type. Every error a client (or an upstream) can see is built from it: a
+//! JSON-RPC error with a stable `PROXY.*` code in its `data` (see [`Error::to_mcp`]). JSON-RPC
+//! errors an upstream or a client sent pass through unchanged.
 
 use std::time::Duration;
 
@@ -22,6 +23,13 @@ pub enum Error {
     #[error("unknown tool {0:?}")]
     UnknownTool(String),
 
+    /// A prompt, server or completion reference the proxy cannot route.
+    #[error("{what} {name:?} not found")]
+    NotFound { what: &'static str, name: String },
+
+    #[error("resource {0:?} not found")]
+    ResourceNotFound(String),
+
     #[error("upstream server {server:?} could not be started: {reason}")]
     StartFailed { server: ServerName, reason: String },
 
@@ -41,11 +49,21 @@ pub enum Error {
         timeout: Duration,
     },
 
+    /// The upstream answered with a result of the wrong kind for the request.
+    #[error("upstream server {server:?} answered {method} with an unexpected result")]
+    UnexpectedResult {
+        server: ServerName,
+        method: &'static str,
+    },
+
     #[error("the proxy is shutting down")]
     ShuttingDown,
 
     #[error("no config is loaded yet")]
     NotReady,
+
+    #[error("cancelled by {0}")]
+    Cancelled(&'static str),
 
     #[error("upstream server {server:?}: {source}")]
     Upstream {
@@ -53,6 +71,32 @@ pub enum Error {
         #[source]
         source: rmcp::ServiceError,
     },
+
+    /// The client answered a request relayed from an upstream with an error (passed on as is).
+    #[error("the client answered with an error: {}", .0.message)]
+    Client(ErrorData),
+
+    /// A request from an upstream that has no client to go to.
+    #[error("{0}")]
+    NoClient(String),
+
+    /// A request from an upstream the client's protocol has no way to carry.
+    #[error("{0}")]
+    NotRelayable(String),
+
+    #[error(
+        "too many client sessions (the limit is {limit}); end one (DELETE) or wait for idle ones to expire"
+    )]
+    TooManySessions { limit: usize },
+
+    #[error("parse error: {0}")]
+    Parse(String),
+
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
 
     #[error("{context}: {source}")]
     Io {
@@ -71,36 +115,94 @@ impl Error {
         match self {
             Error::ToolDenied { .. } => "PROXY.TOOL_DENIED",
             Error::UnknownTool(_) => "PROXY.UNKNOWN_TOOL",
+            Error::NotFound { .. } | Error::ResourceNotFound(_) => "PROXY.NOT_FOUND",
             Error::StartFailed { .. } => "PROXY.UPSTREAM_START_FAILED",
             Error::Backoff { .. } => "PROXY.UPSTREAM_BACKOFF",
             Error::UpstreamGone { .. } => "PROXY.UPSTREAM_EXITED",
             Error::Timeout { .. } => "PROXY.UPSTREAM_TIMEOUT",
+            Error::UnexpectedResult { .. } | Error::Upstream { .. } => "PROXY.UPSTREAM_ERROR",
             Error::ShuttingDown => "PROXY.SHUTTING_DOWN",
             Error::NotReady => "PROXY.NOT_READY",
-            Error::Upstream { .. } => "PROXY.UPSTREAM_ERROR",
+            Error::Cancelled(_) => "PROXY.CANCELLED",
+            Error::Client(_) => "PROXY.CLIENT_ERROR",
+            Error::NoClient(_) => "PROXY.NO_CLIENT",
+            Error::NotRelayable(_) => "PROXY.NOT_RELAYABLE",
+            Error::TooManySessions { .. } => "PROXY.TOO_MANY_SESSIONS",
+            Error::Parse(_) => "PROXY.PARSE_ERROR",
+            Error::InvalidRequest(_) => "PROXY.INVALID_REQUEST",
+            Error::InvalidParams(_) => "PROXY.INVALID_PARAMS",
             Error::Io { .. } | Error::Other(_) => "PROXY.INTERNAL",
         }
     }
 
-    /// As a JSON-RPC error for the client. Upstream JSON-RPC errors pass through unchanged, so the
-    /// client sees exactly what the server said.
-    pub fn to_mcp(&self) -> ErrorData {
-        if let Error::Upstream {
-            source: rmcp::ServiceError::McpError(e),
-            ..
-        } = self
-        {
-            return e.clone();
-        }
-        let code = match self {
-            Error::ToolDenied { .. } | Error::UnknownTool(_) => ErrorCode::INVALID_PARAMS,
+    fn json_rpc_code(&self) -> ErrorCode {
+        match self {
+            Error::ToolDenied { .. }
+            | Error::UnknownTool(_)
+            | Error::NotFound { .. }
+            | Error::InvalidParams(_) => ErrorCode::INVALID_PARAMS,
+            Error::ResourceNotFound(_) => ErrorCode::RESOURCE_NOT_FOUND,
+            Error::NoClient(_) | Error::InvalidRequest(_) => ErrorCode::INVALID_REQUEST,
+            Error::NotRelayable(_) => ErrorCode::METHOD_NOT_FOUND,
+            Error::Parse(_) => ErrorCode::PARSE_ERROR,
             _ => ErrorCode::INTERNAL_ERROR,
-        };
+        }
+    }
+
+    /// As a JSON-RPC error. JSON-RPC errors of an upstream or a client pass through unchanged,
+    /// so each side sees exactly what the other said.
+    pub fn to_mcp(&self) -> ErrorData {
+        match self {
+            Error::Upstream {
+                source: rmcp::ServiceError::McpError(e),
+                ..
+            }
+            | Error::Client(e) => return e.clone(),
+            _ => {}
+        }
         let mut data = json!({ "code": self.code() });
         if let Error::ToolDenied { server, rule, .. } = self {
             data["server"] = json!(server);
             data["rule"] = json!(rule);
         }
-        ErrorData::new(code, self.to_string(), Some(data))
+        ErrorData::new(self.json_rpc_code(), self.to_string(), Some(data))
+    }
+}
+
+impl From<Error> for ErrorData {
+    fn from(e: Error) -> Self {
+        e.to_mcp()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_carries_its_code_and_peer_errors_pass_unchanged() {
+        let denied = Error::ToolDenied {
+            tool: "gh__delete_repo".into(),
+            server: ServerName::new("gh"),
+            rule: "servers[gh].tools.deny[0]".into(),
+        }
+        .to_mcp();
+        assert_eq!(denied.code, ErrorCode::INVALID_PARAMS);
+        assert_eq!(
+            denied.data,
+            Some(
+                json!({"code": "PROXY.TOOL_DENIED", "server": "gh", "rule": "servers[gh].tools.deny[0]"})
+            )
+        );
+        let parse = Error::Parse("expected value".into()).to_mcp();
+        assert_eq!(parse.code, ErrorCode::PARSE_ERROR);
+        assert_eq!(parse.data, Some(json!({"code": "PROXY.PARSE_ERROR"})));
+        let theirs = ErrorData::new(ErrorCode(-32042), "the server's own words", None);
+        assert_eq!(Error::Client(theirs.clone()).to_mcp(), theirs);
+        let upstream = Error::Upstream {
+            server: ServerName::new("gh"),
+            source: rmcp::ServiceError::McpError(theirs.clone()),
+        };
+        assert_eq!(upstream.to_mcp(), theirs);
     }
 }

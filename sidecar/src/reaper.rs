@@ -2,6 +2,7 @@
 //! died (e.g. a server's own helpers after it is killed) are re-parented to it and would stay
 //! zombies. Direct children are left alone: their monitor task waits for them.
 
+use crate::sync::lock;
 use std::{
     collections::HashSet,
     sync::{Mutex, OnceLock},
@@ -14,17 +15,11 @@ fn tracked() -> &'static Mutex<HashSet<u32>> {
 
 /// A direct child the proxy waits for itself.
 pub fn track(pid: u32) {
-    tracked()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(pid);
+    lock(tracked()).insert(pid);
 }
 
 pub fn untrack(pid: u32) {
-    tracked()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&pid);
+    lock(tracked()).remove(&pid);
 }
 
 /// Reaps untracked zombie children whenever a child changes state.
@@ -60,7 +55,7 @@ fn reap_orphans() {
             );
         }
     }
-    let tracked = tracked().lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let tracked = lock(tracked()).clone();
     for pid in children.into_iter().filter(|p| !tracked.contains(p)) {
         let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()

@@ -1,6 +1,7 @@
 //! Client sessions as the rest of the proxy sees them: an id, the peer to reach the client, and
 //! what the client declared. The registry is what `list_changed` fan-out walks.
 
+use crate::sync::lock;
 use std::{
     collections::HashMap,
     sync::{
@@ -9,7 +10,6 @@ use std::{
     },
 };
 
-use crate::server::fast::{CallStream, FastSession};
 use rmcp::{
     Peer, RoleServer,
     model::{ClientCapabilities, Implementation},
@@ -44,19 +44,6 @@ pub struct SessionRef {
     pub accepts_requests: bool,
     pub client_info: Option<Implementation>,
     pub capabilities: Option<ClientCapabilities>,
-    /// The call's own response stream, when the direct path serves it (see `server::fast`):
-    /// what the upstream sends during the call goes there instead of through `peer`.
-    pub stream: Option<CallStream>,
-}
-
-impl SessionRef {
-    /// The same session, without a call's own stream (which ends with that call).
-    pub fn detached(&self) -> SessionRef {
-        SessionRef {
-            stream: None,
-            ..self.clone()
-        }
-    }
 }
 
 /// Where to send `list_changed` notifications.
@@ -72,11 +59,6 @@ struct Inner {
     /// 2026-07-28 `subscriptions/listen` streams.
     subscriptions: HashMap<u64, SubscriptionSink>,
     next_subscription: u64,
-    /// Legacy HTTP sessions the direct `tools/call` path may serve, by `Mcp-Session-Id`.
-    http: HashMap<String, Arc<FastSession>>,
-    /// HTTP sessions between `initialize` and `notifications/initialized`, with when they
-    /// opened (milliseconds on `server::fast::clock_ms`).
-    pending: HashMap<String, u64>,
 }
 
 /// What a list changed on.
@@ -94,46 +76,6 @@ impl Registry {
 
     pub fn remove_session(&self, id: SessionId) {
         self.lock().sessions.remove(&id);
-    }
-
-    /// Makes an HTTP session known to the direct `tools/call` path.
-    pub fn add_http_session(&self, http_id: String, session: Arc<FastSession>) {
-        let mut inner = self.lock();
-        inner.pending.remove(&http_id);
-        inner.http.insert(http_id, session);
-    }
-
-    /// An HTTP session that answered `initialize` and has not finished its handshake yet.
-    pub fn add_pending(&self, http_id: String, at_ms: u64) {
-        self.lock().pending.insert(http_id, at_ms);
-    }
-
-    pub fn remove_pending(&self, http_id: &str) {
-        self.lock().pending.remove(http_id);
-    }
-
-    pub fn pending_sessions(&self) -> Vec<(String, u64)> {
-        let inner = self.lock();
-        inner.pending.iter().map(|(k, v)| (k.clone(), *v)).collect()
-    }
-
-    pub fn remove_http_session(&self, http_id: &str) -> Option<Arc<FastSession>> {
-        self.lock().http.remove(http_id)
-    }
-
-    /// Every HTTP session the direct path knows, with its `Mcp-Session-Id`.
-    pub fn http_sessions(&self) -> Vec<(String, Arc<FastSession>)> {
-        let inner = self.lock();
-        inner
-            .http
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-
-    /// The HTTP session with this `Mcp-Session-Id`, if the direct path may serve it.
-    pub fn http_session(&self, http_id: &str) -> Option<Arc<FastSession>> {
-        self.lock().http.get(http_id).cloned()
     }
 
     /// Registers a listen stream; returns the key to remove it with.
@@ -226,6 +168,6 @@ impl Registry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 }

@@ -31,38 +31,20 @@ pub fn app(
     session_idle: Duration,
 ) -> Router {
     let mut sessions = LocalSessionManager::default();
-    // No idle expiry: calls on the direct path (`fast`) never reach rmcp's session worker, so
-    // its idle timer would end a busy session. A session lives until DELETE or proxy exit.
-    sessions.session_config.keep_alive = None;
+    // rmcp closes a session when no message went either way for this long; zero: never.
+    sessions.session_config.keep_alive = (!session_idle.is_zero()).then_some(session_idle);
     let sessions = Arc::new(sessions);
-    super::fast::spawn_reaper(
-        proxy.clone(),
-        sessions.clone(),
-        session_idle,
-        cancel.clone(),
-    );
     let config = StreamableHttpServerConfig::default()
         // The Host check is done by `check_host` so it follows config reloads.
         .disable_allowed_hosts()
         .with_cancellation_token(cancel.clone());
     let mcp = {
         let proxy = proxy.clone();
-        StreamableHttpService::new(
-            move || Ok(Front::new(proxy.clone()).within(&cancel)),
-            sessions,
-            config,
-        )
+        StreamableHttpService::new(move || Ok(Front::new(proxy.clone())), sessions, config)
     };
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
-        .layer(middleware::from_fn_with_state(
-            proxy.clone(),
-            super::fast::fast_path,
-        ))
-        .layer(middleware::from_fn_with_state(
-            proxy.clone(),
-            session_delete_status,
-        ))
+        .layer(middleware::from_fn(session_delete_status))
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),
             check_host,
@@ -185,38 +167,12 @@ async fn check_host(
 }
 
 /// rmcp answers a session `DELETE` with 202 Accepted, though the session is gone by then;
-/// clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise. The
-/// direct `tools/call` path forgets the session at once (and its calls in flight end).
-async fn session_delete_status(
-    State(proxy): State<Arc<Proxy>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if request.method() != http::Method::DELETE {
-        return next.run(request).await;
-    }
-    let id = request
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    // Out of the direct path before rmcp closes it: a call arriving meanwhile goes to rmcp (404).
-    let taken = id
-        .as_deref()
-        .and_then(|id| proxy.sessions.remove_http_session(id));
+/// clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise.
+async fn session_delete_status(request: Request, next: Next) -> Response {
+    let delete = request.method() == http::Method::DELETE;
     let mut response = next.run(request).await;
-    if response.status().is_success() {
-        if let Some(session) = taken {
-            session.end();
-        }
-        if let Some(id) = &id {
-            proxy.sessions.remove_pending(id);
-        }
-        if response.status() == StatusCode::ACCEPTED {
-            *response.status_mut() = StatusCode::NO_CONTENT;
-        }
-    } else if let (Some(id), Some(session)) = (id, taken) {
-        proxy.sessions.add_http_session(id, session);
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
     }
     response
 }

@@ -4,11 +4,10 @@
 // initialize lifecycle.
 #![allow(deprecated)]
 
-pub mod fast;
 pub mod http;
 
 use std::sync::{
-    Arc, OnceLock,
+    Arc,
     atomic::{AtomicBool, Ordering},
 };
 
@@ -25,8 +24,6 @@ use rmcp::{
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 
-use tokio_util::sync::CancellationToken;
-
 use crate::{
     proxy::{CallRequest, Proxy},
     session::{SessionId, SessionRef},
@@ -37,12 +34,6 @@ pub struct Front {
     proxy: Arc<Proxy>,
     session: SessionId,
     registered: AtomicBool,
-    /// The protocol version the initialize handshake settled on.
-    protocol: OnceLock<ProtocolVersion>,
-    /// The `Mcp-Session-Id` under which the direct `tools/call` path knows this session.
-    http_id: OnceLock<String>,
-    /// Cancelled when the session ends; calls on the direct path are children of it.
-    ct: CancellationToken,
 }
 
 impl Front {
@@ -51,16 +42,7 @@ impl Front {
             proxy,
             session: SessionId::next(),
             registered: AtomicBool::new(false),
-            protocol: OnceLock::new(),
-            http_id: OnceLock::new(),
-            ct: CancellationToken::new(),
         }
-    }
-
-    /// Ties the session's lifetime to `parent` (the HTTP server's session token).
-    pub fn within(mut self, parent: &CancellationToken) -> Self {
-        self.ct = parent.child_token();
-        self
     }
 
     fn session_ref(&self, context: &RequestContext<RoleServer>) -> SessionRef {
@@ -73,7 +55,6 @@ impl Front {
             accepts_requests,
             client_info: context.client_info(),
             capabilities: context.client_capabilities(),
-            stream: None,
         }
     }
 }
@@ -83,10 +64,6 @@ impl Drop for Front {
         if self.registered.load(Ordering::Relaxed) {
             self.proxy.sessions.remove_session(self.session);
         }
-        if let Some(http_id) = self.http_id.get() {
-            self.proxy.sessions.remove_http_session(http_id);
-        }
-        self.ct.cancel();
     }
 }
 
@@ -127,39 +104,7 @@ impl ServerHandler for Front {
             .add_session(self.session, context.peer.clone());
         self.registered.store(true, Ordering::Relaxed);
         tracing::info!(session = %self.session, client = %request.client_info.name, protocol = %request.protocol_version, "client session opened");
-        let result = self.negotiate_initialize(&request)?;
-        let _ = self.protocol.set(result.protocol_version.clone());
-        Ok(result)
-    }
-
-    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // Over HTTP the notification carries the request's parts, session id included: from
-        // now on, tools/call on this session may take the direct path.
-        let Some(parts) = context.extensions.get::<::http::request::Parts>() else {
-            return;
-        };
-        let Some(http_id) = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-        else {
-            return;
-        };
-        let Some(protocol) = self.protocol.get() else {
-            return;
-        };
-        if *protocol >= ProtocolVersion::V_2026_07_28 || self.http_id.set(http_id.into()).is_err() {
-            return;
-        }
-        let session = fast::FastSession::new(
-            self.session,
-            context.peer.clone(),
-            protocol.clone(),
-            self.ct.clone(),
-        );
-        self.proxy
-            .sessions
-            .add_http_session(http_id.into(), Arc::new(session));
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -168,11 +113,7 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let session = self.session_ref(&context);
-        let tools = self
-            .proxy
-            .list_tools(&session)
-            .await
-            .map_err(|e| e.to_mcp())?;
+        let tools = self.proxy.list_tools(&session).await?;
         Ok(ListToolsResult::with_all_items((*tools).clone()))
     }
 
@@ -194,6 +135,7 @@ impl ServerHandler for Front {
                 session,
             })
             .await
+            .map_err(Into::into)
     }
 
     async fn list_prompts(
@@ -215,6 +157,7 @@ impl ServerHandler for Front {
         self.proxy
             .get_prompt(request, &session, &context.meta)
             .await
+            .map_err(Into::into)
     }
 
     async fn list_resources(
@@ -249,6 +192,7 @@ impl ServerHandler for Front {
         self.proxy
             .read_resource(request, &session, &context.meta)
             .await
+            .map_err(Into::into)
     }
 
     async fn subscribe(
@@ -260,6 +204,7 @@ impl ServerHandler for Front {
         self.proxy
             .subscribe(request.uri, &session, &context.meta, true)
             .await
+            .map_err(Into::into)
     }
 
     async fn unsubscribe(
@@ -271,6 +216,7 @@ impl ServerHandler for Front {
         self.proxy
             .subscribe(request.uri, &session, &context.meta, false)
             .await
+            .map_err(Into::into)
     }
 
     async fn complete(
@@ -279,7 +225,10 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         let session = self.session_ref(&context);
-        self.proxy.complete(request, &session, &context.meta).await
+        self.proxy
+            .complete(request, &session, &context.meta)
+            .await
+            .map_err(Into::into)
     }
 
     async fn set_level(
@@ -287,7 +236,10 @@ impl ServerHandler for Front {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.proxy.set_level(request.level, &context.meta).await
+        self.proxy
+            .set_level(request.level, &context.meta)
+            .await
+            .map_err(Into::into)
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {

@@ -10,8 +10,8 @@ use std::{borrow::Cow, sync::Arc};
 use rmcp::{
     ErrorData, RoleClient,
     model::{
-        ClientConfig, ClientJsonRpcMessage, ClientResult, ErrorCode, GetExtensions, GetMeta,
-        JsonRpcMessage, ServerJsonRpcMessage, ServerNotification, ServerRequest,
+        ClientConfig, ClientJsonRpcMessage, ClientResult, GetExtensions, GetMeta, JsonRpcMessage,
+        ServerJsonRpcMessage, ServerNotification, ServerRequest,
     },
     service::{
         InboundStreamOrigin, NotificationContext, OriginatingRequestId, RequestContext, Service,
@@ -21,9 +21,8 @@ use rmcp::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::routes::{CallRoutes, Forward};
-use crate::bridge::Ask;
-use crate::names::ServerName;
+use super::routes::{Ask, CallRoutes, Forward};
+use crate::{error::Error, names::ServerName};
 
 /// Something an upstream told us that changes what the proxy exposes.
 #[derive(Clone, Debug)]
@@ -47,72 +46,7 @@ impl Service<RoleClient> for UpstreamHandler {
         request: ServerRequest,
         context: RequestContext<RoleClient>,
     ) -> Result<ClientResult, ErrorData> {
-        if let ServerRequest::PingRequest(_) = request {
-            return Ok(ClientResult::empty(()));
-        }
-        let origin = match context.extensions.get::<InboundStreamOrigin>() {
-            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
-            _ => None,
-        };
-        let Some(target) = self.routes.session_for_request(origin) else {
-            return Err(ErrorData::new(
-                ErrorCode::INVALID_REQUEST,
-                "no client session is waiting on this server",
-                None,
-            ));
-        };
-        let (session, front_request) = (target.session, target.front_request);
-        if !session.accepts_requests {
-            // A 2026-07-28 client gets the question as an input_required result of its call.
-            let Some(asks) = target.asks else {
-                return Err(ErrorData::new(
-                    ErrorCode::INVALID_REQUEST,
-                    "the client's session (protocol 2026-07-28) takes no server-to-client requests outside a call",
-                    None,
-                ));
-            };
-            let (answer, answered) = tokio::sync::oneshot::channel();
-            if asks.send(Ask { request, answer }).is_err() {
-                return Err(ErrorData::internal_error(
-                    "the call this request belongs to has ended",
-                    None,
-                ));
-            }
-            return tokio::select! {
-                result = answered => result.unwrap_or_else(|_| Err(ErrorData::internal_error("the client did not answer", None))),
-                () = context.ct.cancelled() => Err(ErrorData::internal_error("cancelled", None)),
-            };
-        }
-        // Relay as is, with the upstream's _meta, and let a cancellation from the upstream
-        // cancel the relayed request too.
-        let mut request = request;
-        *request.get_meta_mut() = context.meta;
-        // A call on the direct path: ask on its own stream.
-        if let Some(stream) = &session.stream {
-            return stream.request(request, &context.ct).await;
-        }
-        // SEP-2260: ride the stream of the client's call, as if the server were talking directly.
-        if let Some(id) = front_request {
-            request.extensions_mut().insert(OriginatingRequestId(id));
-        }
-        let handle = session
-            .peer
-            .send_cancellable_request(request, Default::default())
-            .await
-            .map_err(|e| relay_error(&self.server, e))?;
-        let id = handle.id.clone();
-        let peer = handle.peer.clone();
-        tokio::select! {
-            result = handle.await_response() => result.map_err(|e| relay_error(&self.server, e)),
-            () = context.ct.cancelled() => {
-                let params = rmcp::model::CancelledNotificationParam::new(
-                    Some(id),
-                    Some("cancelled by the upstream server".into()),
-                );
-                let _ = peer.notify_cancelled(params).await;
-                Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None))
-            }
-        }
+        self.relay(request, context).await.map_err(Into::into)
     }
 
     async fn handle_notification(
@@ -145,14 +79,83 @@ impl Service<RoleClient> for UpstreamHandler {
     }
 }
 
-fn relay_error(server: &ServerName, e: rmcp::ServiceError) -> ErrorData {
-    match e {
-        rmcp::ServiceError::McpError(e) => e,
-        other => ErrorData::new(
-            ErrorCode::INTERNAL_ERROR,
-            format!("could not relay the request of server {server:?} to the client: {other}"),
-            None,
-        ),
+impl UpstreamHandler {
+    /// A request from the upstream (sampling, elicitation, roots): to the client whose call it
+    /// belongs to, as is, or as an `input_required` round for a 2026-07-28 client.
+    async fn relay(
+        &self,
+        request: ServerRequest,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ClientResult, Error> {
+        if let ServerRequest::PingRequest(_) = request {
+            return Ok(ClientResult::empty(()));
+        }
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
+            _ => None,
+        };
+        let Some(target) = self.routes.session_for_request(origin) else {
+            return Err(Error::NoClient(
+                "no client session is waiting on this server".into(),
+            ));
+        };
+        let (session, front_request) = (target.session, target.front_request);
+        if !session.accepts_requests {
+            // A 2026-07-28 client gets the question as an input_required result of its call.
+            let Some(asks) = target.asks else {
+                return Err(Error::NoClient(
+                    "the client's session (protocol 2026-07-28) takes no server-to-client requests outside a call".into(),
+                ));
+            };
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            if asks.send(Ask { request, answer }).is_err() {
+                return Err(Error::NoClient(
+                    "the call this request belongs to has ended".into(),
+                ));
+            }
+            return tokio::select! {
+                result = answered => result.unwrap_or_else(|_| Err(Error::NoClient("the client did not answer".into()))),
+                () = context.ct.cancelled() => Err(Error::Cancelled("the upstream server")),
+            };
+        }
+        // Relay as is, with the upstream's _meta, and let a cancellation from the upstream
+        // cancel the relayed request too.
+        let mut request = request;
+        *request.get_meta_mut() = context.meta;
+        // SEP-2260: ride the stream of the client's call, as if the server were talking directly.
+        if let Some(id) = front_request {
+            request.extensions_mut().insert(OriginatingRequestId(id));
+        }
+        let handle = session
+            .peer
+            .send_cancellable_request(request, Default::default())
+            .await
+            .map_err(|e| self.relay_error(e))?;
+        let id = handle.id.clone();
+        let peer = handle.peer.clone();
+        tokio::select! {
+            result = handle.await_response() => result.map_err(|e| self.relay_error(e)),
+            () = context.ct.cancelled() => {
+                let params = rmcp::model::CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by the upstream server".into()),
+                );
+                let _ = peer.notify_cancelled(params).await;
+                Err(Error::Cancelled("the upstream server"))
+            }
+        }
+    }
+
+    /// The client's own error answer passes through; anything else says the client could not
+    /// be reached.
+    fn relay_error(&self, e: rmcp::ServiceError) -> Error {
+        match e {
+            rmcp::ServiceError::McpError(e) => Error::Client(e),
+            other => Error::NoClient(format!(
+                "could not relay the request of server {:?} to the client: {other}",
+                self.server
+            )),
+        }
     }
 }
 

@@ -51,6 +51,7 @@ use crate::{
     metrics::Metrics,
     names::ServerName,
     session::SessionRef,
+    sync::lock,
 };
 
 /// A connection that lived longer than this had been healthy: its crash restarts the backoff.
@@ -153,11 +154,7 @@ impl Connection {
     /// Stops the connection: closes the session, TERMs the child, KILLs it after the grace time.
     pub async fn stop(&self, grace: Duration) {
         // Take the service first: the watcher reads its absence as "stopped on purpose".
-        let service = self
-            .service
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let service = lock(&self.service).take();
         self.closed.cancel();
         if let Some(service) = service {
             service.cancellation_token().cancel();
@@ -329,12 +326,7 @@ impl Upstream {
         let server = self.server.name.clone();
         tokio::spawn(async move {
             conn.closed.cancelled().await;
-            if conn
-                .service
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_none()
-            {
+            if lock(&conn.service).is_none() {
                 return; // stopped on purpose
             }
             let why = conn.gone_reason().await;

@@ -14,9 +14,9 @@ use super::{Connection, Deps, StartReason, Upstream, cache::DiskCache};
 use crate::{
     config::{Config, Server, SpecHash},
     error::{Error, Result},
-    lock,
     names::ServerName,
     session::SessionRef,
+    sync::lock,
 };
 
 struct ListEntry {

@@ -12,15 +12,23 @@ use std::{
 };
 
 use rmcp::model::{
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
-    ServerNotification,
+    ClientResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    RequestId, ServerNotification, ServerRequest,
 };
 use tokio::sync::mpsc;
 
 use crate::{
-    bridge::Ask,
+    error::Error,
     session::{SessionId, SessionRef},
+    sync::lock,
 };
+
+/// A question the upstream asked during a call whose client cannot take server-to-client
+/// requests (2026-07-28), and where its answer goes (see `proxy::bridge`).
+pub struct Ask {
+    pub request: ServerRequest,
+    pub answer: tokio::sync::oneshot::Sender<Result<ClientResult, Error>>,
+}
 
 /// Progress that arrived before its call registered is kept this long.
 const EARLY_PROGRESS_TTL: Duration = Duration::from_secs(5);
@@ -93,8 +101,7 @@ impl CallRoutes {
         let mut inner = self.lock();
         inner.next += 1;
         let id = inner.next;
-        // A call's own stream ends with the call: requests outside any call go to the session.
-        inner.last_session = Some(session.detached());
+        inner.last_session = Some(session.clone());
         inner.calls.insert(
             id,
             CallRoute {
@@ -117,7 +124,7 @@ impl CallRoutes {
     pub fn seed(&self, session: SessionRef) {
         let mut inner = self.lock();
         if inner.last_session.is_none() {
-            inner.last_session = Some(session.detached());
+            inner.last_session = Some(session);
         }
     }
 
@@ -169,7 +176,7 @@ impl CallRoutes {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 }
 
@@ -260,10 +267,7 @@ async fn forward_progress(routes: &CallRoutes, mut params: ProgressNotificationP
         return true;
     };
     params.progress_token = client_token;
-    if let Some(stream) = &session.stream {
-        let notification = rmcp::model::ProgressNotification::new(params);
-        stream.notify(ServerNotification::ProgressNotification(notification));
-    } else if let Err(e) = session.peer.notify_progress(params).await {
+    if let Err(e) = session.peer.notify_progress(params).await {
         tracing::debug!(session = %session.id, error = %e, "could not forward progress");
     }
     true

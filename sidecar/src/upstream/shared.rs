@@ -8,7 +8,7 @@ use std::{collections::HashMap, sync::Mutex};
 use rmcp::model::{LoggingLevel, ServerCapabilities};
 
 use super::cache;
-use crate::config::SpecHash;
+use crate::{config::SpecHash, sync::lock};
 
 /// What all upstreams share: capabilities seen per server spec (in memory and in the cache
 /// directory) and the logging level clients asked for.
@@ -33,7 +33,7 @@ impl Shared {
 
     /// What a server (by spec) offered when it last ran, if known.
     pub fn capabilities(&self, hash: &SpecHash) -> Option<ServerCapabilities> {
-        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
+        let mut caps = lock(&self.capabilities);
         if let Some(c) = caps.get(hash) {
             return Some(c.clone());
         }
@@ -43,7 +43,7 @@ impl Shared {
     }
 
     pub(super) fn record_capabilities(&self, hash: &SpecHash, capabilities: &ServerCapabilities) {
-        let mut caps = self.capabilities.lock().unwrap_or_else(|p| p.into_inner());
+        let mut caps = lock(&self.capabilities);
         if caps.get(hash) != Some(capabilities) {
             caps.insert(hash.clone(), capabilities.clone());
             if let Some(cache) = &self.cache {
@@ -53,10 +53,10 @@ impl Shared {
     }
 
     pub fn set_log_level(&self, level: LoggingLevel) {
-        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(level);
+        *lock(&self.log_level) = Some(level);
     }
 
     pub(super) fn log_level(&self) -> Option<LoggingLevel> {
-        *self.log_level.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.log_level)
     }
 }

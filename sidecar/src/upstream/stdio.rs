@@ -20,6 +20,7 @@ use crate::{
     config::StdioTransport,
     error::{Error, Result},
     names::ServerName,
+    sync::lock,
 };
 
 /// Variables every child gets from the proxy's environment (when set), so ordinary programs
@@ -123,7 +124,7 @@ pub fn spawn(server: &ServerName, spec: &StdioTransport) -> Result<Spawned> {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(target: "upstream_stderr", %server, "{line}");
-                let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+                let mut tail = lock(&tail);
                 if tail.len() == STDERR_TAIL {
                     tail.pop_front();
                 }
@@ -181,12 +182,7 @@ impl Child {
 
     /// The last lines the process wrote to stderr.
     pub fn stderr_tail(&self) -> Vec<String> {
-        self.stderr_tail
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+        lock(&self.stderr_tail).iter().cloned().collect()
     }
 
     /// Ends the process group: TERM, and KILL if the process is still there after `grace`.

@@ -17,7 +17,7 @@ use std::{
 
 use orchestrator_crds::proxy::{PREFIX_SEPARATOR, ToolPrefix};
 use rmcp::{
-    ErrorData, Peer, RoleServer,
+    Peer, RoleServer,
     model::{
         ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
         GetPromptRequestParams, GetPromptResponse, ListPromptsRequest,
@@ -32,12 +32,14 @@ use rmcp::{
 
 use crate::{
     config::Server,
-    error::Error,
+    error::{Error, Result},
     names::ServerName,
-    proxy::Proxy,
     session::{SessionId, SessionRef},
+    sync::lock,
     upstream::{Connection, StartReason},
 };
+
+use super::Proxy;
 
 /// What a passthrough request needs from servers.
 #[derive(Clone, Copy, Debug)]
@@ -79,7 +81,7 @@ struct Inner {
 
 impl Passthrough {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
     /// Sessions subscribed to `uri` (legacy `resources/subscribe`).
@@ -93,8 +95,11 @@ impl Passthrough {
     }
 }
 
-fn not_found(what: &str, name: &str) -> ErrorData {
-    ErrorData::invalid_params(format!("{what} {name:?} not found"), None)
+fn not_found(what: &'static str, name: &str) -> Error {
+    Error::NotFound {
+        what,
+        name: name.to_string(),
+    }
 }
 
 impl Proxy {
@@ -155,24 +160,21 @@ impl Proxy {
         server: &ServerName,
         request: ClientRequest,
         meta: &RequestMetaObject,
-    ) -> Result<ServerResult, ErrorData> {
+    ) -> Result<ServerResult> {
         let timeout = self
             .snapshot()
             .map(|s| s.config.call_timeout)
             .unwrap_or(Duration::from_secs(60));
         let modern = conn.protocol >= rmcp::model::ProtocolVersion::V_2026_07_28;
-        let options = PeerRequestOptions::with_timeout(timeout)
-            .with_meta(crate::proxy::upstream_meta(meta, modern));
+        let options =
+            PeerRequestOptions::with_timeout(timeout).with_meta(super::upstream_meta(meta, modern));
         let handle = conn
             .peer
             .send_request_with_option(request, options)
             .await
-            .map_err(|source| {
-                Error::Upstream {
-                    server: server.clone(),
-                    source,
-                }
-                .to_mcp()
+            .map_err(|source| Error::Upstream {
+                server: server.clone(),
+                source,
             })?;
         handle
             .await_response()
@@ -181,13 +183,11 @@ impl Proxy {
                 rmcp::ServiceError::Timeout { .. } => Error::Timeout {
                     server: server.clone(),
                     timeout,
-                }
-                .to_mcp(),
+                },
                 source => Error::Upstream {
                     server: server.clone(),
                     source,
-                }
-                .to_mcp(),
+                },
             })
     }
 
@@ -202,7 +202,7 @@ impl Proxy {
         &self,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<Vec<Prompt>, ErrorData> {
+    ) -> Result<Vec<Prompt>> {
         let mut out = Vec::new();
         let mut routes = HashMap::new();
         for (server, conn) in self.connections_for(Feature::Prompts, session).await {
@@ -214,10 +214,7 @@ impl Proxy {
                 let ServerResult::ListPromptsResult(page) =
                     self.relay(&conn, &server.name, request, meta).await?
                 else {
-                    return Err(ErrorData::internal_error(
-                        "unexpected prompts/list result",
-                        None,
-                    ));
+                    return Err(unexpected(&server.name, "prompts/list"));
                 };
                 for mut prompt in page.prompts {
                     let exposed = self.exposed_prompt(&server.name, &prompt.name);
@@ -241,7 +238,7 @@ impl Proxy {
         exposed: &str,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<(ServerName, String), ErrorData> {
+    ) -> Result<(ServerName, String)> {
         let prefix = self
             .snapshot()
             .map(|s| s.config.tool_prefix)
@@ -277,8 +274,8 @@ impl Proxy {
         server: &ServerName,
         session: &SessionRef,
         what: &'static str,
-    ) -> Result<Arc<Connection>, ErrorData> {
-        let snap = self.snapshot().ok_or_else(|| Error::NotReady.to_mcp())?;
+    ) -> Result<Arc<Connection>> {
+        let snap = self.snapshot().ok_or(Error::NotReady)?;
         let server = snap
             .config
             .server(server.as_str())
@@ -289,7 +286,6 @@ impl Proxy {
             .upstream(&server)
             .connect(&StartReason::Passthrough(what), Some(session), true)
             .await
-            .map_err(|e| e.to_mcp())
     }
 
     pub async fn get_prompt(
@@ -297,7 +293,7 @@ impl Proxy {
         mut params: GetPromptRequestParams,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<GetPromptResponse, ErrorData> {
+    ) -> Result<GetPromptResponse> {
         let (server, name) = self.prompt_route(&params.name, session, meta).await?;
         let conn = self.connection_of(&server, session, "prompts/get").await?;
         params.name = name;
@@ -313,10 +309,7 @@ impl Proxy {
         {
             ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
-            _ => Err(ErrorData::internal_error(
-                "unexpected prompts/get result",
-                None,
-            )),
+            _ => Err(unexpected(&server, "prompts/get")),
         }
     }
 
@@ -324,7 +317,7 @@ impl Proxy {
         &self,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<Vec<Resource>, ErrorData> {
+    ) -> Result<Vec<Resource>> {
         let mut out = Vec::new();
         let mut routes = HashMap::new();
         for (server, conn) in self.connections_for(Feature::Resources, session).await {
@@ -336,10 +329,7 @@ impl Proxy {
                 let ServerResult::ListResourcesResult(page) =
                     self.relay(&conn, &server.name, request, meta).await?
                 else {
-                    return Err(ErrorData::internal_error(
-                        "unexpected resources/list result",
-                        None,
-                    ));
+                    return Err(unexpected(&server.name, "resources/list"));
                 };
                 for resource in page.resources {
                     routes
@@ -361,7 +351,7 @@ impl Proxy {
         &self,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<Vec<ResourceTemplate>, ErrorData> {
+    ) -> Result<Vec<ResourceTemplate>> {
         let mut out = Vec::new();
         let mut routes = Vec::new();
         for (server, conn) in self.connections_for(Feature::Resources, session).await {
@@ -373,10 +363,7 @@ impl Proxy {
                 let ServerResult::ListResourceTemplatesResult(page) =
                     self.relay(&conn, &server.name, request, meta).await?
                 else {
-                    return Err(ErrorData::internal_error(
-                        "unexpected resources/templates/list result",
-                        None,
-                    ));
+                    return Err(unexpected(&server.name, "resources/templates/list"));
                 };
                 for template in page.resource_templates {
                     let prefix = template
@@ -407,7 +394,7 @@ impl Proxy {
         uri: &str,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<ServerName, ErrorData> {
+    ) -> Result<ServerName> {
         let lookup = |p: &Passthrough| {
             let inner = p.lock();
             inner.resources.get(uri).cloned().or_else(|| {
@@ -430,10 +417,7 @@ impl Proxy {
         if let [(server, _)] = offering.as_slice() {
             return Ok(server.name.clone());
         }
-        Err(ErrorData::resource_not_found(
-            format!("resource {uri:?} not found"),
-            None,
-        ))
+        Err(Error::ResourceNotFound(uri.to_string()))
     }
 
     pub async fn read_resource(
@@ -441,7 +425,7 @@ impl Proxy {
         mut params: ReadResourceRequestParams,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<ReadResourceResponse, ErrorData> {
+    ) -> Result<ReadResourceResponse> {
         let server = self.resource_route(&params.uri, session, meta).await?;
         let conn = self
             .connection_of(&server, session, "resources/read")
@@ -458,10 +442,7 @@ impl Proxy {
         {
             ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
-            _ => Err(ErrorData::internal_error(
-                "unexpected resources/read result",
-                None,
-            )),
+            _ => Err(unexpected(&server, "resources/read")),
         }
     }
 
@@ -471,7 +452,7 @@ impl Proxy {
         session: &SessionRef,
         meta: &RequestMetaObject,
         on: bool,
-    ) -> Result<(), ErrorData> {
+    ) -> Result<()> {
         let server = self.resource_route(&uri, session, meta).await?;
         let conn = self
             .connection_of(&server, session, "resources/subscribe")
@@ -500,7 +481,7 @@ impl Proxy {
         mut params: CompleteRequestParams,
         session: &SessionRef,
         meta: &RequestMetaObject,
-    ) -> Result<CompleteResult, ErrorData> {
+    ) -> Result<CompleteResult> {
         let server = match &mut params.r#ref {
             Reference::Prompt(p) => {
                 let (server, name) = self.prompt_route(&p.name, session, meta).await?;
@@ -509,9 +490,8 @@ impl Proxy {
             }
             Reference::Resource(r) => self.resource_route(&r.uri, session, meta).await?,
             _ => {
-                return Err(ErrorData::invalid_params(
-                    "unsupported completion reference",
-                    None,
+                return Err(Error::InvalidParams(
+                    "unsupported completion reference".into(),
                 ));
             }
         };
@@ -529,19 +509,12 @@ impl Proxy {
             .await?
         {
             ServerResult::CompleteResult(r) => Ok(r),
-            _ => Err(ErrorData::internal_error(
-                "unexpected completion/complete result",
-                None,
-            )),
+            _ => Err(unexpected(&server, "completion/complete")),
         }
     }
 
     /// `logging/setLevel`: remembered for servers started later, sent to running ones that log.
-    pub async fn set_level(
-        &self,
-        level: LoggingLevel,
-        meta: &RequestMetaObject,
-    ) -> Result<(), ErrorData> {
+    pub async fn set_level(&self, level: LoggingLevel, meta: &RequestMetaObject) -> Result<()> {
         self.pool.deps().shared.set_log_level(level);
         for (server, conn) in self.pool.live() {
             let logs = conn
@@ -556,7 +529,7 @@ impl Proxy {
                 SetLevelRequestParams::new(level),
             ));
             if let Err(e) = self.relay(&conn, &server, request, meta).await {
-                tracing::warn!(%server, error = %e.message, "upstream refused logging/setLevel");
+                tracing::warn!(%server, error = %e, "upstream refused logging/setLevel");
             }
         }
         Ok(())
@@ -569,6 +542,13 @@ impl Proxy {
                 tracing::debug!(%server, error = %e, "could not forward roots/list_changed");
             }
         }
+    }
+}
+
+fn unexpected(server: &ServerName, method: &'static str) -> Error {
+    Error::UnexpectedResult {
+        server: server.clone(),
+        method,
     }
 }
 

@@ -7,7 +7,6 @@ use std::{
 };
 
 use rmcp::{
-    ErrorData,
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, InputRequest,
         InputResponses, ProgressToken, RequestId, ServerRequest, ServerResult,
@@ -22,24 +21,22 @@ use crate::{
     error::Error,
     filter::{Rule, RuleDisplay},
     names::ServerName,
-    proxy::{CallRequest, MRTR_MAX_ROUNDS, Proxy, Snapshot, upstream_meta},
     router::{Lookup, Route},
     session::ListKind,
     telemetry,
     upstream::{Connection, StartReason},
 };
 
+use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, Snapshot, upstream_meta};
+
 impl Proxy {
     /// `tools/call`: decide, then forward to the upstream that owns the tool. A call that is not
     /// allowed never reaches any upstream.
-    pub async fn call_tool(
-        self: &Arc<Self>,
-        req: CallRequest,
-    ) -> Result<CallToolResponse, ErrorData> {
+    pub async fn call_tool(self: &Arc<Self>, req: CallRequest) -> Result<CallToolResponse, Error> {
         let started = Instant::now();
         let _in_flight = InFlight::enter(self);
         let Some(mut snap) = self.snapshot() else {
-            return Err(Error::NotReady.to_mcp());
+            return Err(Error::NotReady);
         };
         if self.draining.load(Ordering::Acquire) {
             return self.refuse(&snap, &req, started, Error::ShuttingDown, None);
@@ -73,7 +70,7 @@ impl Proxy {
                     if self.rebuild().await {
                         self.notify(ListKind::Tools).await;
                     }
-                    snap = self.snapshot().ok_or_else(|| Error::NotReady.to_mcp())?;
+                    snap = self.snapshot().ok_or(Error::NotReady)?;
                 }
                 Lookup::NeedsLists(_) | Lookup::Unknown => {
                     // The server that could own the name did not start: say that, not "unknown".
@@ -97,7 +94,7 @@ impl Proxy {
             .instrument(span.clone())
             .await;
         self.finish(&snap, &req, &route, started, &result, &span);
-        result.map_err(|e| e.to_mcp())
+        result
     }
 
     async fn forward(
@@ -133,9 +130,9 @@ impl Proxy {
         let client_token = req.meta.get_progress_token();
         // The retry of a call the proxy parked for a 2026-07-28 client (see `bridge`).
         let mut resumed = match req.request_state.as_deref() {
-            Some(state) if state.starts_with(crate::bridge::STATE_PREFIX) => {
+            Some(state) if state.starts_with(super::bridge::STATE_PREFIX) => {
                 let Some(pending) = self.bridge.resume(state, req.input_responses.as_ref()) else {
-                    return Err(Error::Other(
+                    return Err(Error::InvalidParams(
                         "the call this retry continues is gone (finished, timed out or the proxy restarted); call the tool again".into(),
                     ));
                 };
@@ -183,26 +180,16 @@ impl Proxy {
                             InputRequest::Elicitation(e) => ServerRequest::ElicitRequest(e),
                             InputRequest::ListRoots(l) => ServerRequest::ListRootsRequest(l),
                             _ => {
-                                return Err(Error::Other(
-                                    "unsupported input request from the upstream".into(),
+                                return Err(Error::NotRelayable(
+                                    "the upstream asked for an input the proxy cannot relay".into(),
                                 ));
                             }
                         };
-                        let answer = match &req.session.stream {
-                            Some(stream) => {
-                                stream.request(request, &req.ct).await.map_err(|e| {
-                                    Error::Other(format!(
-                                        "the client could not answer the server's request: {}",
-                                        e.message
-                                    ))
-                                })?
-                            }
-                            None => req.session.peer.send_request(request).await.map_err(|e| {
-                                Error::Other(format!(
-                                    "the client could not answer the server's request: {e}"
-                                ))
-                            })?,
-                        };
+                        let answer = req.session.peer.send_request(request).await.map_err(|e| {
+                            Error::Other(format!(
+                                "the client could not answer the server's request: {e}"
+                            ))
+                        })?;
                         let value = serde_json::to_value(answer)
                             .map_err(|e| Error::Other(e.to_string()))?;
                         responses.insert(key, value);
@@ -210,10 +197,11 @@ impl Proxy {
                     params.input_responses = Some(responses);
                     params.request_state = r.request_state.clone();
                 }
-                other => {
-                    return Err(Error::Other(format!(
-                        "the upstream answered tools/call with an unexpected result: {other:?}"
-                    )));
+                _ => {
+                    return Err(Error::UnexpectedResult {
+                        server: server.name.clone(),
+                        method: "tools/call",
+                    });
                 }
             }
         }
@@ -292,7 +280,7 @@ impl Proxy {
             tokio::spawn(async move {
                 let _ = done_tx.send(wait.await);
             });
-            let pending = crate::bridge::Pending { done, asks };
+            let pending = super::bridge::Pending { done, asks };
             let result = self.bridged_step(pending, req, timeout).await;
             if req.ct.is_cancelled() {
                 cancel_upstream(conn, id).await;
@@ -303,7 +291,7 @@ impl Proxy {
             result = wait => result,
             () = req.ct.cancelled() => {
                 cancel_upstream(conn, id).await;
-                Err(Error::Other("cancelled by the client".into()))
+                Err(Error::Cancelled("the client"))
             }
         }
     }
@@ -311,15 +299,15 @@ impl Proxy {
     /// Waits for a bridged call: its result, or its next question as an input_required result.
     async fn bridged_step(
         &self,
-        pending: crate::bridge::Pending,
+        pending: super::bridge::Pending,
         req: &CallRequest,
         timeout: Duration,
     ) -> Result<ServerResult, Error> {
         // A parked call waits for its client at most this long.
         let keep = timeout + Duration::from_secs(60);
         match self.bridge.wait(pending, &req.ct, keep).await {
-            crate::bridge::Step::Done(result) => *result,
-            crate::bridge::Step::Asked(question) => Ok(ServerResult::InputRequiredResult(question)),
+            super::bridge::Step::Done(result) => *result,
+            super::bridge::Step::Asked(question) => Ok(ServerResult::InputRequiredResult(question)),
         }
     }
 
@@ -351,7 +339,7 @@ impl Proxy {
         started: Instant,
         error: Error,
         denied: Option<(ServerName, String, Rule)>,
-    ) -> Result<CallToolResponse, ErrorData> {
+    ) -> Result<CallToolResponse, Error> {
         // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
         // error result it can read (as most MCP servers answer unknown tools). Failures of the
         // proxy itself stay JSON-RPC errors.
@@ -412,7 +400,7 @@ impl Proxy {
             started,
         );
         if !as_result {
-            return Err(error.to_mcp());
+            return Err(error);
         }
         let mut meta = rmcp::model::MetaObject::new();
         meta.insert(

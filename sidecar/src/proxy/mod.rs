@@ -1,7 +1,14 @@
 //! The proxy core, independent of the front transport: the current config and exposed-tool table
 //! (one `Arc` swapped atomically), `tools/list` (lazy, parallel starts of servers whose list is
-//! unknown), config application, upstream list changes and draining on shutdown. The
-//! `tools/call` path is in `call.rs`.
+//! unknown), config application, upstream list changes and draining on shutdown.
+//!
+//! Children: `call` (the `tools/call` path: enforce, forward, record), `passthrough` (prompts,
+//! resources, completions, logging level), `bridge` (initialize-era upstreams asking 2026-07-28
+//! clients).
+
+mod bridge;
+mod call;
+pub mod passthrough;
 
 use std::{
     collections::HashMap,
@@ -54,8 +61,8 @@ pub struct Proxy {
     /// Serializes router rebuilds so no update is lost between load and swap.
     pub(crate) rebuild: tokio::sync::Mutex<()>,
     pub pool: Pool,
-    pub passthrough: crate::passthrough::Passthrough,
-    pub(crate) bridge: crate::bridge::Bridge,
+    pub passthrough: passthrough::Passthrough,
+    pub(crate) bridge: bridge::Bridge,
     pub sessions: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub(crate) audit: Audit,

@@ -16,29 +16,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rmcp::{
-    ErrorData,
-    model::{
-        ClientResult, CreateMessageResult, ElicitResult, InputRequest, InputRequests,
-        InputRequiredResult, InputResponses, ListRootsResult, ServerRequest, ServerResult,
-    },
+use rmcp::model::{
+    ClientResult, CreateMessageResult, ElicitResult, InputRequest, InputRequests,
+    InputRequiredResult, InputResponses, ListRootsResult, ServerRequest, ServerResult,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
+use crate::{error::Error, sync::lock, upstream::routes::Ask};
 
 /// `requestState` values minted by the proxy start with this; anything else belongs to the
 /// upstream and is passed through.
 pub const STATE_PREFIX: &str = "orchestrator-proxy/";
 /// The key of the single input request in each round.
 const INPUT_KEY: &str = "proxy-input";
-
-/// A question the upstream asked during a call, and where its answer goes.
-pub struct Ask {
-    pub request: ServerRequest,
-    pub answer: oneshot::Sender<Result<ClientResult, ErrorData>>,
-}
 
 /// The upstream side of a bridged call: its final result, and its questions.
 pub struct Pending {
@@ -55,7 +46,7 @@ enum Kind {
 
 struct Parked {
     pending: Pending,
-    answer: oneshot::Sender<Result<ClientResult, ErrorData>>,
+    answer: oneshot::Sender<Result<ClientResult, Error>>,
     kind: Kind,
     since: Instant,
 }
@@ -87,16 +78,14 @@ impl Bridge {
                         ServerRequest::ElicitRequest(r) => (Kind::Elicitation, InputRequest::Elicitation(r)),
                         ServerRequest::ListRootsRequest(r) => (Kind::Roots, InputRequest::ListRoots(r)),
                         _ => {
-                            let _ = ask.answer.send(Err(ErrorData::new(
-                                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-                                "this request cannot be relayed to a 2026-07-28 client",
-                                None,
+                            let _ = ask.answer.send(Err(Error::NotRelayable(
+                                "this request cannot be relayed to a 2026-07-28 client".into(),
                             )));
                             continue;
                         }
                     };
                     let token = format!("{STATE_PREFIX}{}-{}", std::process::id(), self.next.fetch_add(1, Ordering::Relaxed));
-                    let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut parked = lock(&self.parked);
                     // Calls whose client never came back are dropped (their upstream sees an error).
                     parked.retain(|_, p| p.since.elapsed() < keep);
                     parked.insert(token.clone(), Parked { pending, answer: ask.answer, kind, since: Instant::now() });
@@ -105,7 +94,7 @@ impl Bridge {
                         Some(token),
                     ));
                 }
-                () = ct.cancelled() => return Step::Done(Box::new(Err(Error::Other("cancelled by the client".into())))),
+                () = ct.cancelled() => return Step::Done(Box::new(Err(Error::Cancelled("the client")))),
             }
         }
     }
@@ -113,15 +102,10 @@ impl Bridge {
     /// Delivers the client's answer to the parked call named by `state`; returns the call to wait
     /// on again. `None` when `state` is not one of ours (or expired).
     pub fn resume(&self, state: &str, responses: Option<&InputResponses>) -> Option<Pending> {
-        let parked = self
-            .parked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(state)?;
+        let parked = lock(&self.parked).remove(state)?;
         let answer = match responses.and_then(|r| r.get(INPUT_KEY)) {
-            None => Err(ErrorData::invalid_params(
-                "the client did not answer the server's request",
-                None,
+            None => Err(Error::InvalidParams(
+                "the client did not answer the server's request".into(),
             )),
             Some(value) => parse_answer(parked.kind, value.clone()),
         };
@@ -130,9 +114,9 @@ impl Bridge {
     }
 }
 
-fn parse_answer(kind: Kind, value: serde_json::Value) -> Result<ClientResult, ErrorData> {
+fn parse_answer(kind: Kind, value: serde_json::Value) -> Result<ClientResult, Error> {
     let bad = |e: serde_json::Error| {
-        ErrorData::invalid_params(format!("the client's answer does not parse: {e}"), None)
+        Error::InvalidParams(format!("the client's answer does not parse: {e}"))
     };
     Ok(match kind {
         Kind::Sampling => ClientResult::CreateMessageResult(Box::new(

@@ -1,0 +1,162 @@
+//! The command line: flags and subcommands, and the small subcommands themselves (`validate`,
+//! `probe`). `main.rs` parses, then starts the runtime and [`crate::run`].
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
+
+use clap::{Parser, Subcommand};
+
+use crate::{Options, config, telemetry};
+
+/// MCP proxy sidecar: filters tools, starts upstream servers lazily, hot-reloads its config.
+#[derive(Parser)]
+#[command(name = "orchestrator-mcp-proxy", version)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// The proxy config (YAML or JSON), e.g. /etc/orchestrator/proxy.yaml.
+    #[arg(long, env = "MCP_PROXY_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Serve MCP on stdin/stdout (for clients that spawn the proxy) instead of HTTP.
+    #[arg(long)]
+    stdio: bool,
+    /// Listen address; overrides `listen` in the config. With --stdio, also serves the HTTP
+    /// endpoints (/mcp, /healthz, /readyz, /metrics, /tools) there.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Directory for cached tool lists, so a restarted proxy answers without starting servers
+    /// (default: $TMPDIR/orchestrator-mcp-proxy; in the pod /tmp is an emptyDir that outlives
+    /// container restarts). `--cache-dir ""` keeps lists in memory only.
+    #[arg(long, env = "MCP_PROXY_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text", env = "MCP_PROXY_LOG_FORMAT")]
+    pub log_format: telemetry::LogFormat,
+    /// Seconds calls in flight may take to finish after SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace_seconds: u64,
+    /// Seconds between SIGTERM and SIGKILL for upstream processes.
+    #[arg(long, default_value_t = 5)]
+    kill_grace_seconds: u64,
+    /// Seconds an upstream may take to start and complete the MCP handshake.
+    #[arg(long, default_value_t = 60)]
+    start_timeout_seconds: u64,
+    /// Milliseconds of quiet after a change in the config directory before reloading.
+    #[arg(long, default_value_t = 50)]
+    reload_debounce_ms: u64,
+    /// Seconds after which an HTTP session with no message in either direction is closed
+    /// (0: never).
+    #[arg(long, default_value_t = 24 * 3600)]
+    session_idle_seconds: u64,
+    /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
+    /// serves one agent, and cross-thread wake-ups cost more than they buy.
+    #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
+    pub threads: usize,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Health probe for exec probes: GET the URL (e.g. http://127.0.0.1:8080/readyz), exit 0 on
+    /// a 2xx answer within 2 s, 1 otherwise. Lets kubelet probe a proxy bound to loopback.
+    Probe { url: String },
+    /// Check a config file: print every problem with its code, exit non-zero on errors.
+    Validate {
+        file: PathBuf,
+        /// Print the problems as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl Command {
+    pub fn run(&self) -> ExitCode {
+        match self {
+            Command::Probe { url } => probe(url),
+            Command::Validate { file, json } => validate(file, *json),
+        }
+    }
+}
+
+impl Args {
+    /// The options for [`crate::run`]; `Err` with the exit code when something is missing.
+    pub fn options(&self) -> Result<Options, ExitCode> {
+        let Some(config) = self.config.clone() else {
+            eprintln!("error: --config PATH is required (or MCP_PROXY_CONFIG)");
+            return Err(ExitCode::from(2));
+        };
+        Ok(Options {
+            config,
+            stdio: self.stdio,
+            listen: self.listen,
+            cache_dir: match &self.cache_dir {
+                Some(dir) if dir.as_os_str().is_empty() => None,
+                Some(dir) => Some(dir.clone()),
+                None => Some(std::env::temp_dir().join("orchestrator-mcp-proxy")),
+            },
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
+            kill_grace: Duration::from_secs(self.kill_grace_seconds),
+            start_timeout: Duration::from_secs(self.start_timeout_seconds),
+            reload_debounce: Duration::from_millis(self.reload_debounce_ms),
+            session_idle: Duration::from_secs(self.session_idle_seconds),
+        })
+    }
+
+    /// The runtime: current-thread for one thread, else multi-thread.
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        let mut builder = if self.threads <= 1 {
+            tokio::runtime::Builder::new_current_thread()
+        } else {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(self.threads);
+            b
+        };
+        builder.enable_all().build()
+    }
+}
+
+fn validate(file: &Path, json: bool) -> ExitCode {
+    let loaded = config::load_file(file);
+    if json {
+        match serde_json::to_string_pretty(&loaded.problems.0) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("cannot print problems: {e}"),
+        }
+    } else {
+        for p in &loaded.problems.0 {
+            println!("{p}");
+        }
+        if let Some(config) = &loaded.config {
+            let startable = config.servers.iter().filter(|s| s.is_startable()).count();
+            println!(
+                "ok: {} (contextVersion {}, {} servers, {} startable)",
+                file.display(),
+                config.context_version,
+                config.servers.len(),
+                startable
+            );
+        }
+    }
+    if loaded.problems.has_errors() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn probe(url: &str) -> ExitCode {
+    match crate::probe::get(url, Duration::from_secs(2)) {
+        Ok(status) if (200..300).contains(&status) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("{url}: HTTP {status}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{url}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
