@@ -95,7 +95,7 @@ fn rendered_proxy_yaml_round_trips_into_the_sidecar_schema() {
     );
     let github = &parsed.servers[0];
     let stdio = github.stdio.as_ref().expect("github is a stdio server");
-    assert_eq!(stdio.command, "npx");
+    assert_eq!(stdio.command, "mcp-server-github");
     assert_eq!(stdio.pass_env, ["GITHUB_PERSONAL_ACCESS_TOKEN"]);
     assert_eq!(github.tools.allow, ["list_*", "get_*", "search_*"]);
     assert_eq!(
