@@ -2,6 +2,7 @@
 //! `probe`). `main.rs` parses, then starts the runtime and [`crate::run`].
 
 use std::{
+    ffi::OsString,
     net::SocketAddr,
     path::{Path, PathBuf},
     process::ExitCode,
@@ -10,7 +11,7 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
-use crate::{Options, config, telemetry};
+use crate::{Options, config, telemetry, upstream::guard};
 
 /// MCP proxy sidecar: filters tools, starts upstream servers lazily, hot-reloads its config.
 #[derive(Parser)]
@@ -60,6 +61,16 @@ pub struct Args {
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// (internal) Start an upstream server with a parent-death signal: PARENT is the proxy's pid.
+    #[command(name = "exec-upstream", hide = true)]
+    ExecUpstream {
+        parent: u32,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<OsString>,
+    },
+    /// (internal) Kill the process groups the proxy announces on stdin when the proxy is gone.
+    #[command(hide = true)]
+    Guard,
     /// Health probe for exec probes: GET the URL (e.g. http://127.0.0.1:8080/readyz), exit 0 on
     /// a 2xx answer within 2 s, 1 otherwise. Lets kubelet probe a proxy bound to loopback.
     Probe { url: String },
@@ -77,6 +88,8 @@ impl Command {
         match self {
             Command::Probe { url } => probe(url),
             Command::Validate { file, json } => validate(file, *json),
+            Command::ExecUpstream { parent, command } => guard::exec_upstream(*parent, command),
+            Command::Guard => guard::guard_main(),
         }
     }
 }

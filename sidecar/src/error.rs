@@ -43,6 +43,10 @@ pub enum Error {
     #[error("upstream server {server:?} {what}")]
     UpstreamGone { server: ServerName, what: String },
 
+    /// The server was stopped (config change, shutdown) before it was ready.
+    #[error("upstream server {server:?} was stopped before it was ready")]
+    Stopped { server: ServerName },
+
     #[error("upstream server {server:?} did not answer within {}s", timeout.as_secs())]
     Timeout {
         server: ServerName,
@@ -119,6 +123,7 @@ impl Error {
             Error::StartFailed { .. } => "PROXY.UPSTREAM_START_FAILED",
             Error::Backoff { .. } => "PROXY.UPSTREAM_BACKOFF",
             Error::UpstreamGone { .. } => "PROXY.UPSTREAM_EXITED",
+            Error::Stopped { .. } => "PROXY.UPSTREAM_STOPPED",
             Error::Timeout { .. } => "PROXY.UPSTREAM_TIMEOUT",
             Error::UnexpectedResult { .. } | Error::Upstream { .. } => "PROXY.UPSTREAM_ERROR",
             Error::ShuttingDown => "PROXY.SHUTTING_DOWN",

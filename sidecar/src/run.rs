@@ -16,7 +16,7 @@ use crate::{
     proxy::Proxy,
     reaper, reload,
     server::{Front, http},
-    upstream::{Deps, Shared, cache::DiskCache, pool::Pool},
+    upstream::{Deps, Shared, cache::DiskCache, guard::Guard, pool::Pool},
 };
 
 /// Runtime options (command-line flags); the rest comes from the config file.
@@ -44,12 +44,14 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     reaper::start();
     let metrics = Arc::new(Metrics::new());
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let guard = Guard::start().map(Arc::new);
     let deps = Deps {
         shared: Arc::new(Shared::new(opts.cache_dir.clone().map(DiskCache::new))),
         events: events_tx,
         metrics: metrics.clone(),
         start_timeout: opts.start_timeout,
         kill_grace: opts.kill_grace,
+        guard: guard.clone(),
     };
     let pool = Pool::new(deps);
     let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
@@ -152,6 +154,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     proxy.drain(opts.shutdown_grace).await;
     sessions_cancel.cancel();
     proxy.pool.shutdown().await;
+    if let Some(guard) = guard {
+        guard.finish();
+    }
     proxy.flush_audit();
     tracing::info!("all upstream servers stopped; bye");
     Ok(())

@@ -11,6 +11,7 @@
 #![allow(deprecated)]
 
 pub mod cache;
+pub mod guard;
 pub mod handler;
 pub mod http;
 pub mod pool;
@@ -21,10 +22,7 @@ pub mod stdio;
 pub use shared::Shared;
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, atomic::AtomicBool},
     time::{Duration, Instant},
 };
 
@@ -77,6 +75,8 @@ pub struct Deps {
     pub start_timeout: Duration,
     /// Time a child gets between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
+    /// Kills the process groups of stdio servers if the proxy dies (see `guard`).
+    pub guard: Option<Arc<guard::Guard>>,
 }
 
 /// Why a server is being started (logged and counted).
@@ -176,7 +176,8 @@ pub struct Upstream {
     pub server: Arc<Server>,
     conn: ArcSwapOption<Connection>,
     state: tokio::sync::Mutex<StartState>,
-    stopping: AtomicBool,
+    /// Cancelled by [`Upstream::stop`]: ends a start in progress (and its backoff wait) at once.
+    stop: CancellationToken,
     deps: Deps,
 }
 
@@ -186,7 +187,7 @@ impl Upstream {
             server,
             conn: ArcSwapOption::empty(),
             state: Default::default(),
-            stopping: AtomicBool::new(false),
+            stop: CancellationToken::new(),
             deps,
         }
     }
@@ -217,12 +218,18 @@ impl Upstream {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        let mut state = self.state.lock().await;
+        let stopped = || Error::Stopped {
+            server: self.server.name.clone(),
+        };
+        let mut state = tokio::select! {
+            state = self.state.lock() => state,
+            () = self.stop.cancelled() => return Err(stopped()),
+        };
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        if self.stopping.load(Ordering::Acquire) {
-            return Err(Error::ShuttingDown);
+        if self.stop.is_cancelled() {
+            return Err(stopped());
         }
         let restarting = if let Some(dead) = self.conn.swap(None) {
             let lived = dead.started_at.elapsed();
@@ -249,7 +256,10 @@ impl Upstream {
                     });
                 }
                 tracing::info!(server = %self.server.name, wait_ms = wait.as_millis() as u64, failures = state.failures, "waiting out the restart backoff");
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = self.stop.cancelled() => return Err(stopped()),
+                }
             }
         }
         tracing::info!(server = %self.server.name, %reason, restart = restarting, "starting upstream server");
@@ -257,7 +267,13 @@ impl Upstream {
             .metrics
             .upstream_started(&self.server.name, reason.label(), restarting);
         let started = Instant::now();
-        match tokio::time::timeout(self.deps.start_timeout, self.start(session)).await {
+        // A start given up (timeout, stop) drops its future, and with it the child: its process
+        // group is killed (see `stdio::Child`).
+        let attempt = tokio::select! {
+            attempt = tokio::time::timeout(self.deps.start_timeout, self.start(session)) => attempt,
+            () = self.stop.cancelled() => return Err(stopped()),
+        };
+        match attempt {
             Ok(Ok(conn)) => {
                 let conn = Arc::new(conn);
                 if let Some(info) = conn.peer.peer_info() {
@@ -358,7 +374,7 @@ impl Upstream {
         };
         let (service, child) = match &self.server.transport {
             Transport::Stdio(spec) => {
-                let spawned = stdio::spawn(name, spec)?;
+                let spawned = stdio::spawn(name, spec, self.deps.guard.as_ref())?;
                 let transport: Tap<_> = Tap::new(
                     IntoTransport::<RoleClient, std::io::Error, _>::into_transport((
                         spawned.stdout,
@@ -426,10 +442,10 @@ impl Upstream {
         })
     }
 
-    /// Stops the server for good (config removed it, or shutdown).
+    /// Stops the server for good (config removed it, or shutdown). A start in progress is
+    /// ended at once, not waited for.
     pub async fn stop(&self) {
-        self.stopping.store(true, Ordering::Release);
-        // Wait for a start in progress to finish, so its child cannot escape the stop.
+        self.stop.cancel();
         let _state = self.state.lock().await;
         if let Some(conn) = self.conn.swap(None) {
             tracing::info!(server = %self.server.name, "stopping upstream server");

@@ -235,13 +235,15 @@ impl Pool {
             .collect()
     }
 
-    /// Running children (pid per server), for tests and `GET /tools`.
+    /// Running children (pid per server), for tests and `GET /tools`: only processes that have
+    /// not exited, of connections in use.
     pub fn pids(&self) -> HashMap<ServerName, u32> {
         lock(&self.upstreams)
             .iter()
             .filter_map(|(name, u)| {
-                u.current()
-                    .and_then(|c| c.child.as_ref().map(|ch| (name.clone(), ch.pid)))
+                let conn = u.current()?;
+                let child = conn.child.as_ref().filter(|c| c.is_running())?;
+                Some((name.clone(), child.pid))
             })
             .collect()
     }

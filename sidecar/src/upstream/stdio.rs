@@ -4,8 +4,12 @@
 
 use std::{
     collections::{BTreeMap, VecDeque},
+    path::PathBuf,
     process::Stdio,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -16,6 +20,7 @@ use tokio::{
     sync::watch,
 };
 
+use super::guard::{self, Guard};
 use crate::{
     config::StdioTransport,
     error::{Error, Result},
@@ -38,12 +43,16 @@ pub struct ExitInfo {
     pub status: String,
 }
 
-/// A running (or exited) child process.
+/// A running (or exited) child process. Dropping it kills its process group (unless
+/// [`Child::terminate`] already did): a start that is abandoned takes its processes with it.
 pub struct Child {
     pub pid: u32,
     server: ServerName,
     exit: watch::Receiver<Option<ExitInfo>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    guard: Option<Arc<Guard>>,
+    /// Set once the group got SIGKILL.
+    killed: AtomicBool,
 }
 
 /// A freshly spawned child and the pipes rmcp speaks MCP over.
@@ -78,15 +87,49 @@ pub fn child_env(spec: &StdioTransport) -> (BTreeMap<String, String>, Vec<String
     (env, missing)
 }
 
-/// Spawns the server's command in its own process group with exactly [`child_env`].
-pub fn spawn(server: &ServerName, spec: &StdioTransport) -> Result<Spawned> {
+/// The command that starts `spec`: through the proxy's own binary (`exec-upstream`), which
+/// arms a parent-death signal and then becomes the server (see `guard`); directly when the
+/// binary cannot be found.
+fn command(spec: &StdioTransport) -> Command {
+    static SELF: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let launcher = SELF.get_or_init(|| match std::env::current_exe() {
+        Ok(exe) => Some(exe),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot find the proxy's own binary; upstreams start without a parent-death signal");
+            None
+        }
+    });
+    match launcher {
+        Some(exe) => {
+            let mut cmd = Command::new(exe);
+            cmd.arg(guard::EXEC_UPSTREAM)
+                .arg(std::process::id().to_string())
+                .arg("--")
+                .arg(&spec.command)
+                .args(&spec.args);
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new(&spec.command);
+            cmd.args(&spec.args);
+            cmd
+        }
+    }
+}
+
+/// Spawns the server's command in its own process group with exactly [`child_env`]; the group
+/// is announced to `guard`, if any.
+pub fn spawn(
+    server: &ServerName,
+    spec: &StdioTransport,
+    guard: Option<&Arc<Guard>>,
+) -> Result<Spawned> {
     let (env, missing) = child_env(spec);
     if !missing.is_empty() {
         tracing::warn!(%server, missing = ?missing, "passEnv variables are not set in the proxy's environment; the server starts without them");
     }
-    let mut cmd = Command::new(&spec.command);
-    cmd.args(&spec.args)
-        .env_clear()
+    let mut cmd = command(spec);
+    cmd.env_clear()
         .envs(&env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -107,6 +150,18 @@ pub fn spawn(server: &ServerName, spec: &StdioTransport) -> Result<Spawned> {
         reason: "the process exited immediately".into(),
     })?;
     crate::reaper::track(pid);
+    // From here on the group is killed when `Child` is dropped (a start that is given up).
+    if let Some(guard) = guard {
+        guard.watch(pid);
+    }
+    let child_handle = Child {
+        pid,
+        server: server.clone(),
+        exit: watch::channel(None).1,
+        stderr_tail: Arc::default(),
+        guard: guard.cloned(),
+        killed: AtomicBool::new(false),
+    };
     let (Some(stdin), Some(stdout), stderr) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -116,7 +171,8 @@ pub fn spawn(server: &ServerName, spec: &StdioTransport) -> Result<Spawned> {
         });
     };
 
-    let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+    let mut child_handle = child_handle;
+    let stderr_tail = child_handle.stderr_tail.clone();
     if let Some(stderr) = stderr {
         let tail = stderr_tail.clone();
         let server = server.clone();
@@ -134,6 +190,7 @@ pub fn spawn(server: &ServerName, spec: &StdioTransport) -> Result<Spawned> {
     }
 
     let (exit_tx, exit_rx) = watch::channel(None);
+    child_handle.exit = exit_rx;
     {
         let server = server.clone();
         tokio::spawn(async move {
@@ -148,12 +205,7 @@ pub fn spawn(server: &ServerName, spec: &StdioTransport) -> Result<Spawned> {
         });
     }
     Ok(Spawned {
-        child: Child {
-            pid,
-            server: server.clone(),
-            exit: exit_rx,
-            stderr_tail,
-        },
+        child: child_handle,
         stdout,
         stdin,
     })
@@ -185,6 +237,11 @@ impl Child {
         lock(&self.stderr_tail).iter().cloned().collect()
     }
 
+    /// Whether the process is still running (not yet exited and reaped).
+    pub fn is_running(&self) -> bool {
+        self.exit_info().is_none()
+    }
+
     /// Ends the process group: TERM, and KILL if the process is still there after `grace`.
     pub async fn terminate(&self, grace: Duration) {
         if self.exit_info().is_none() {
@@ -194,8 +251,18 @@ impl Child {
             }
         }
         // Always KILL the group: the leader may be gone while its children linger.
-        self.signal(Signal::KILL);
+        self.kill_group();
         self.exited().await;
+    }
+
+    fn kill_group(&self) {
+        if self.killed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.signal(Signal::KILL);
+        if let Some(guard) = &self.guard {
+            guard.forget(self.pid);
+        }
     }
 
     fn signal(&self, signal: Signal) {
@@ -204,6 +271,12 @@ impl Child {
         };
         // ESRCH (group already gone) is the normal case after exit.
         let _ = kill_process_group(pgid, signal);
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill_group();
     }
 }
 

@@ -135,6 +135,14 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def is_guardian(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return len(argv) >= 2 and argv[1] == b"guard"
+
+
 def alive(pid: int) -> bool:
     """True if the process exists and is not a zombie."""
     try:
@@ -268,7 +276,8 @@ class Proxy:
         return None
 
     def children(self) -> list[int]:
-        return [p for p in descendants(self.pid) if alive(p)]
+        """Live descendants, except the proxy's process-group guardian (`orchestrator-mcp-proxy guard`)."""
+        return [p for p in descendants(self.pid) if alive(p) and not is_guardian(p)]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -331,6 +340,81 @@ def make_proxy(proxy_bin, tmp_path):
                 pass
         if os.environ.get("MCP_PROXY_TEST_LOGS"):
             sys.stderr.write(proxy.log())
+
+
+RAW_INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+RAW_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def raw_exchange(proxy: Proxy, headers: dict, body, timeout: float = 10) -> tuple[int, list[dict], str]:
+    """POSTs a body (JSON-encoded unless bytes) over plain HTTP; returns the status, the JSON-RPC
+    messages of the answer (SSE events or a JSON body) and the raw text."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(proxy.url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, text = response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode(errors="replace")
+    messages = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    if not messages and text.strip().startswith("{"):
+        messages = [json.loads(text)]
+    return status, messages, text
+
+
+def raw_post(proxy: Proxy, headers: dict, body: dict, timeout: float = 10) -> int:
+    """POSTs a JSON-RPC message over plain HTTP; returns the status (the body is read)."""
+    return raw_exchange(proxy, headers, body, timeout)[0]
+
+
+def raw_session(proxy: Proxy, finish_handshake: bool = True) -> dict:
+    """Opens an initialize-era session over plain HTTP; returns the headers that use it."""
+    headers = dict(RAW_HEADERS)
+    request = urllib.request.Request(proxy.url, data=json.dumps(RAW_INIT).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+        headers["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
+    headers["Mcp-Protocol-Version"] = "2025-11-25"
+    if finish_handshake:
+        raw_post(proxy, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return headers
+
+
+def tool_call(name: str, arguments: dict | None = None, id: int = 2) -> dict:
+    return {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments or {}}}
+
+
+def faulty(tools: Tools, mode: str, *args: str, pids: Path | None = None) -> dict:
+    """A stdio server spec for support/faulty_server.py in `mode`; it records its pids in `pids`."""
+    spec = {"command": str(tools.python), "args": [str(SUPPORT / "faulty_server.py"), mode, *args]}
+    if pids is not None:
+        spec["env"] = {"FAULTY_PIDS": str(pids)}
+    return spec
+
+
+@pytest.fixture
+def kill_recorded(tmp_path):
+    """After the test, kills whatever faulty servers recorded in `tmp_path/*pids` and still runs
+    (a proxy that leaks them fails the test; the machine should not keep them)."""
+    yield
+    for path in tmp_path.glob("*pids"):
+        for pid in recorded_pids(path):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def recorded_pids(path: Path) -> list[int]:
+    """Every pid a faulty server recorded so far."""
+    if not path.exists():
+        return []
+    return [int(p) for p in path.read_text().split()]
 
 
 def recorded(tools: Tools, log: Path, command: str, *args: str) -> dict:

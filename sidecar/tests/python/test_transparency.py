@@ -14,6 +14,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from conftest import raw_post, raw_session
+
 pytestmark = pytest.mark.anyio
 
 BOTH = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
@@ -47,38 +49,6 @@ async def elicit(context, params):
 
 async def roots(context):
     return types.ListRootsResult(roots=[types.Root(uri="file:///workspace/project", name="project")])
-
-
-RAW_INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-}
-
-
-def raw_post(proxy, headers: dict, body: dict, timeout: float = 10) -> int:
-    """POSTs a JSON-RPC message over plain HTTP; returns the status (the body is read)."""
-    request = urllib.request.Request(proxy.url, data=json.dumps(body).encode(), headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read()
-            return response.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
-def raw_session(proxy, finish_handshake: bool = True) -> dict:
-    """Opens an initialize-era session over plain HTTP; returns the headers that use it."""
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    request = urllib.request.Request(proxy.url, data=json.dumps(RAW_INIT).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
-        headers["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
-    headers["Mcp-Protocol-Version"] = "2025-11-25"
-    if finish_handshake:
-        raw_post(proxy, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-    return headers
 
 
 @BOTH
