@@ -17,6 +17,7 @@ pub mod http;
 pub mod pool;
 pub mod routes;
 mod shared;
+pub mod stderr;
 pub mod stdio;
 
 pub use shared::Shared;

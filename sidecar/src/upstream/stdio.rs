@@ -3,11 +3,11 @@
 //! and terminating its whole process group (TERM, then KILL after a grace period).
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::BTreeMap,
     path::PathBuf,
     process::Stdio,
     sync::{
-        Arc, Mutex, OnceLock,
+        Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -15,12 +15,14 @@ use std::{
 
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::{
-    io::{AsyncBufReadExt, BufReader},
     process::{ChildStdin, ChildStdout, Command},
     sync::watch,
 };
 
-use super::guard::{self, Guard};
+use super::{
+    guard::{self, Guard},
+    stderr,
+};
 use crate::{
     config::StdioTransport,
     error::{Error, Result},
@@ -34,9 +36,6 @@ pub const BASE_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
 
-/// Lines of stderr kept for error messages.
-const STDERR_TAIL: usize = 20;
-
 /// How a child ended.
 #[derive(Clone, Debug)]
 pub struct ExitInfo {
@@ -49,7 +48,7 @@ pub struct Child {
     pub pid: u32,
     server: ServerName,
     exit: watch::Receiver<Option<ExitInfo>>,
-    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    stderr_tail: stderr::Tail,
     guard: Option<Arc<Guard>>,
     /// Set once the group got SIGKILL.
     killed: AtomicBool,
@@ -172,21 +171,12 @@ pub fn spawn(
     };
 
     let mut child_handle = child_handle;
-    let stderr_tail = child_handle.stderr_tail.clone();
     if let Some(stderr) = stderr {
-        let tail = stderr_tail.clone();
-        let server = server.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "upstream_stderr", %server, "{line}");
-                let mut tail = lock(&tail);
-                if tail.len() == STDERR_TAIL {
-                    tail.pop_front();
-                }
-                tail.push_back(line);
-            }
-        });
+        tokio::spawn(stderr::drain(
+            stderr,
+            server.clone(),
+            child_handle.stderr_tail.clone(),
+        ));
     }
 
     let (exit_tx, exit_rx) = watch::channel(None);
