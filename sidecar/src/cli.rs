@@ -53,6 +53,14 @@ pub struct Args {
     /// (0: never).
     #[arg(long, default_value_t = 24 * 3600)]
     session_idle_seconds: u64,
+    /// Initialize-era HTTP sessions open at once; over it `initialize` gets a JSON-RPC error
+    /// (PROXY.TOO_MANY_SESSIONS). A sidecar serves one agent, which opens one or a few.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_sessions: u64,
+    /// Seconds an HTTP request's headers may take to arrive before its connection is closed
+    /// (also how long an idle keep-alive connection stays open).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    header_read_timeout_seconds: u64,
     /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
     /// serves one agent, and cross-thread wake-ups cost more than they buy.
     #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
@@ -115,6 +123,8 @@ impl Args {
             start_timeout: Duration::from_secs(self.start_timeout_seconds),
             reload_debounce: Duration::from_millis(self.reload_debounce_ms),
             session_idle: Duration::from_secs(self.session_idle_seconds),
+            max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
         })
     }
 

@@ -56,3 +56,34 @@ name_type!(
     /// A tool name as the proxy's clients see it (`<server>__<tool>`, or the tool name as is).
     ExposedToolName
 );
+
+/// The most of a client-given name (tool, prompt, URI, client name) that goes into a log line,
+/// an audit record, an error message or a span.
+pub const MAX_NAME_IN_LOGS: usize = 128;
+
+/// `name`, cut to [`MAX_NAME_IN_LOGS`] bytes (at a character boundary) with a note of how much
+/// was left out: a client cannot make a log line or an audit record as long as it likes.
+pub fn clip(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.len() <= MAX_NAME_IN_LOGS {
+        return name.into();
+    }
+    let mut end = MAX_NAME_IN_LOGS;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…(+{} bytes)", &name[..end], name.len() - end).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_clipped_at_a_character_boundary() {
+        assert_eq!(clip("gh__create_issue"), "gh__create_issue");
+        let long = "é".repeat(100);
+        let clipped = clip(&long);
+        assert!(clipped.starts_with(&"é".repeat(64)));
+        assert!(clipped.ends_with("…(+72 bytes)"), "{clipped}");
+    }
+}

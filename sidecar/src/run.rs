@@ -3,7 +3,6 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use axum::serve::ListenerExt;
 use orchestrator_crds::proxy::DEFAULT_LISTEN;
 use rmcp::ServiceExt;
 use tokio::sync::mpsc;
@@ -15,7 +14,7 @@ use crate::{
     metrics::Metrics,
     proxy::Proxy,
     reaper, reload,
-    server::{Front, http},
+    server::{Front, http, listener},
     upstream::{Deps, Shared, cache::DiskCache, guard::Guard, pool::Pool},
 };
 
@@ -36,8 +35,12 @@ pub struct Options {
     pub start_timeout: Duration,
     /// Quiet time after the last change of the config directory before reloading.
     pub reload_debounce: Duration,
-    /// An HTTP session no request used for this long (and with no call in flight) is closed.
+    /// An HTTP session with no message either way for this long is closed (zero: never).
     pub session_idle: Duration,
+    /// Initialize-era HTTP sessions open at once; over it `initialize` gets a JSON-RPC error.
+    pub max_sessions: usize,
+    /// An HTTP request's headers must arrive within this, or its connection is closed.
+    pub header_read_timeout: Duration,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
@@ -107,27 +110,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?
-            // Small JSON-RPC messages must not wait for Nagle's algorithm.
-            .tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-        let app = http::app(
-            proxy.clone(),
+            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+        let settings = http::Settings {
             listen,
-            sessions_cancel.clone(),
-            opts.session_idle,
-        );
+            session_idle: opts.session_idle,
+            max_sessions: opts.max_sessions,
+        };
+        let app = http::app(proxy.clone(), &settings, sessions_cancel.clone());
         tracing::info!(%listen, "serving MCP at http://{listen}/mcp");
-        let accept = accept_cancel.clone();
-        tokio::spawn(async move {
-            let result = axum::serve(listener, app)
-                .with_graceful_shutdown(accept.cancelled_owned())
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        });
+        tokio::spawn(listener::serve(
+            listener,
+            app,
+            opts.header_read_timeout,
+            accept_cancel.clone(),
+        ));
     }
 
     if opts.stdio {

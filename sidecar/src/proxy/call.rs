@@ -20,7 +20,7 @@ use crate::{
     config::Server,
     error::Error,
     filter::{Rule, RuleDisplay},
-    names::ServerName,
+    names::{ServerName, clip},
     router::{Lookup, Route},
     session::ListKind,
     telemetry,
@@ -81,7 +81,7 @@ impl Proxy {
                         &snap,
                         &req,
                         started,
-                        Error::UnknownTool(req.name.clone()),
+                        Error::UnknownTool(clip(&req.name).into_owned()),
                         None,
                     );
                 }
@@ -357,8 +357,9 @@ impl Proxy {
             ),
             None => (None, None, None),
         };
-        tracing::info!(tool = %req.name, session = %req.session.id, error = %error, "tools/call refused");
-        let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
+        let tool = clip(&req.name);
+        tracing::info!(%tool, session = %req.session.id, error = %error, "tools/call refused");
+        let span = telemetry::call_span(&tool, req.session.id, &req.meta);
         if !span.is_none() {
             span.record("mcp.server", server.unwrap_or(""));
             span.record(
@@ -490,8 +491,8 @@ impl Proxy {
             namespace: &config.task_namespace,
             context_version: config.context_version,
             session: req.session.id.to_string(),
-            request_id: req.request_id.to_string(),
-            tool: &req.name,
+            request_id: clip(&req.request_id.to_string()).into_owned(),
+            tool: &clip(&req.name),
             server,
             upstream_tool,
             decision,

@@ -33,7 +33,7 @@ use rmcp::{
 use crate::{
     config::Server,
     error::{Error, Result},
-    names::ServerName,
+    names::{ServerName, clip},
     session::{SessionId, SessionRef},
     sync::lock,
     upstream::{Connection, StartReason},
@@ -98,7 +98,7 @@ impl Passthrough {
 fn not_found(what: &'static str, name: &str) -> Error {
     Error::NotFound {
         what,
-        name: name.to_string(),
+        name: clip(name).into_owned(),
     }
 }
 
@@ -417,7 +417,7 @@ impl Proxy {
         if let [(server, _)] = offering.as_slice() {
             return Ok(server.name.clone());
         }
-        Err(Error::ResourceNotFound(uri.to_string()))
+        Err(Error::ResourceNotFound(clip(uri).into_owned()))
     }
 
     pub async fn read_resource(

@@ -1,5 +1,5 @@
-//! The HTTP listener: MCP at `/mcp` (behind a `Host` check that follows config reloads), and
-//! `/healthz`, `/readyz`, `/metrics`, `GET /tools`.
+//! The HTTP app: MCP at `/mcp` (behind a `Host` check that follows config reloads, the body and
+//! session limits of `limits`), and `/healthz`, `/readyz`, `/metrics`, `GET /tools`.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -17,27 +17,41 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::Front;
+use super::{Front, limits};
 use crate::proxy::Proxy;
 
 /// Host names always accepted on `/mcp` (any port).
 const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
 
+/// The HTTP front's settings (flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    /// An initialize-era session with no message either way for this long is closed; zero:
+    /// never.
+    pub session_idle: Duration,
+    /// Initialize-era sessions open at once.
+    pub max_sessions: usize,
+}
+
 /// Builds the whole HTTP app.
-pub fn app(
-    proxy: Arc<Proxy>,
-    listen: SocketAddr,
-    cancel: CancellationToken,
-    session_idle: Duration,
-) -> Router {
+pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) -> Router {
+    let listen = settings.listen;
     let mut sessions = LocalSessionManager::default();
     // rmcp closes a session when no message went either way for this long; zero: never.
-    sessions.session_config.keep_alive = (!session_idle.is_zero()).then_some(session_idle);
+    sessions.session_config.keep_alive =
+        (!settings.session_idle.is_zero()).then_some(settings.session_idle);
     let sessions = Arc::new(sessions);
     let config = StreamableHttpServerConfig::default()
         // The Host check is done by `check_host` so it follows config reloads.
         .disable_allowed_hosts()
+        .with_max_request_body_bytes(limits::MAX_BODY)
         .with_cancellation_token(cancel.clone());
+    let cap = Arc::new(limits::SessionCap {
+        manager: sessions.clone(),
+        max: settings.max_sessions,
+        creating: Default::default(),
+    });
     let mcp = {
         let proxy = proxy.clone();
         StreamableHttpService::new(move || Ok(Front::new(proxy.clone())), sessions, config)
@@ -45,6 +59,8 @@ pub fn app(
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
         .layer(middleware::from_fn(session_delete_status))
+        .layer(middleware::from_fn_with_state(cap, limits::session_cap))
+        .layer(middleware::from_fn(limits::read_body))
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),
             check_host,

@@ -5,6 +5,8 @@
 #![allow(deprecated)]
 
 pub mod http;
+pub mod limits;
+pub mod listener;
 
 use std::sync::{
     Arc,
@@ -25,6 +27,7 @@ use rmcp::{
 };
 
 use crate::{
+    names::clip,
     proxy::{CallRequest, Proxy},
     session::{SessionId, SessionRef},
 };
@@ -103,7 +106,7 @@ impl ServerHandler for Front {
             .sessions
             .add_session(self.session, context.peer.clone());
         self.registered.store(true, Ordering::Relaxed);
-        tracing::info!(session = %self.session, client = %request.client_info.name, protocol = %request.protocol_version, "client session opened");
+        tracing::info!(session = %self.session, client = %clip(&request.client_info.name), protocol = %clip(request.protocol_version.as_str()), "client session opened");
         self.negotiate_initialize(&request)
     }
 

@@ -1,0 +1,211 @@
+//! Bounds on what a client can make the HTTP front hold: the request body ([`MAX_BODY`], the same
+//! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]) and the number of initialize-era
+//! sessions (a configurable cap; over it an `initialize` gets a JSON-RPC error).
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use futures::StreamExt;
+use rmcp::{
+    model::{ProtocolVersion, RequestId, ServerJsonRpcMessage},
+    transport::streamable_http_server::session::local::LocalSessionManager,
+};
+
+use crate::error::Error;
+
+/// The largest request body, in bytes; rmcp is given the same limit.
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+/// A request body must arrive within this (a client trickling one holds a connection).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads a POST body whole (bounded in size and time) before anything else looks at it, so the
+/// layers inside see a complete body and rmcp's own limit never has to cut a stream.
+pub async fn read_body(request: Request, next: Next) -> Response {
+    if request.method() != http::Method::POST {
+        return next.run(request).await;
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, collect(body)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(Collect::TooLarge)) => return too_large(),
+        Ok(Err(Collect::Broken)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "Bad Request: the body could not be read",
+            )
+                .into_response();
+        }
+        Err(_) => {
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                "Request Timeout: the body did not arrive in time",
+            )
+                .into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+enum Collect {
+    TooLarge,
+    Broken,
+}
+
+async fn collect(body: Body) -> Result<Bytes, Collect> {
+    let mut stream = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| Collect::Broken)?;
+        let len = first.as_ref().map_or(0, Bytes::len) + more.len() + chunk.len();
+        if len > MAX_BODY {
+            return Err(Collect::TooLarge);
+        }
+        match &first {
+            // Most bodies arrive in one chunk: keep it without copying.
+            None => first = Some(chunk),
+            Some(f) => {
+                if more.is_empty() {
+                    more.extend_from_slice(f);
+                }
+                more.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(if more.is_empty() {
+        first.unwrap_or_default()
+    } else {
+        more.into()
+    })
+}
+
+fn too_large() -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("Payload Too Large: request body exceeds {MAX_BODY} bytes"),
+    )
+        .into_response()
+}
+
+/// The cap on initialize-era sessions.
+pub struct SessionCap {
+    pub manager: Arc<LocalSessionManager>,
+    pub max: usize,
+    /// Held from the count to the session's creation, so concurrent `initialize`s cannot
+    /// overshoot the cap.
+    pub creating: tokio::sync::Mutex<()>,
+}
+
+/// Refuses an `initialize` that would open a session beyond the cap, with a JSON-RPC error
+/// (`PROXY.TOO_MANY_SESSIONS`, HTTP 503). Requests that cannot open a session pass untouched.
+pub async fn session_cap(
+    State(cap): State<Arc<SessionCap>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if !may_open_session(&request) {
+        return next.run(request).await;
+    }
+    let _creating = cap.creating.lock().await;
+    if cap.manager.sessions.read().await.len() < cap.max {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    // The body is already whole (`read_body`): this only takes it.
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
+    let Some(id) = initialize_id(&bytes) else {
+        return next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+    };
+    tracing::warn!(
+        limit = cap.max,
+        "refused a new client session: too many open"
+    );
+    json_rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Error::TooManySessions { limit: cap.max },
+        Some(id),
+    )
+}
+
+/// A POST without a session id on the initialize lifecycle (2026-07-28 requests carry their
+/// version and never open a session).
+fn may_open_session(request: &Request) -> bool {
+    request.method() == http::Method::POST
+        && !request.headers().contains_key("mcp-session-id")
+        && !modern(request.headers())
+}
+
+fn modern(headers: &HeaderMap) -> bool {
+    headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// The id of an `initialize` request, if that is what `body` is.
+fn initialize_id(body: &[u8]) -> Option<RequestId> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        method: Option<&'a str>,
+        id: Option<RequestId>,
+    }
+    let head: Head = serde_json::from_slice(body).ok()?;
+    (head.method == Some("initialize"))
+        .then_some(head.id)
+        .flatten()
+}
+
+/// An HTTP response carrying a JSON-RPC error built from `error`.
+pub fn json_rpc_error(status: StatusCode, error: Error, id: Option<RequestId>) -> Response {
+    let message = ServerJsonRpcMessage::error(error.to_mcp(), id);
+    match serde_json::to_vec(&message) {
+        Ok(body) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => status.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_initialize_requests_are_counted_as_new_sessions() {
+        let init = br#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{}}"#;
+        assert_eq!(initialize_id(init), Some(RequestId::Number(7)));
+        for other in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#[..],
+            br#"{"jsonrpc":"2.0","method":"initialize"}"#,
+            b"not json",
+        ] {
+            assert_eq!(initialize_id(other), None);
+        }
+    }
+}
