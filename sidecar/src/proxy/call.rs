@@ -16,10 +16,9 @@ use rmcp::{
 use tracing::Instrument;
 
 use crate::{
-    audit::{self, Outcome},
     config::Server,
     error::Error,
-    filter::{Rule, RuleDisplay},
+    filter::RuleDisplay,
     names::{ServerName, clip},
     router::{Lookup, Route},
     session::ListKind,
@@ -27,7 +26,7 @@ use crate::{
     upstream::{Connection, StartReason},
 };
 
-use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, Snapshot, upstream_meta};
+use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, upstream_meta};
 
 impl Proxy {
     /// `tools/call`: decide, then forward to the upstream that owns the tool. A call that is not
@@ -66,9 +65,10 @@ impl Proxy {
                 }
                 Lookup::NeedsLists(servers) if !fetched => {
                     fetched = true;
-                    fetch_errors = self.fetch_lists(&servers, &req.session, true).await;
-                    if self.rebuild().await {
-                        self.notify(ListKind::Tools).await;
+                    let timeout = snap.config.call_timeout;
+                    match self.fetch_for_call(servers, &req, timeout).await {
+                        Ok(errors) => fetch_errors = errors,
+                        Err(error) => return self.refuse(&snap, &req, started, error, None),
                     }
                     snap = self.snapshot().ok_or(Error::NotReady)?;
                 }
@@ -89,12 +89,47 @@ impl Proxy {
         };
         let timeout = snap.config.call_timeout;
         let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
-        let result = self
-            .forward(&route, &req, timeout)
-            .instrument(span.clone())
-            .await;
+        let result = tokio::select! {
+            result = self.forward(&route, &req, timeout).instrument(span.clone()) => result,
+            // Shutdown's grace is over: the call is answered now, not cut off silently.
+            () = self.cut_off.cancelled() => Err(Error::ShuttingDown),
+        };
         self.finish(&snap, &req, &route, started, &result, &span);
         result
+    }
+
+    /// Starts the servers whose tool lists decide a call's name. The starts run on their own
+    /// (bounded by the start timeout); the call waits for them at most `timeout`, and not past
+    /// shutdown's cut-off.
+    async fn fetch_for_call(
+        self: &Arc<Self>,
+        servers: Vec<Arc<Server>>,
+        req: &CallRequest,
+        timeout: Duration,
+    ) -> Result<Vec<Error>, Error> {
+        let first = servers.first().map(|s| s.name.clone());
+        let fetch = {
+            let proxy = self.clone();
+            let session = req.session.clone();
+            tokio::spawn(async move {
+                let errors = proxy.fetch_lists(&servers, &session, true).await;
+                if proxy.rebuild().await {
+                    proxy.notify(ListKind::Tools).await;
+                }
+                errors
+            })
+        };
+        tokio::select! {
+            joined = tokio::time::timeout(timeout, fetch) => match joined {
+                Ok(Ok(errors)) => Ok(errors),
+                Ok(Err(e)) => Err(Error::Other(format!("listing the tools failed: {e}"))),
+                Err(_) => Err(match first {
+                    Some(server) => Error::Timeout { server, timeout },
+                    None => Error::Other("listing the tools timed out".into()),
+                }),
+            },
+            () = self.cut_off.cancelled() => Err(Error::ShuttingDown),
+        }
     }
 
     async fn forward(
@@ -104,15 +139,17 @@ impl Proxy {
         timeout: Duration,
     ) -> Result<CallToolResponse, Error> {
         let server = &route.server;
-        let upstream = self.pool.upstream(server);
-        let reason = StartReason::CallTool(req.name.clone());
-        let conn = match tokio::time::timeout(
-            timeout,
-            upstream.connect(&reason, Some(&req.session), true),
-        )
-        .await
-        {
-            Ok(conn) => conn?,
+        // A start runs on its own (bounded by the start timeout), so a call that gives up on it
+        // does not take it down: the next call finds the server running.
+        let connect = {
+            let upstream = self.pool.upstream(server);
+            let reason = StartReason::CallTool(req.name.clone());
+            let session = req.session.clone();
+            tokio::spawn(async move { upstream.connect(&reason, Some(&session), true).await })
+        };
+        let conn = match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(conn)) => conn?,
+            Ok(Err(e)) => return Err(Error::Other(format!("starting the server failed: {e}"))),
             Err(_) => {
                 return Err(Error::Timeout {
                     server: server.name.clone(),
@@ -331,184 +368,6 @@ impl Proxy {
         });
     }
 
-    /// Records a call refused by the proxy itself and returns its error.
-    fn refuse(
-        &self,
-        snap: &Snapshot,
-        req: &CallRequest,
-        started: Instant,
-        error: Error,
-        denied: Option<(ServerName, String, Rule)>,
-    ) -> Result<CallToolResponse, Error> {
-        // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
-        // error result it can read (as most MCP servers answer unknown tools). Failures of the
-        // proxy itself stay JSON-RPC errors.
-        let as_result = matches!(error, Error::ToolDenied { .. } | Error::UnknownTool(_));
-        let outcome = match (&denied, as_result) {
-            (Some(_), _) => Outcome::Denied,
-            (None, true) => Outcome::ToolError,
-            (None, false) => Outcome::ProtocolError,
-        };
-        let (server, upstream_tool, rule) = match &denied {
-            Some((s, t, r)) => (
-                Some(s.as_str()),
-                Some(t.as_str()),
-                Some(RuleDisplay { server: s, rule: r }.to_string()),
-            ),
-            None => (None, None, None),
-        };
-        let tool = clip(&req.name);
-        tracing::info!(%tool, session = %req.session.id, error = %error, "tools/call refused");
-        let span = telemetry::call_span(&tool, req.session.id, &req.meta);
-        if !span.is_none() {
-            span.record("mcp.server", server.unwrap_or(""));
-            span.record(
-                "mcp.decision",
-                if denied.is_some() {
-                    "denied"
-                } else {
-                    "unknown"
-                },
-            );
-            span.record("mcp.outcome", outcome.as_str());
-            span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
-        }
-        // Unknown names are client input: keep them out of metric labels.
-        let label_tool = if upstream_tool.is_some() {
-            req.name.as_str()
-        } else {
-            "(unknown)"
-        };
-        self.metrics.call(
-            server.unwrap_or("(none)"),
-            label_tool,
-            outcome.as_str(),
-            started.elapsed().as_secs_f64(),
-        );
-        self.write_audit(
-            snap,
-            req,
-            server,
-            upstream_tool,
-            if denied.is_some() {
-                "denied"
-            } else {
-                "unknown"
-            },
-            rule,
-            outcome,
-            Some(error.to_string()),
-            started,
-        );
-        if !as_result {
-            return Err(error);
-        }
-        let mut meta = rmcp::model::MetaObject::new();
-        meta.insert(
-            "io.orchestrator/proxy".into(),
-            error.to_mcp().data.unwrap_or_default(),
-        );
-        let result = rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
-            error.to_string(),
-        )])
-        .with_meta(Some(meta));
-        Ok(CallToolResponse::Complete(result))
-    }
-
-    fn finish(
-        &self,
-        snap: &Snapshot,
-        req: &CallRequest,
-        route: &Route,
-        started: Instant,
-        result: &Result<CallToolResponse, Error>,
-        span: &tracing::Span,
-    ) {
-        let (outcome, error) = match result {
-            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
-                (Outcome::ToolError, None)
-            }
-            Ok(_) => (Outcome::Ok, None),
-            Err(e) => (Outcome::ProtocolError, Some(e.to_string())),
-        };
-        if let Err(e) = result {
-            tracing::warn!(tool = %req.name, server = %route.server.name, error = %e, "tools/call failed");
-        }
-        let elapsed = started.elapsed();
-        if !span.is_none() {
-            span.record("mcp.server", route.server.name.as_str());
-            span.record("mcp.decision", "allowed");
-            span.record("mcp.outcome", outcome.as_str());
-            span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
-        }
-        self.metrics.call(
-            route.server.name.as_str(),
-            &req.name,
-            outcome.as_str(),
-            elapsed.as_secs_f64(),
-        );
-        let rule = route.server.filter.verdict(route.tool.as_str());
-        let rule = RuleDisplay {
-            server: &route.server.name,
-            rule: rule.rule(),
-        }
-        .to_string();
-        self.write_audit(
-            snap,
-            req,
-            Some(route.server.name.as_str()),
-            Some(route.tool.as_str()),
-            "allowed",
-            Some(rule),
-            outcome,
-            error,
-            started,
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn write_audit(
-        &self,
-        snap: &Snapshot,
-        req: &CallRequest,
-        server: Option<&str>,
-        upstream_tool: Option<&str>,
-        decision: &'static str,
-        rule: Option<String>,
-        outcome: Outcome,
-        error: Option<String>,
-        started: Instant,
-    ) {
-        let config = &snap.config;
-        let argument_bytes = req
-            .arguments
-            .as_ref()
-            .map(|a| serde_json::to_vec(a).map(|v| v.len()).unwrap_or(0))
-            .unwrap_or(0);
-        let record = audit::Record {
-            ts: audit::timestamp(),
-            task: &config.task_name,
-            namespace: &config.task_namespace,
-            context_version: config.context_version,
-            session: req.session.id.to_string(),
-            request_id: clip(&req.request_id.to_string()).into_owned(),
-            tool: &clip(&req.name),
-            server,
-            upstream_tool,
-            decision,
-            rule,
-            outcome,
-            error,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            argument_bytes,
-            arguments: if config.audit.include_arguments {
-                req.arguments.as_ref()
-            } else {
-                None
-            },
-        };
-        self.audit.record(config.audit.path.as_ref(), &record);
-    }
 }
 
 async fn gone(conn: &Arc<Connection>, server: &ServerName) -> Error {

@@ -9,6 +9,7 @@
 mod bridge;
 mod call;
 pub mod passthrough;
+mod record;
 
 use std::{
     collections::HashMap,
@@ -69,6 +70,9 @@ pub struct Proxy {
     pub(crate) calls_in_flight: AtomicUsize,
     pub(crate) idle: Notify,
     pub(crate) draining: AtomicBool,
+    /// Cancelled when shutdown's grace is over: calls still running are answered with
+    /// `PROXY.SHUTTING_DOWN` then.
+    pub(crate) cut_off: CancellationToken,
 }
 
 impl Proxy {
@@ -85,6 +89,7 @@ impl Proxy {
             calls_in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             draining: AtomicBool::new(false),
+            cut_off: CancellationToken::new(),
         })
     }
 
@@ -220,29 +225,42 @@ impl Proxy {
         }
     }
 
-    /// Refuses new calls and waits (up to `grace`) for the calls in flight to finish.
+    /// Refuses new calls and waits (up to `grace`) for the calls in flight to finish; the ones
+    /// still running then are answered with `PROXY.SHUTTING_DOWN`.
     pub async fn drain(&self, grace: Duration) {
         self.draining.store(true, Ordering::Release);
         let deadline = tokio::time::Instant::now() + grace;
+        if !self.wait_for_calls(deadline).await {
+            tracing::warn!(
+                calls = self.calls_in_flight.load(Ordering::Acquire),
+                "grace period over; calls still in flight are answered with PROXY.SHUTTING_DOWN"
+            );
+            self.cut_off.cancel();
+            // They return at once; a moment for that.
+            self.wait_for_calls(tokio::time::Instant::now() + Duration::from_secs(1))
+                .await;
+        }
+    }
+
+    /// Waits until no call is in flight (true) or `deadline` (false). After a wait, gives the
+    /// last results a moment to be written to their streams.
+    async fn wait_for_calls(&self, deadline: tokio::time::Instant) -> bool {
         let mut waited = false;
         loop {
             let idle = self.idle.notified();
             let n = self.calls_in_flight.load(Ordering::Acquire);
             if n == 0 {
                 if waited {
-                    // The last results are being written to their streams right now.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                return;
+                return true;
+            }
+            if !waited {
+                tracing::info!(calls = n, "waiting for calls in flight");
             }
             waited = true;
-            tracing::info!(calls = n, "waiting for calls in flight");
             if tokio::time::timeout_at(deadline, idle).await.is_err() {
-                tracing::warn!(
-                    calls = self.calls_in_flight.load(Ordering::Acquire),
-                    "grace period over; calls still in flight are cut off"
-                );
-                return;
+                return false;
             }
         }
     }

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import alive, await_for, descendants, wait_for
+from conftest import alive, await_for, descendants, faulty, raw_exchange, raw_session, recorded_pids, tool_call, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -171,3 +171,49 @@ async def test_a_child_ignoring_sigterm_is_killed_after_the_grace_time(make_prox
     assert proxy.terminate() == 0
     assert not os.path.exists(f"/proc/{child}")
     assert "ignored SIGTERM; killing it" in proxy.log()
+
+
+@BOTH
+async def test_a_call_still_running_when_the_grace_runs_out_is_answered(make_proxy, tools, mode):
+    """SIGTERM with --shutdown-grace-seconds 1 and a call that needs 30 s: the call gets a
+    JSON-RPC error PROXY.SHUTTING_DOWN (not an empty answer), is audited, and the proxy exits."""
+    proxy = make_proxy({"servers": [everything(tools)]}, extra_args=["--shutdown-grace-seconds", "1"])
+    errors: list[MCPError] = []
+    async with Client(proxy.url, mode=mode) as client:
+        await client.call_tool("every__echo", {"message": "start"})
+
+        async def slow():
+            try:
+                await client.call_tool("every__trigger-long-running-operation", {"duration": 30, "steps": 30})
+            except MCPError as e:
+                errors.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await await_for(lambda: proxy.tools()["servers"][0]["callsInFlight"] == 1, what="the call")
+            proxy.process.send_signal(signal.SIGTERM)
+    assert errors, "the call got no JSON-RPC error"
+    assert errors[0].error.data["code"] == "PROXY.SHUTTING_DOWN", errors[0].error
+    assert proxy.process.wait(timeout=30) == 0
+    record = next(r for r in proxy.audit(at_least=2) if r["tool"] == "every__trigger-long-running-operation")
+    assert record["outcome"] == "protocol_error" and record["error"] == "the proxy is shutting down"
+
+
+@pytest.mark.usefixtures("kill_recorded")
+def test_a_call_whose_server_is_still_starting_is_bounded_by_the_call_timeout(make_proxy, tools, tmp_path):
+    """callTimeoutSeconds: 2 and a server that takes longer to start than that (it never finishes
+    its handshake; the start timeout is 20 s): the call is answered after about 2 s."""
+    pids = tmp_path / "pids"
+    proxy = make_proxy(
+        {"callTimeoutSeconds": 2, "servers": [{"name": "slow", "stdio": faulty(tools, "hang", pids=pids)}]},
+        extra_args=["--start-timeout-seconds", "20"],
+    )
+    headers = raw_session(proxy)
+    started = time.monotonic()
+    status, messages, text = raw_exchange(proxy, headers, tool_call("slow__ping"), timeout=60)
+    took = time.monotonic() - started
+    error = messages[-1]["error"]
+    assert error["data"]["code"] == "PROXY.UPSTREAM_TIMEOUT" and "within 2s" in error["message"], error
+    assert took < 8, f"the call took {took:.1f}s"
+    # The start goes on by itself (bounded by the start timeout), for the next call.
+    assert all(alive(p) for p in recorded_pids(pids))
