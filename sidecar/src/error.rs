@@ -23,6 +23,9 @@ pub enum Error {
     #[error("unknown tool {0:?}")]
     UnknownTool(String),
 
+    #[error("method {0:?} not found")]
+    UnknownMethod(String),
+
     /// A prompt, server or completion reference the proxy cannot route.
     #[error("{what} {name:?} not found")]
     NotFound { what: &'static str, name: String },
@@ -119,6 +122,7 @@ impl Error {
         match self {
             Error::ToolDenied { .. } => "PROXY.TOOL_DENIED",
             Error::UnknownTool(_) => "PROXY.UNKNOWN_TOOL",
+            Error::UnknownMethod(_) => "PROXY.UNKNOWN_METHOD",
             Error::NotFound { .. } | Error::ResourceNotFound(_) => "PROXY.NOT_FOUND",
             Error::StartFailed { .. } => "PROXY.UPSTREAM_START_FAILED",
             Error::Backoff { .. } => "PROXY.UPSTREAM_BACKOFF",
@@ -148,7 +152,7 @@ impl Error {
             | Error::InvalidParams(_) => ErrorCode::INVALID_PARAMS,
             Error::ResourceNotFound(_) => ErrorCode::RESOURCE_NOT_FOUND,
             Error::NoClient(_) | Error::InvalidRequest(_) => ErrorCode::INVALID_REQUEST,
-            Error::NotRelayable(_) => ErrorCode::METHOD_NOT_FOUND,
+            Error::NotRelayable(_) | Error::UnknownMethod(_) => ErrorCode::METHOD_NOT_FOUND,
             Error::Parse(_) => ErrorCode::PARSE_ERROR,
             _ => ErrorCode::INTERNAL_ERROR,
         }

@@ -77,7 +77,12 @@ impl Drop for Telemetry {
 pub fn init(format: LogFormat) -> Telemetry {
     use std::io::IsTerminal;
 
-    use tracing_subscriber::{EnvFilter, Layer, filter::Targets, fmt, prelude::*};
+    use tracing_subscriber::{
+        EnvFilter, Layer,
+        filter::{FilterExt, Targets},
+        fmt,
+        prelude::*,
+    };
     // rmcp logs every message at info and every error response at warn; the proxy logs what
     // matters itself.
     let filter =
@@ -101,7 +106,7 @@ pub fn init(format: LogFormat) -> Telemetry {
             .with_filter(Targets::new().with_target(CALL_TARGET, tracing::Level::INFO))
     });
     let result = tracing_subscriber::registry()
-        .with(logs.with_filter(filter))
+        .with(logs.with_filter(filter.and(ClientGone)))
         .with(otel)
         .try_init();
     if result.is_err() {
@@ -112,6 +117,58 @@ pub fn init(format: LogFormat) -> Telemetry {
         tracing::info!("exporting a span per tools/call over OTLP");
     }
     Telemetry { provider }
+}
+
+/// rmcp's error events that only mean the client is gone: a response it could not deliver
+/// because the client ended its session (a 2026-07-28 listen stream that closes, a session
+/// deleted with a request still running) is not a failure of the proxy.
+const CLIENT_GONE: &[&str] = &[
+    "failed to send pending response during drain",
+    "fail to response message",
+];
+
+/// Keeps the [`CLIENT_GONE`] events of rmcp out of the log.
+struct ClientGone;
+
+impl<S> tracing_subscriber::layer::Filter<S> for ClientGone {
+    fn enabled(
+        &self,
+        _: &tracing::Metadata<'_>,
+        _: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        true
+    }
+
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        let meta = event.metadata();
+        if *meta.level() != tracing::Level::ERROR || !meta.target().starts_with("rmcp::") {
+            return true;
+        }
+        let mut message = Message(None);
+        event.record(&mut message);
+        !message.0.is_some_and(|m| CLIENT_GONE.contains(&m.as_str()))
+    }
+}
+
+/// The `message` field of an event.
+struct Message(Option<String>);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0 = Some(value.to_string());
+        }
+    }
 }
 
 fn exporter() -> Option<SdkTracerProvider> {

@@ -367,7 +367,6 @@ impl Proxy {
             }
         });
     }
-
 }
 
 async fn gone(conn: &Arc<Connection>, server: &ServerName) -> Error {

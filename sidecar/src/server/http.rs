@@ -17,11 +17,8 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{Front, limits};
+use super::{Front, hosts, limits};
 use crate::proxy::Proxy;
-
-/// Host names always accepted on `/mcp` (any port).
-const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
 
 /// The HTTP front's settings (flags).
 #[derive(Clone, Debug)]
@@ -43,7 +40,7 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         (!settings.session_idle.is_zero()).then_some(settings.session_idle);
     let sessions = Arc::new(sessions);
     let config = StreamableHttpServerConfig::default()
-        // The Host check is done by `check_host` so it follows config reloads.
+        // The Host check is done by `hosts::check_host` so it follows config reloads.
         .disable_allowed_hosts()
         .with_max_request_body_bytes(limits::MAX_BODY)
         .with_cancellation_token(cancel.clone());
@@ -60,18 +57,22 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         .nest_service("/mcp", mcp)
         .layer(middleware::from_fn(session_delete_status))
         .layer(middleware::from_fn_with_state(cap, limits::session_cap))
-        .layer(middleware::from_fn(limits::read_body))
+        .layer(middleware::from_fn(limits::read_body));
+    // What the task runs, its rules and pids, and its metrics are not for other web pages.
+    let revealing = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/tools", get(tools))
+        .with_state(proxy.clone())
+        .merge(mcp)
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),
-            check_host,
+            hosts::check_host,
         ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/tools", get(tools))
         .with_state(proxy)
-        .merge(mcp)
+        .merge(revealing)
 }
 
 async fn readyz(State(proxy): State<Arc<Proxy>>) -> Response {
@@ -138,50 +139,6 @@ async fn tools(State(proxy): State<Arc<Proxy>>) -> Response {
     .into_response()
 }
 
-/// Refuses `/mcp` requests whose `Host` (or `Origin`, when sent) is not loopback, the listen
-/// address, or an `allowedHosts` entry (DNS-rebinding protection).
-async fn check_host(
-    State((proxy, listen)): State<(Arc<Proxy>, SocketAddr)>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let authority = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()));
-    let Some(authority) = authority else {
-        return (StatusCode::BAD_REQUEST, "Bad Request: missing Host header").into_response();
-    };
-    let snapshot = proxy.snapshot();
-    let extra: &[String] = snapshot
-        .as_deref()
-        .map_or(&[], |s| s.config.allowed_hosts.as_slice());
-    // A browser page on another site reaching the loopback proxy carries its own Origin.
-    let origin_ok = match request.headers().get(header::ORIGIN) {
-        None => true,
-        Some(origin) => origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.parse::<http::Uri>().ok())
-            .and_then(|u| u.authority().map(|a| a.to_string()))
-            .is_some_and(|a| host_allowed(&a, listen, extra)),
-    };
-    let allowed = host_allowed(&authority, listen, extra) && origin_ok;
-    drop(snapshot);
-    if allowed {
-        next.run(request).await
-    } else {
-        tracing::warn!(host = %authority, "refused /mcp request with a Host or Origin that is not allowed (add it to allowedHosts if it is legitimate)");
-        (
-            StatusCode::FORBIDDEN,
-            "Forbidden: Host or Origin header is not allowed",
-        )
-            .into_response()
-    }
-}
-
 /// rmcp answers a session `DELETE` with 202 Accepted, though the session is gone by then;
 /// clients (the Python SDK among them) expect 200 or 204 and log a failure otherwise.
 async fn session_delete_status(request: Request, next: Next) -> Response {
@@ -191,58 +148,4 @@ async fn session_delete_status(request: Request, next: Next) -> Response {
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
     response
-}
-
-fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
-    let parsed = http::uri::Authority::try_from(authority).ok()?;
-    let host = parsed.host().trim_matches(['[', ']']).to_ascii_lowercase();
-    Some((host, parsed.port_u16()))
-}
-
-pub fn host_allowed(authority: &str, listen: SocketAddr, extra: &[String]) -> bool {
-    let Some((host, port)) = split_authority(authority) else {
-        return false;
-    };
-    if LOOPBACK_HOSTS.contains(&host.as_str()) {
-        return true;
-    }
-    if !listen.ip().is_unspecified() && host == listen.ip().to_string() {
-        return true;
-    }
-    extra
-        .iter()
-        .filter_map(|e| split_authority(e))
-        .any(|(h, p)| h == host && (p.is_none() || p == port))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_check_accepts_loopback_listen_and_configured_hosts_only() {
-        let listen: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
-        for ok in [
-            "localhost:8080",
-            "127.0.0.1:8080",
-            "[::1]:8080",
-            "LOCALHOST",
-        ] {
-            assert!(host_allowed(ok, listen, &[]), "{ok}");
-        }
-        for no in [
-            "evil.example:8080",
-            "10.0.0.7:8080",
-            "",
-            "127.0.0.1.evil.example",
-        ] {
-            assert!(!host_allowed(no, listen, &[]), "{no}");
-        }
-        let extra = vec!["10.0.0.7".to_string(), "pod.local:9000".to_string()];
-        assert!(host_allowed("10.0.0.7:8080", listen, &extra));
-        assert!(host_allowed("pod.local:9000", listen, &extra));
-        assert!(!host_allowed("pod.local:9001", listen, &extra));
-        let pod: SocketAddr = "10.1.2.3:8080".parse().expect("addr");
-        assert!(host_allowed("10.1.2.3:8080", pod, &[]));
-    }
 }

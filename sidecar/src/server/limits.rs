@@ -1,6 +1,7 @@
 //! Bounds on what a client can make the HTTP front hold: the request body ([`MAX_BODY`], the same
 //! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]) and the number of initialize-era
-//! sessions (a configurable cap; over it an `initialize` gets a JSON-RPC error).
+//! sessions (a configurable cap; over it an `initialize` gets a JSON-RPC error). Also the
+//! JSON-RPC answer to a body rmcp cannot read as a message.
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,11 +14,11 @@ use axum::{
 };
 use futures::StreamExt;
 use rmcp::{
-    model::{ProtocolVersion, RequestId, ServerJsonRpcMessage},
+    model::{ClientJsonRpcMessage, ProtocolVersion, RequestId},
     transport::streamable_http_server::session::local::LocalSessionManager,
 };
 
-use crate::error::Error;
+use crate::{error::Error, names::clip};
 
 /// The largest request body, in bytes; rmcp is given the same limit.
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -25,11 +26,20 @@ pub const MAX_BODY: usize = 4 * 1024 * 1024;
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Reads a POST body whole (bounded in size and time) before anything else looks at it, so the
-/// layers inside see a complete body and rmcp's own limit never has to cut a stream.
+/// layers inside see a complete body and rmcp's own limit never has to cut a stream. A JSON body
+/// rmcp cannot read as a JSON-RPC message (it answers 415 and a text) gets a JSON-RPC error.
 pub async fn read_body(request: Request, next: Next) -> Response {
     if request.method() != http::Method::POST {
         return next.run(request).await;
     }
+    let json = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split_once(';').map_or(v, |(e, _)| e);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        });
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -57,8 +67,41 @@ pub async fn read_body(request: Request, next: Next) -> Response {
                 .into_response();
         }
     };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes.clone())))
+        .await;
+    if json && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return unreadable(&bytes);
+    }
+    response
+}
+
+/// The JSON-RPC error for a body that is not a message: not JSON at all (-32700), JSON but not a
+/// JSON-RPC 2.0 message (-32600), or a request whose params do not fit its method (-32602).
+fn unreadable(body: &[u8]) -> Response {
+    let value = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value) => value,
+        Err(e) => {
+            return json_rpc_error(StatusCode::BAD_REQUEST, Error::Parse(e.to_string()), None);
+        }
+    };
+    let id = value
+        .get("id")
+        .and_then(|id| serde_json::from_value::<RequestId>(id.clone()).ok());
+    let why = serde_json::from_value::<ClientJsonRpcMessage>(value.clone())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    let method = value.get("method").and_then(|m| m.as_str());
+    let error = match method {
+        Some(method) if value.get("jsonrpc").and_then(|v| v.as_str()) == Some("2.0") => {
+            Error::InvalidParams(format!("{}: {why}", clip(method)))
+        }
+        _ => Error::InvalidRequest(format!(
+            "not a JSON-RPC 2.0 request, notification or response: {why}"
+        )),
+    };
+    json_rpc_error(StatusCode::BAD_REQUEST, error, id)
 }
 
 enum Collect {
@@ -175,9 +218,10 @@ fn initialize_id(body: &[u8]) -> Option<RequestId> {
         .flatten()
 }
 
-/// An HTTP response carrying a JSON-RPC error built from `error`.
+/// An HTTP response carrying a JSON-RPC error built from `error` (`"id": null` when the request's
+/// id is not known, as JSON-RPC 2.0 asks).
 pub fn json_rpc_error(status: StatusCode, error: Error, id: Option<RequestId>) -> Response {
-    let message = ServerJsonRpcMessage::error(error.to_mcp(), id);
+    let message = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error.to_mcp()});
     match serde_json::to_vec(&message) {
         Ok(body) => (
             status,

@@ -4,6 +4,7 @@
 // initialize lifecycle.
 #![allow(deprecated)]
 
+pub mod hosts;
 pub mod http;
 pub mod limits;
 pub mod listener;
@@ -17,16 +18,18 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
-        InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-        ReadResourceResponse, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+        CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+        InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 
 use crate::{
+    error::Error,
     names::clip,
     proxy::{CallRequest, Proxy},
     session::{SessionId, SessionRef},
@@ -69,6 +72,25 @@ impl Drop for Front {
         }
     }
 }
+
+/// The request methods of the protocol (both generations).
+const MCP_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "subscriptions/listen",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+];
 
 /// What the proxy offers: tools (the contract), and the upstreams' prompts, resources,
 /// completions and logging relayed.
@@ -247,6 +269,34 @@ impl ServerHandler for Front {
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         self.proxy.roots_changed().await;
+    }
+
+    /// rmcp hands over a request it could not read as a known method (its params do not fit)
+    /// as a custom request: for a method of the protocol that is bad params, else an unknown
+    /// method.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let method = clip(&request.method);
+        let error = if MCP_METHODS.contains(&request.method.as_str()) {
+            let why = match request.method.as_str() {
+                "tools/call" => request
+                    .params
+                    .map(serde_json::from_value::<CallToolRequestParams>)
+                    .and_then(Result::err)
+                    .map(|e| format!(": {e}")),
+                _ => None,
+            };
+            Error::InvalidParams(format!(
+                "the params do not fit {method}{}",
+                why.unwrap_or_default()
+            ))
+        } else {
+            Error::UnknownMethod(method.into_owned())
+        };
+        Err(error.into())
     }
 
     fn accepted_subscription_filter(
