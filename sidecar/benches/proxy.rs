@@ -15,7 +15,9 @@
 //! Run: `cargo bench -p orchestrator-mcp-proxy --bench proxy` (needs `e2e/setup`'s tools).
 //! Sizes: `BENCH_SEQ` (sequential calls per round, default 2000), `BENCH_CONC` (calls per
 //! worker, default 300), `BENCH_ROUNDS` (default 3). `BENCH_PROXY_BIN` runs another build of the
-//! proxy (e.g. one with symbols, for profiling); `BENCH_PROXY_ARGS` adds flags (e.g. `--threads 2`).
+//! proxy (e.g. one with symbols, for profiling); `BENCH_PROXY_ARGS` adds flags (e.g. `--threads 2`);
+//! `BENCH_CLIENTS` picks the proxied clients (`rmcp`, `rmcp-2026`, `bare`, `bare-2026`; default
+//! all).
 
 use std::{
     path::{Path, PathBuf},
@@ -535,38 +537,30 @@ async fn main() -> Result<()> {
     sequential(&floor, "echo", 300).await?;
 
     let pid = Some(proxy_pid);
+    // BENCH_CLIENTS: which proxied clients run (e.g. "rmcp-2026" while profiling one path).
+    let clients = std::env::var("BENCH_CLIENTS").ok();
+    let wanted = |kind: &str| {
+        clients
+            .as_deref()
+            .is_none_or(|c| c.split(',').any(|k| k.trim() == kind))
+    };
     let (mut d, mut fl, mut legacy, mut modern_m, mut bare, mut bare_modern) = Default::default();
     for _ in 0..rounds {
         Measured::round(&mut d, direct.peer(), "echo", seq_n, per_worker, None).await?;
         Measured::round(&mut fl, &floor, "echo", seq_n, per_worker, None).await?;
-        Measured::round(
-            &mut legacy,
-            proxied.peer(),
-            "every__echo",
-            seq_n,
-            per_worker,
-            pid,
-        )
-        .await?;
-        Measured::round(
-            &mut modern_m,
-            modern.peer(),
-            "every__echo",
-            seq_n,
-            per_worker,
-            pid,
-        )
-        .await?;
-        Measured::round(&mut bare, &raw, "every__echo", seq_n, per_worker, pid).await?;
-        Measured::round(
-            &mut bare_modern,
-            &raw_modern,
-            "every__echo",
-            seq_n,
-            per_worker,
-            pid,
-        )
-        .await?;
+        let tool = "every__echo";
+        if wanted("rmcp") {
+            Measured::round(&mut legacy, proxied.peer(), tool, seq_n, per_worker, pid).await?;
+        }
+        if wanted("rmcp-2026") {
+            Measured::round(&mut modern_m, modern.peer(), tool, seq_n, per_worker, pid).await?;
+        }
+        if wanted("bare") {
+            Measured::round(&mut bare, &raw, tool, seq_n, per_worker, pid).await?;
+        }
+        if wanted("bare-2026") {
+            Measured::round(&mut bare_modern, &raw_modern, tool, seq_n, per_worker, pid).await?;
+        }
     }
     let (rss_loaded, rss_peak) = rss_kib(proxy_pid);
     // Diagnostic: the HTTP front alone (tools/list is answered by the proxy, no upstream).
@@ -650,6 +644,9 @@ async fn main() -> Result<()> {
         ("proxy, bare client, initialize-era session", &mut bare),
         ("proxy, bare client, 2026-07-28", &mut bare_modern),
     ] {
+        if m.seq.is_empty() {
+            continue;
+        }
         let (p50, p99) = (m.p(0.50), m.p(0.99));
         let tp = mean(&m.throughput);
         println!(

@@ -43,6 +43,11 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         // The Host check is done by `hosts::check_host` so it follows config reloads.
         .disable_allowed_hosts()
         .with_max_request_body_bytes(limits::MAX_BODY)
+        // A 2026-07-28 request answered by its result alone (no progress, no question back)
+        // gets it as one JSON body: one write instead of an SSE stream's several, measured
+        // 10 µs of CPU and 0.03-0.05 ms p50 less per call (docs/benchmarks.md). Initialize-era
+        // sessions keep rmcp's SSE answers.
+        .with_json_response(true)
         .with_cancellation_token(cancel.clone());
     let cap = Arc::new(limits::SessionCap {
         manager: sessions.clone(),
