@@ -105,10 +105,14 @@ pub fn init(format: LogFormat) -> Telemetry {
             .with_tracer(p.tracer("orchestrator-mcp-proxy"))
             .with_filter(Targets::new().with_target(CALL_TARGET, tracing::Level::INFO))
     });
-    let result = tracing_subscriber::registry()
-        .with(logs.with_filter(filter.and(ClientGone)))
-        .with(otel)
-        .try_init();
+    let registry = tracing_subscriber::registry().with(logs.with_filter(filter.and(ClientGone)));
+    // Not `.with(Option<layer>)`: an absent layer declares interest in every callsite, which
+    // makes the registry create every span and dispatch every event of rmcp (its per-message
+    // trace events included), only for the log filter to drop them.
+    let result = match otel {
+        Some(otel) => registry.with(otel).try_init(),
+        None => registry.try_init(),
+    };
     if result.is_err() {
         eprintln!("a logger was already installed");
     }
