@@ -47,14 +47,14 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     reaper::start();
     let metrics = Arc::new(Metrics::new());
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
-    let guard = Guard::start().map(Arc::new);
+    let guard = Arc::new(Guard::default());
     let deps = Deps {
         shared: Arc::new(Shared::new(opts.cache_dir.clone().map(DiskCache::new))),
         events: events_tx,
         metrics: metrics.clone(),
         start_timeout: opts.start_timeout,
         kill_grace: opts.kill_grace,
-        guard: guard.clone(),
+        guard: Some(guard.clone()),
     };
     let pool = Pool::new(deps);
     let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
@@ -150,9 +150,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     proxy.drain(opts.shutdown_grace).await;
     sessions_cancel.cancel();
     proxy.pool.shutdown().await;
-    if let Some(guard) = guard {
-        guard.finish();
-    }
+    guard.finish();
     proxy.flush_audit();
     tracing::info!("all upstream servers stopped; bye");
     Ok(())

@@ -29,74 +29,92 @@ pub const EXEC_UPSTREAM: &str = "exec-upstream";
 /// The hidden subcommand of the guardian.
 pub const GUARD: &str = "guard";
 
-/// The proxy's end of the guardian: registers and forgets process groups.
+/// The proxy's end of the guardian: registers and forgets process groups. The guardian starts
+/// with the first stdio server (a proxy that starts none runs none).
+#[derive(Default)]
 pub struct Guard {
-    to_guardian: Mutex<Option<ChildStdin>>,
-    guardian: Mutex<Option<std::process::Child>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+enum State {
+    #[default]
+    NotStarted,
+    Running {
+        pipe: ChildStdin,
+        guardian: std::process::Child,
+    },
+    /// It could not be started, or the proxy is shutting down.
+    Off,
 }
 
 impl Guard {
-    /// Starts the guardian. `None` (logged) when the proxy's binary cannot be run again.
-    pub fn start() -> Option<Guard> {
-        let exe = match std::env::current_exe() {
-            Ok(exe) => exe,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot find the proxy's own binary; upstream helpers may outlive a killed proxy");
-                return None;
-            }
-        };
-        let spawned = std::process::Command::new(exe)
-            .arg(GUARD)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            // Its own group: a signal for the proxy's group (Ctrl-C in a terminal) spares it.
-            .process_group(0)
-            .spawn();
-        match spawned {
-            Ok(mut child) => {
-                crate::reaper::track(child.id());
-                Some(Guard {
-                    to_guardian: Mutex::new(child.stdin.take()),
-                    guardian: Mutex::new(Some(child)),
-                })
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start the process-group guardian; upstream helpers may outlive a killed proxy");
-                None
-            }
-        }
-    }
-
     /// The group of a server just started: killed if the proxy dies.
     pub fn watch(&self, pgid: u32) {
-        self.send(&format!("+{pgid}\n"));
+        let mut state = lock(&self.state);
+        if matches!(*state, State::NotStarted) {
+            *state = start();
+        }
+        send(&mut state, &format!("+{pgid}\n"));
     }
 
     /// The group is gone (killed by the proxy): nothing to do for it any more.
     pub fn forget(&self, pgid: u32) {
-        self.send(&format!("-{pgid}\n"));
-    }
-
-    fn send(&self, line: &str) {
-        // A line is far below the pipe's capacity and the guardian reads all the time: the write
-        // does not block in practice.
-        if let Some(pipe) = lock(&self.to_guardian).as_mut()
-            && let Err(e) = pipe.write_all(line.as_bytes())
-        {
-            tracing::warn!(error = %e, "the process-group guardian is gone");
-        }
+        send(&mut lock(&self.state), &format!("-{pgid}\n"));
     }
 
     /// At the end of a normal shutdown (every group already stopped): closes the pipe and waits
     /// for the guardian to exit.
     pub fn finish(&self) {
-        drop(lock(&self.to_guardian).take());
-        if let Some(mut child) = lock(&self.guardian).take() {
-            let _ = child.wait();
-            crate::reaper::untrack(child.id());
+        let state = std::mem::replace(&mut *lock(&self.state), State::Off);
+        if let State::Running { pipe, mut guardian } = state {
+            drop(pipe);
+            let _ = guardian.wait();
+            crate::reaper::untrack(guardian.id());
         }
+    }
+}
+
+fn start() -> State {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot find the proxy's own binary; upstream helpers may outlive a killed proxy");
+            return State::Off;
+        }
+    };
+    let spawned = std::process::Command::new(exe)
+        .arg(GUARD)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        // Its own group: a signal for the proxy's group (Ctrl-C in a terminal) spares it.
+        .process_group(0)
+        .spawn();
+    match spawned {
+        Ok(mut guardian) => {
+            crate::reaper::track(guardian.id());
+            match guardian.stdin.take() {
+                Some(pipe) => State::Running { pipe, guardian },
+                None => State::Off,
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the process-group guardian; upstream helpers may outlive a killed proxy");
+            State::Off
+        }
+    }
+}
+
+fn send(state: &mut State, line: &str) {
+    // A line is far below the pipe's capacity and the guardian reads all the time: the write
+    // does not block in practice.
+    if let State::Running { pipe, .. } = state
+        && let Err(e) = pipe.write_all(line.as_bytes())
+    {
+        tracing::warn!(error = %e, "the process-group guardian is gone");
+        *state = State::Off;
     }
 }
 
