@@ -23,7 +23,7 @@ use crate::{
     router::{Lookup, Route},
     session::ListKind,
     telemetry,
-    upstream::{Connection, StartReason},
+    upstream::{Connection, StartReason, Upstream},
 };
 
 use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, upstream_meta};
@@ -98,6 +98,27 @@ impl Proxy {
         result
     }
 
+    /// Starts (or waits for) the call's server. The start runs on its own, bounded by the start
+    /// timeout, so a call that gives up on it does not take it down: the next call finds the
+    /// server running.
+    async fn start_for_call(
+        &self,
+        upstream: Arc<Upstream>,
+        req: &CallRequest,
+        timeout: Duration,
+    ) -> Result<Arc<Connection>, Error> {
+        let server = upstream.server.name.clone();
+        let reason = StartReason::CallTool(req.name.clone());
+        let session = req.session.clone();
+        let connect =
+            tokio::spawn(async move { upstream.connect(&reason, Some(&session), true).await });
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => Err(Error::Other(format!("starting the server failed: {e}"))),
+            Err(_) => Err(Error::Timeout { server, timeout }),
+        }
+    }
+
     /// Starts the servers whose tool lists decide a call's name. The starts run on their own
     /// (bounded by the start timeout); the call waits for them at most `timeout`, and not past
     /// shutdown's cut-off.
@@ -139,23 +160,10 @@ impl Proxy {
         timeout: Duration,
     ) -> Result<CallToolResponse, Error> {
         let server = &route.server;
-        // A start runs on its own (bounded by the start timeout), so a call that gives up on it
-        // does not take it down: the next call finds the server running.
-        let connect = {
-            let upstream = self.pool.upstream(server);
-            let reason = StartReason::CallTool(req.name.clone());
-            let session = req.session.clone();
-            tokio::spawn(async move { upstream.connect(&reason, Some(&session), true).await })
-        };
-        let conn = match tokio::time::timeout(timeout, connect).await {
-            Ok(Ok(conn)) => conn?,
-            Ok(Err(e)) => return Err(Error::Other(format!("starting the server failed: {e}"))),
-            Err(_) => {
-                return Err(Error::Timeout {
-                    server: server.name.clone(),
-                    timeout,
-                });
-            }
+        let upstream = self.pool.upstream(server);
+        let conn = match upstream.current() {
+            Some(conn) => conn,
+            None => self.start_for_call(upstream, req, timeout).await?,
         };
         if !conn.listed.swap(true, Ordering::Relaxed) {
             self.check_freshness(server.clone());
