@@ -177,6 +177,12 @@ class ProxyContainer:
 
     def _resolve_env(self) -> None:
         env: dict[str, str] = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        # In the pod /tmp is the container's own (an emptyDir): point the process's temp dir at
+        # the mapped one, so nothing it keeps there (the proxy's tool-list cache) is shared with
+        # other processes on this host.
+        tmp = self.map_path("/tmp")
+        env["TMPDIR"] = tmp if tmp != "/tmp" else str(self.root / "tmp")
+        Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
         for var in self.container.get("env", []):
             if "value" in var:
                 env[var["name"]] = self.map_path(var["value"])
