@@ -97,10 +97,24 @@ class Recorded:
     def offers(self, name: str) -> bool:
         return name in self.tools
 
+    def available(self) -> set[str]:
+        """Every tool the agent makes available to the model in this request: those in `tools`,
+        and the deferred ones. Claude Code offers MCP tools deferred (loaded with its ToolSearch
+        tool): it names them in the conversation, in notes that say which became available and
+        which are no longer available (after `notifications/tools/list_changed`), in order."""
+        names = set(self.tools)
+        for t in _texts(self.body.get("system")):
+            _apply_deferred_note(t, names)
+        for m in self.messages:
+            for t in _texts(m.get("content")):
+                _apply_deferred_note(t, names)
+        return names
+
     def mcp_tools(self, server: str = "orchestrator") -> list[str]:
-        """The offered MCP tools of one MCP server (Claude Code names them mcp__<server>__<tool>)."""
+        """The MCP tools of one MCP server available to the model, offered directly or deferred
+        (Claude Code names them mcp__<server>__<tool>), without that prefix."""
         prefix = f"mcp__{server}__"
-        return sorted(t[len(prefix):] for t in self.tools if t.startswith(prefix))
+        return sorted(t[len(prefix):] for t in self.available() if t.startswith(prefix))
 
     @property
     def messages(self) -> list[dict]:
@@ -115,6 +129,35 @@ class Recorded:
         if last.get("role") != "user" or not isinstance(content, list):
             return []
         return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+DEFERRED_ADDED = "The following deferred tools are now available"
+DEFERRED_REMOVED = "The following deferred tools are no longer available"
+
+
+def _texts(content) -> Iterable[str]:
+    """The text of a message's content (a string or blocks, tool results included)."""
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict):
+                if isinstance(block.get("text"), str):
+                    yield block["text"]
+                if "content" in block:
+                    yield from _texts(block["content"])
+
+
+def _apply_deferred_note(text: str, names: set[str]) -> None:
+    """Applies Claude Code's notes on deferred tools ("now available" / "no longer available",
+    each a header line followed by one tool name per line) to `names`."""
+    for section in text.split("\n\n"):
+        header, _, rest = section.strip().partition("\n")
+        listed = {line.strip() for line in rest.splitlines() if line.strip() and " " not in line.strip()}
+        if header.startswith(DEFERRED_ADDED):
+            names |= listed
+        elif header.startswith(DEFERRED_REMOVED):
+            names -= listed
 
 
 def tool_result_text(request: Recorded) -> str:
@@ -318,7 +361,7 @@ class ScriptedModel:
 
     def _new_record(self, handler: BaseHTTPRequestHandler, body: dict) -> Recorded:
         keep = {k.lower(): v for k, v in handler.headers.items()
-                if k.lower() in ("anthropic-version", "anthropic-beta", "user-agent", "x-app")}
+                if k.lower() in ("anthropic-version", "anthropic-beta", "user-agent", "x-app", "x-api-key")}
         return Recorded(seq=next(self._seq), at=time.monotonic(), wall=time.time(),
                         path=handler.path, headers=keep, body=body)
 

@@ -1,18 +1,27 @@
-"""The user's story, end to end, on the real control plane (issue: "End to end").
+"""The user's story, end to end, on the real control plane and the real node.
 
-1. The chart is installed with Helm; the operator runs out of the cluster with a token of the
-   chart's ServiceAccount and the env of the chart's Deployment (kwok runs no containers).
-2. `kubectl apply -f config/samples/taskrun.yaml`: a task using two real catalog servers
-   (everything, memory) with allow and deny patterns.
-3. The Job's pod is created and bound to a kwok node; the kubelet stand-in (kubelet.py) runs its
-   proxy sidecar from the pod spec and the ConfigMap volume.
-4. The agent, played by the official MCP Python SDK, sees exactly the allowed tools, calls an
-   allowed one, and is refused a denied one.
-5. `orchestrator-cli task add-context` changes the tools; the operator re-renders the ConfigMap;
-   the stand-in swaps it into the volume as the kubelet would; the agent receives
-   `notifications/tools/list_changed` and sees the new list; the newly denied tool is refused.
-6. The agent finishes; kwok completes the pod; the Job completes; the TaskRun is Succeeded;
-   deleting it removes the Job and the ConfigMap.
+1. The chart is installed with Helm, its images set to the ones e2e/images built and the node
+   imported; the operator runs out of the cluster with a token of the chart's ServiceAccount and
+   the env of the chart's Deployment.
+2. `kubectl apply` of config/samples/taskrun.yaml (a task using two real catalog servers,
+   everything and memory, with allow and deny patterns) and its API-key Secret, with two things
+   added: a nodeSelector + toleration that put the pod on the real node, and ANTHROPIC_BASE_URL
+   pointing the agent at the model stand-in.
+3. The Job's pod runs on the real node (kubelet, containerd, runc): the proxy as a native
+   sidecar, then the agent, Claude Code from npm, both from the images built here.
+4. Claude Code connects to the proxy over the pod's localhost; the model behind it is the one
+   thing we stand in for (e2e/model/scripted_model.py on 127.0.0.1, reached from the pod through
+   the node's netns-portal). Its script checks the agent offers exactly the allowed tools, calls
+   get-sum and memory's create_entities, and asks for the denied get-env (the agent has no such
+   tool).
+5. `orchestrator-cli task add-context` enables get-env and disables echo; the operator
+   re-renders the ConfigMap; the kubelet updates the pod's volume on its own schedule (default
+   sync: about a minute); the proxy reloads and sends `notifications/tools/list_changed`;
+   Claude Code re-lists, and its next request offers the model get-env and no longer echo. The
+   model calls get-env (allowed now) and finishes.
+6. The agent exits 0; the kubelet stops the native sidecar (SIGTERM, exit 0, its upstream servers
+   gone with it); the Job completes; the TaskRun is Succeeded; deleting it removes the Job and
+   the ConfigMap.
 
 `run()` is used by the test (e2e/tests/python/test_story.py) and by the demo (`./demo`): every
 step checks what it shows and raises StoryError if the system does something else; the demo
@@ -21,41 +30,47 @@ prints the transcript as it goes. Nothing is left running afterwards.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
-import mcp_types as types
 import yaml
-from mcp import Client
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kubelet import ProxyContainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "e2e/model"))
+from scripted_model import Recorded, ScriptedModel, text, tool_result_text, tool_use  # noqa: E402
+
 STATE = Path(os.environ.get("ORCH_E2E_STATE", REPO / "e2e/.cluster"))
-TOOLS = Path(os.environ.get("ORCH_TOOLS", Path.home() / ".cache/orchestrator/tools"))
+PORT_BASE = int(os.environ.get("ORCH_E2E_PORT_BASE", "26000"))
+# The node's pods reach 127.0.0.1:BASE+450..459 on the host at the same address (e2e/node/node).
+MODEL_PORT = PORT_BASE + 450
 SAMPLE = REPO / "config/samples/taskrun.yaml"
-CATALOG = REPO / "config/catalog.yaml"
-# kwok leaves the pod of this agent image Running until we say the agent finished
-# (e2e/kwok/scripted-agent.yaml): the agent is played by this script.
-SCRIPTED_AGENT_IMAGE = "e2e.orchestrator.invalid/scripted-agent:latest"
-EXIT_ANNOTATION = "e2e.orchestrator.io/agent-exit-code"
+SAMPLE_SECRET = REPO / "config/samples/anthropic-secret.yaml"
+REAL_NODE = ("e2e.orchestrator.io/node", "real")
+NODE_SOCK = STATE / "node/run/containerd/containerd.sock"
 
 ENABLE = "everything:get-env"
 DISABLE = "everything:echo"
+MCP = "mcp__orchestrator__"  # how Claude Code names the tools of the MCP server "orchestrator"
+# What the agent declares to the proxy (and the proxy to the servers): Claude Code declares roots.
+AGENT_DECLARES = {"roots"}
+# How long the model keeps the agent busy waiting for the new tool. A default kubelet refreshes a
+# ConfigMap volume on its periodic pod sync (1 min, plus jitter): measured 50-80 s.
+ADD_CONTEXT_BUDGET = 180
 
 
 class StoryError(AssertionError):
@@ -79,7 +94,7 @@ def bin_dir() -> Path:
 
 
 def cargo_binaries() -> dict[str, Path]:
-    """Builds the three binaries (a no-op when up to date) and returns their paths."""
+    """Builds the host binaries (a no-op when up to date) and returns their paths."""
     env = dict(os.environ)
     if "CARGO_TARGET_DIR" not in env:  # this checkout's target directory (scripts/target-dir)
         env["CARGO_TARGET_DIR"] = subprocess.run(
@@ -87,7 +102,7 @@ def cargo_binaries() -> dict[str, Path]:
         ).stdout.strip()
     out = subprocess.run(
         ["cargo", "build", "--quiet", "--message-format=json-render-diagnostics",
-         "-p", "orchestrator-operator", "-p", "orchestrator-mcp-proxy", "-p", "orchestrator-cli", "--bins"],
+         "-p", "orchestrator-operator", "-p", "orchestrator-cli", "--bins"],
         cwd=REPO, env=env, check=True, stdout=subprocess.PIPE,
     ).stdout.decode()
     found = {}
@@ -95,9 +110,21 @@ def cargo_binaries() -> dict[str, Path]:
         msg = json.loads(line)
         if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
             found[msg["target"]["name"]] = Path(msg["executable"])
-    for name in ("orchestrator-operator", "orchestrator-mcp-proxy", "orchestrator-cli"):
+    for name in ("orchestrator-operator", "orchestrator-cli"):
         check(name in found, f"cargo build did not produce {name}")
     return found
+
+
+def node_images() -> dict[str, str]:
+    """The images of this checkout, built (cached: seconds when nothing changed) and imported into
+    the real node's containerd when it does not have them yet: name -> ref."""
+    out = subprocess.run([REPO / "e2e/images/build", "import", "--address", str(NODE_SOCK), "proxy", "agent"],
+                         check=True, capture_output=True, text=True)
+    refs = {}
+    for line in out.stdout.splitlines():
+        name, ref, _archive = line.split()
+        refs[name] = ref
+    return refs
 
 
 def wait_until(what: str, predicate, timeout: float = 60, interval: float = 0.1):
@@ -125,9 +152,13 @@ def glob_match(name: str, pattern: str) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in expand_braces(pattern))
 
 
-def expected_tools(taskrun: dict, catalog: dict, prefix: str = "__") -> list[str]:
-    """What the agent should see: each server's catalog tools through its allow/deny globs,
-    computed here independently of the product's own glob code (crds/src/tools.rs)."""
+CONDITIONAL = re.compile(r"offered only to clients that declare ([\w.+]+)\)")
+
+
+def expected_tools(taskrun: dict, catalog: dict, declares: set[str] = AGENT_DECLARES) -> list[str]:
+    """What the agent should be offered: each server's catalog tools through its allow/deny globs
+    (computed here independently of the product's own glob code, crds/src/tools.rs), without the
+    tools a server offers only to clients declaring a capability the agent does not declare."""
     servers = {s["name"]: s for s in catalog["servers"]}
     seen = []
     for server in taskrun["spec"]["toolConfig"]["mcpServers"]:
@@ -137,13 +168,16 @@ def expected_tools(taskrun: dict, catalog: dict, prefix: str = "__") -> list[str
         deny = server.get("tools", {}).get("deny") or []
         for tool in servers[server["name"]]["tools"]:
             name = tool["name"]
+            needs = CONDITIONAL.search(tool.get("description", ""))
+            if needs and not set(needs.group(1).split("+")) <= declares:
+                continue
             if any(glob_match(name, p) for p in allow) and not any(glob_match(name, p) for p in deny):
-                seen.append(f"{server['name']}{prefix}{name}")
+                seen.append(f"{server['name']}__{name}")
     return sorted(seen)
 
 
 def alive(pid: int) -> bool:
-    """Running (a zombie waiting to be reaped by init does not count)."""
+    """Running (a zombie waiting to be reaped does not count)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -151,8 +185,120 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def text_of(result) -> str:
-    return "".join(getattr(c, "text", "") for c in result.content)
+def descendants(pid: int) -> list[int]:
+    """The process's descendants, from /proc (children files)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        for c in map(int, children):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def cgroup_peak_mib(pid: int) -> float | None:
+    """Peak memory of the container's memory cgroup (v1 max_usage, or v2 memory.peak)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            f = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.max_usage_in_bytes"
+        elif controllers == "":
+            f = Path("/sys/fs/cgroup/unified" if Path("/sys/fs/cgroup/unified").is_dir() else "/sys/fs/cgroup") / path.lstrip("/") / "memory.peak"
+        else:
+            continue
+        try:
+            return int(f.read_text()) / 2**20
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def parse_time(stamp: str) -> float:
+    """An RFC 3339 time (the API's, or kubectl logs --timestamps' with nanoseconds) as epoch seconds."""
+    stamp = stamp.replace("Z", "+00:00")
+    if "." in stamp:
+        head, frac = stamp.split(".", 1)
+        digits = re.match(r"\d+", frac).group(0)
+        stamp = f"{head}.{digits[:6]}{frac[len(digits):]}"
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+@dataclass
+class AgentScript:
+    """The model's side of the conversation, run by the stand-in for each request Claude Code
+    sends; what it sees is kept for the story to report."""
+
+    want_before: list[str]
+    want_after: list[str] = field(default_factory=list)
+    add_context_done: threading.Event = field(default_factory=threading.Event)
+    ready_for_add_context: threading.Event = field(default_factory=threading.Event)
+    seen: dict = field(default_factory=dict)
+    said: list[str] = field(default_factory=list)
+
+    def __call__(self, first: Recorded):
+        offered = first.mcp_tools()
+        self.seen["first"] = first
+        check(offered == self.want_before,
+              f"the model is offered {offered}, but the TaskRun allows exactly {self.want_before}")
+        r = yield tool_use(MCP + "everything__get-sum", {"a": 2, "b": 3})
+        result = tool_result_text(r)
+        check("5" in result and not result.startswith("ERROR"), f"get-sum failed: {result}")
+        self.said.append(f"call everything__get-sum(2, 3) -> {result!r}")
+        r = yield tool_use(MCP + "memory__create_entities", {"entities": [
+            {"name": "todo-api", "entityType": "service", "observations": ["written in Rust"]}]})
+        result = tool_result_text(r)
+        check(not result.startswith("ERROR"), f"memory__create_entities failed: {result}")
+        self.said.append("call memory__create_entities(todo-api) -> ok")
+        r = yield tool_use(MCP + "everything__get-env", {})
+        result = tool_result_text(r)
+        check(result.startswith("ERROR"), f"everything__get-env is denied but the call answered: {result}")
+        self.said.append(f"call everything__get-env -> refused by the agent: {result.splitlines()[0]}")
+
+        # The person grants get-env. The agent keeps working (a call a second) until its next
+        # request offers the new tool: that is when the model can use it.
+        self.ready_for_add_context.set()
+        deadline = time.monotonic() + ADD_CONTEXT_BUDGET
+        n = 0
+        while True:
+            r_tools = r.mcp_tools()
+            if "everything__get-env" in r_tools and self.add_context_done.is_set():
+                break
+            check(time.monotonic() < deadline,
+                  f"get-env not offered {ADD_CONTEXT_BUDGET}s after add-context; offered: {r_tools}")
+            n += 1
+            r = yield tool_use(MCP + "everything__get-sum", {"a": n, "b": 1}).after(1.0)
+        self.seen["offered"] = r
+        self.seen["busy_calls"] = n
+        check(r.mcp_tools() == self.want_after,
+              f"after add-context the model is offered {r.mcp_tools()}, expected {self.want_after}")
+        r = yield tool_use(MCP + "everything__get-env", {})
+        result = tool_result_text(r)
+        check(not result.startswith("ERROR") and "PATH" in result, f"get-env was enabled but failed: {result[:300]}")
+        self.said.append("call everything__get-env -> ok (the proxy container's env)")
+        self.seen["env"] = result
+        r = yield tool_use(MCP + "everything__echo", {"message": "hello"})
+        result = tool_result_text(r)
+        check(result.startswith("ERROR"), f"everything__echo was disabled but the call answered: {result}")
+        self.said.append(f"call everything__echo -> refused by the agent: {result.splitlines()[0]}")
+        yield text("Done: the todo-api facts are in the knowledge graph; 2 + 3 = 5.")
 
 
 @dataclass
@@ -175,10 +321,8 @@ class Story:
 
     # --- tools ---------------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, popen: bool = False, kubeconfig: Path | None = None, stdin: str | None = None):
-        argv = [str(self.bins / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
-        if popen:
-            return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        argv = [str(self.bins / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
         out = subprocess.run(argv, input=stdin, capture_output=True, text=True)
         if out.returncode != 0:
             raise subprocess.CalledProcessError(out.returncode, argv, out.stdout, out.stderr)
@@ -200,36 +344,55 @@ class Story:
                 *args]
         return subprocess.run(argv, capture_output=True, text=True)
 
+    def ctr_tasks(self) -> dict[str, int]:
+        """Running containers on the real node: container id -> pid of its process."""
+        out = subprocess.run(["ctr", "--address", str(NODE_SOCK), "-n", "k8s.io", "tasks", "ls"],
+                             capture_output=True, text=True, check=True).stdout
+        tasks = {}
+        for line in out.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] == "RUNNING":
+                tasks[parts[0]] = int(parts[1])
+        return tasks
+
     # --- the story -----------------------------------------------------------------------------
 
     def run(self) -> dict:
         with ExitStack() as cleanup:
             self.cleanup = cleanup
+            self.node = self.real_node()
             self.binaries = cargo_binaries()
+            self.images = node_images()
             self.install()
             taskrun = self.apply_task()
             pod = self.pod_starts()
-            proxy = self.run_proxy(pod)
-            asyncio.run(self.agent(taskrun, proxy))
-            self.finish(pod, proxy)
+            self.agent_works(taskrun, pod)
+            self.finish(pod)
         self.say(f"\nDone: nothing left running. Figures: {json.dumps(self.figures)}")
         return self.figures
+
+    def real_node(self) -> str:
+        nodes = self.json("get", "nodes", "-l", f"{REAL_NODE[0]}={REAL_NODE[1]}")["items"]
+        check(len(nodes) == 1, "no real node in the cluster: `e2e/cluster up` starts one (ORCH_E2E_REAL_NODE=1, the default)")
+        check(NODE_SOCK.exists(), f"the real node's containerd socket {NODE_SOCK} is missing")
+        return nodes[0]["metadata"]["name"]
 
     def install(self) -> None:
         self.say(f"\n== 1. helm install the chart into {self.system_ns}; the operator runs with its ServiceAccount")
         self.kubectl("create", "namespace", self.work_ns)
         self.cleanup.callback(self.kubectl, "delete", "namespace", self.work_ns, "--wait=false")
-        self.proxy_port = free_port()
         self.helm(
             "install", self.release, str(REPO / "charts/orchestrator"), "-n", self.system_ns, "--create-namespace",
             "--set", f"watchNamespace={self.work_ns}",
-            "--set", f"agent.image={SCRIPTED_AGENT_IMAGE}",
-            "--set", f"sidecar.port={self.proxy_port}",
+            "--set", f"agent.image={self.images['agent']}",
+            "--set", f"sidecar.image={self.images['mcp-proxy']}",
             "--wait", "--timeout", "90s",
         )
         self.cleanup.callback(self.kubectl, "delete", "namespace", self.system_ns, "--wait=false")
         self.cleanup.callback(self.helm, "uninstall", self.release, "-n", self.system_ns)
         self.say(f"   helm: release {self.release} deployed (CRD, RBAC, catalog ConfigMap, operator Deployment)")
+        self.say(f"   images (built by e2e/images/build, imported into the node's containerd): "
+                 f"sidecar {self.images['mcp-proxy']}, agent {self.images['agent']}")
 
         deployment = self.json("get", "deployment", "orchestrator-operator", "-n", self.system_ns)
         container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -240,7 +403,7 @@ class Story:
         self.workdir = workdir
         sa_kubeconfig = workdir / "operator.kubeconfig"
         admin = self.kubeconfig.read_text()
-        server = next(l.split("server: ")[1] for l in admin.splitlines() if "server: " in l)
+        server = next(line.split("server: ")[1] for line in admin.splitlines() if "server: " in line)
         sa_kubeconfig.write_text(
             "apiVersion: v1\nkind: Config\n"
             f"clusters: [{{name: e2e, cluster: {{server: {server}, certificate-authority: {STATE / 'pki/ca.crt'}}}}}]\n"
@@ -275,113 +438,196 @@ class Story:
         self.say(f"   operator: running as system:serviceaccount:{self.system_ns}:{sa}, watching {self.work_ns}")
 
     def apply_task(self) -> dict:
-        self.say(f"\n== 2. kubectl apply -f config/samples/taskrun.yaml -n {self.work_ns}")
-        self.say(self.kubectl("apply", "-n", self.work_ns, "-f", str(SAMPLE)).rstrip())
+        self.say(f"\n== 2. kubectl apply -f config/samples/anthropic-secret.yaml -f config/samples/taskrun.yaml -n {self.work_ns}")
+        self.say("   (the sample, with a nodeSelector + toleration for the real node and ANTHROPIC_BASE_URL "
+                 f"= the model stand-in on 127.0.0.1:{MODEL_PORT})")
+        # The stand-in checks the key the agent sends: it must be the Secret's.
+        self.api_key = f"sk-ant-stand-in-{secrets.token_hex(8)}"
+        secret = yaml.safe_load(SAMPLE_SECRET.read_text())
+        key = next(iter(secret["stringData"]))
+        secret["stringData"][key] = self.api_key
+        self.kubectl("apply", "-n", self.work_ns, "-f", "-", stdin=json.dumps(secret))
+        doc = yaml.safe_load(SAMPLE.read_text())
+        spec = doc["spec"]
+        spec["podTemplate"] = {
+            "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+            "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+        }
+        agent = spec.setdefault("agent", {})
+        agent["env"] = [*agent.get("env", []), {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]
+        self.applied_at = time.time()
+        self.say("   " + self.kubectl("apply", "-n", self.work_ns, "-f", "-", stdin=json.dumps(doc)).rstrip())
         taskrun = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)
         for s in taskrun["spec"]["toolConfig"]["mcpServers"]:
             tools = s.get("tools", {})
             self.say(f"   {s['name']}: allow {tools.get('allow', ['*'])} deny {tools.get('deny', [])}")
         return taskrun
 
+    def pod(self) -> dict | None:
+        pods = self.json("get", "pods", "-n", self.work_ns, "-l", "job-name=task-1001")["items"]
+        return pods[0] if pods else None
+
     def pod_starts(self) -> dict:
-        self.say("\n== 3. the operator renders a ConfigMap and a Job; the Job's pod runs on a kwok node")
+        self.say(f"\n== 3. the operator renders a ConfigMap and a Job; the Job's pod runs on the real node {self.node}")
+        catalog = self.catalog()
+        self.taskrun0 = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)
+        self.script = AgentScript(want_before=expected_tools(self.taskrun0, catalog))
+        # The model must be there before the agent starts.
+        self.model = ScriptedModel(self.script, port=MODEL_PORT).start()
+        self.cleanup.callback(self.model.stop)
 
-        def running_pod():
-            pods = self.json("get", "pods", "-n", self.work_ns, "-l", "job-name=task-1001")["items"]
-            return next((p for p in pods if p.get("status", {}).get("phase") == "Running"), None)
+        def proxy_ready():
+            pod = self.pod()
+            for s in (pod or {}).get("status", {}).get("initContainerStatuses", []):
+                if s["name"] == "mcp-proxy" and s.get("ready"):
+                    return pod
+            self.fail_if_pod_failed(pod)
+            return None
 
-        pod = wait_until("the Job's pod to run", running_pod, timeout=90)
+        pod = wait_until("the pod's proxy sidecar to be ready", proxy_ready, timeout=120, interval=0.2)
+        self.figures["apply_to_proxy_ready_s"] = round(time.time() - self.applied_at, 1)
         cm = self.json("get", "configmap", "task-1001-tools", "-n", self.work_ns)
         owner = cm["metadata"]["ownerReferences"][0]
         self.say(f"   ConfigMap task-1001-tools (owned by {owner['kind']} {owner['name']}): keys {sorted(cm['data'])}")
         init = [c["name"] for c in pod["spec"].get("initContainers", [])]
         main = [c["name"] for c in pod["spec"]["containers"]]
+        check(pod["spec"]["nodeName"] == self.node, f"the pod runs on {pod['spec']['nodeName']}, not the real node")
         self.say(f"   pod {pod['metadata']['name']} on {pod['spec']['nodeName']}: containers {main}, native sidecars {init}")
+        self.say(f"   proxy ready (startup and readiness probes passed) {self.figures['apply_to_proxy_ready_s']} s after kubectl apply")
         return pod
 
-    def run_proxy(self, pod: dict) -> ProxyContainer:
-        self.say("   kubelet stand-in: materializing the ConfigMap volume and starting the proxy sidecar")
-        proxy = ProxyContainer.from_pod(
-            self.kubectl, self.work_ns, pod["metadata"]["name"],
-            self.binaries["orchestrator-mcp-proxy"], cwd=TOOLS / "node",
-        )
-        self.cleanup.callback(proxy.cleanup)
-        self.proxy_log = self.workdir / "proxy.log"
-        started = time.monotonic()
-        proxy.start(self.proxy_log)
-        self.figures["proxy_ready_s"] = round(time.monotonic() - started, 3)
-        shown = " ".join(proxy.argv[1:]).replace(str(proxy.root / "volumes"), "<volumes>")
-        self.say(f"   proxy: orchestrator-mcp-proxy {shown} (ready in {self.figures['proxy_ready_s']}s)")
-        return proxy
+    def fail_if_pod_failed(self, pod: dict | None) -> None:
+        """A container that cannot start (image, config) or fails: stop with what the kubelet says."""
+        for s in (pod or {}).get("status", {}).get("initContainerStatuses", []) + \
+                (pod or {}).get("status", {}).get("containerStatuses", []):
+            waiting = s.get("state", {}).get("waiting", {})
+            if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError",
+                                         "CreateContainerError", "CrashLoopBackOff", "InvalidImageName"):
+                raise StoryError(f"container {s['name']}: {waiting.get('reason')}: {waiting.get('message', '')}\n{self.logs()}")
 
-    async def agent(self, taskrun: dict, proxy: ProxyContainer) -> None:
-        self.say("\n== 4. the agent (official MCP Python SDK) connects to the proxy")
-        agent = next(c for c in proxy.pod["spec"]["containers"] if c["name"] == "agent")
-        url = next(e["value"] for e in agent["env"] if e["name"] == "ORCHESTRATOR_MCP_URL")
-        catalog = self.catalog()
-        want = expected_tools(taskrun, catalog)
-
-        changed = asyncio.Event()
-        notified_at: list[float] = []
-
-        async def on_message(message):
-            if isinstance(message, types.ToolListChangedNotification):
-                notified_at.append(time.monotonic())
-                changed.set()
-
-        async with Client(url, mode="legacy", message_handler=on_message) as client:
-            seen = sorted(t.name for t in (await client.list_tools()).tools)
-            self.say(f"   tools/list ({len(seen)}): {', '.join(seen)}")
-            check(seen == want, f"the agent sees {seen}, but the TaskRun allows exactly {want}")
-
-            result = await client.call_tool("everything__get-sum", {"a": 2, "b": 3})
-            check(not result.is_error and "5" in text_of(result), f"get-sum failed: {text_of(result)}")
-            self.say(f"   call everything__get-sum(2, 3) -> {text_of(result)!r}")
-            result = await client.call_tool(
-                "memory__create_entities",
-                {"entities": [{"name": "todo-api", "entityType": "service", "observations": ["written in Rust"]}]},
-            )
-            check(not result.is_error, f"memory__create_entities failed: {text_of(result)}")
-            self.say("   call memory__create_entities(todo-api) -> ok")
-            refused = await client.call_tool("everything__get-env", {})
-            check(refused.is_error, "everything__get-env is denied but the call was not refused")
-            self.say(f"   call everything__get-env -> refused: {text_of(refused)}")
-
-            self.say(f"\n== 5. orchestrator-cli task add-context --task-id 1001 --enable-tools {ENABLE} --disable-tools {DISABLE}")
-            version_before = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)["status"].get("contextVersion")
-            started = time.monotonic()
-            cli = await asyncio.to_thread(
-                self.cli, "task", "add-context", "--task-id", "1001",
-                "--enable-tools", ENABLE, "--disable-tools", DISABLE, "--wait-synced",
-            )
-            check(cli.returncode == 0, f"add-context failed ({cli.returncode}):\n{cli.stdout}{cli.stderr}")
-            self.say("   " + cli.stdout.rstrip().replace("\n", "\n   "))
+    def logs(self) -> str:
+        out = []
+        for c in ("mcp-proxy", "agent"):
             try:
-                await asyncio.wait_for(changed.wait(), timeout=30)
-            except TimeoutError:
-                raise StoryError(f"no notifications/tools/list_changed within 30s; proxy log:\n{self.proxy_log.read_text()}")
-            elapsed = notified_at[0] - started
-            self.figures["add_context_to_notification_ms"] = round(elapsed * 1000)
-            swap = next((t for t, _, _ in proxy.swaps if t > started), None)
-            if swap is not None:
-                self.figures["configmap_swap_to_notification_ms"] = round((notified_at[0] - swap) * 1000)
-            self.say(f"   notifications/tools/list_changed received {elapsed * 1000:.0f} ms after the command started")
+                out.append(f"--- {c} ---\n" + self.kubectl("logs", "-n", self.work_ns, "job/task-1001", "-c", c, "--tail", "60"))
+            except subprocess.CalledProcessError as e:
+                out.append(f"--- {c}: no logs ({e.stderr.strip()})")
+        return "\n".join(out)
 
-            version_after = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)["status"].get("contextVersion")
-            check(version_after == (version_before or 0) + 1, f"contextVersion {version_before} -> {version_after}")
-            taskrun = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)
-            want = expected_tools(taskrun, catalog)
-            before, seen = seen, sorted(t.name for t in (await client.list_tools()).tools)
-            check(seen == want, f"after add-context the agent sees {seen}, expected {want}")
-            check("everything__get-env" in seen and "everything__echo" not in seen, f"unexpected list {seen}")
-            diff = [f"+{n}" for n in seen if n not in before] + [f"-{n}" for n in before if n not in seen]
-            self.say(f"   tools/list ({len(seen)}), context version {version_before} -> {version_after}: {', '.join(diff)}")
-            refused = await client.call_tool("everything__echo", {"message": "hello"})
-            check(refused.is_error, "everything__echo was disabled but the call was not refused")
-            self.say(f"   call everything__echo -> refused: {text_of(refused)}")
-            result = await client.call_tool("everything__get-env", {})
-            check(not result.is_error, f"everything__get-env was enabled but failed: {text_of(result)}")
-            self.say("   call everything__get-env -> ok")
+    def container_pids(self, pod: dict) -> dict[str, int]:
+        """name -> pid on this machine of each running container of the pod."""
+        tasks = self.ctr_tasks()
+        pod = self.json("get", "pod", pod["metadata"]["name"], "-n", self.work_ns)
+        out = {}
+        for s in pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", []):
+            cid = s.get("containerID", "").removeprefix("containerd://")
+            if cid in tasks:
+                out[s["name"]] = tasks[cid]
+        return out
+
+    def agent_works(self, taskrun: dict, pod: dict) -> None:
+        self.say("\n== 4. the agent (Claude Code) starts; the model behind it is the scripted stand-in")
+        try:
+            first = self.model.wait_for(lambda r: True, timeout=120, what="the agent's first request to the model")
+        except TimeoutError as e:
+            raise StoryError(f"{e}\n{self.logs()}") from None
+        if self.model.error is not None:
+            raise StoryError(f"{self.model.error}\n{self.logs()}")
+        check(first.headers.get("x-api-key") == self.api_key, "the agent sent another API key than the Secret's")
+
+        def agent_state():  # the kubelet reports the container's start in its next status update
+            p = self.json("get", "pod", pod["metadata"]["name"], "-n", self.work_ns)
+            agent = next(s for s in p["status"].get("containerStatuses", []) if s["name"] == "agent")
+            return agent["state"].get("running") or agent["state"].get("terminated")
+
+        started = parse_time(wait_until("the kubelet to report the agent's start", agent_state, timeout=30)["startedAt"])
+        self.figures["agent_start_to_first_model_request_s"] = round(first.wall - started, 1)
+        offered = first.mcp_tools()
+        self.say(f"   the agent's first request to the model, {self.figures['agent_start_to_first_model_request_s']} s "
+                 f"after the container started (kubelet time, 1 s resolution), offers {len(offered)} tools of the proxy "
+                 f"(deferred, loaded with ToolSearch): {', '.join(offered)}")
+        try:
+            self.model.wait_for(lambda r: self.script.ready_for_add_context.is_set(), timeout=60, what="the first calls")
+        except TimeoutError as e:
+            raise StoryError(f"{e}\n{self.logs()}") from None
+        for line in self.script.said:
+            self.say(f"   {line}")
+
+        self.say(f"\n== 5. orchestrator-cli task add-context --task-id 1001 --enable-tools {ENABLE} --disable-tools {DISABLE}")
+        pids = self.container_pids(pod)
+        self.memory(pids, when="before add-context")
+        version_before = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)["status"].get("contextVersion")
+        started = time.time()
+        cli = self.cli("task", "add-context", "--task-id", "1001",
+                       "--enable-tools", ENABLE, "--disable-tools", DISABLE, "--wait-synced")
+        check(cli.returncode == 0, f"add-context failed ({cli.returncode}):\n{cli.stdout}{cli.stderr}")
+        synced = time.time()
+        self.say("   " + cli.stdout.rstrip().replace("\n", "\n   "))
+        taskrun = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)
+        version_after = taskrun["status"].get("contextVersion")
+        check(version_after == (version_before or 0) + 1, f"contextVersion {version_before} -> {version_after}")
+        self.script.want_after = expected_tools(taskrun, self.catalog())
+        self.script.add_context_done.set()
+        self.say(f"   the ConfigMap is re-rendered {synced - started:.2f} s after the command started; "
+                 "the kubelet updates the pod's volume at its next sync of the pod (default: every minute)")
+        try:
+            offered = self.model.wait_for(lambda r: "offered" in self.script.seen, timeout=ADD_CONTEXT_BUDGET + 30,
+                                          what="a request offering get-env")
+        except TimeoutError as e:
+            raise StoryError(f"{e}\n{self.logs()}") from None
+        offered = self.script.seen["offered"]
+        reload_at, notified_at = self.proxy_reload_times(started)
+        self.figures["add_context_to_configmap_s"] = round(synced - started, 2)
+        self.figures["add_context_to_proxy_reload_s"] = round(reload_at - started, 1)
+        self.figures["add_context_to_list_changed_s"] = round(notified_at - started, 1)
+        self.figures["add_context_to_model_offered_s"] = round(offered.wall - started, 1)
+        self.figures["list_changed_to_model_offered_s"] = round(offered.wall - notified_at, 2)
+        self.say(f"   the proxy reloaded {reload_at - started:.1f} s after add-context (kubelet volume update) and sent "
+                 f"notifications/tools/list_changed {notified_at - reload_at:.2f} s later; the agent re-listed and "
+                 f"its next request offered the model the new list {offered.wall - notified_at:.2f} s after that "
+                 f"(the model kept the agent busy with {self.script.seen['busy_calls']} get-sum calls meanwhile)")
+        before, after = self.script.want_before, offered.mcp_tools()
+        diff = [f"+{n}" for n in after if n not in before] + [f"-{n}" for n in before if n not in after]
+        self.say(f"   context version {version_before} -> {version_after}; offered now ({len(after)}): {', '.join(diff)}")
+        self.model.wait_for(lambda r: r.reply and r.reply.get("stop_reason") == "end_turn", timeout=60,
+                            what="the model's final answer")
+        for line in self.script.said[3:]:
+            self.say(f"   {line}")
+        check("sk-ant-stand-in" not in self.script.seen["env"], "the API key reached the proxy container's env")
+        self.pids = pids
+        self.upstreams = [p for p in descendants(pids["mcp-proxy"])] if "mcp-proxy" in pids else []
+
+    def proxy_reload_times(self, after: float) -> tuple[float, float]:
+        """When the proxy applied the new config and sent list_changed (its log, kubelet timestamps)."""
+        logs = self.kubectl("logs", "-n", self.work_ns, "job/task-1001", "-c", "mcp-proxy", "--timestamps")
+        reload_at = notified_at = None
+        for line in logs.splitlines():
+            stamp, _, message = line.partition(" ")
+            t = parse_time(stamp)
+            if t < after:
+                continue
+            if reload_at is None and "config changed" in message:
+                reload_at = t
+            if reload_at is not None and notified_at is None and "sent list_changed" in message:
+                notified_at = t
+        check(reload_at is not None and notified_at is not None,
+              f"no reload and list_changed in the proxy's log after add-context:\n{logs[-3000:]}")
+        return reload_at, notified_at
+
+    def memory(self, pids: dict[str, int], when: str) -> None:
+        proxy, agent = pids.get("mcp-proxy"), pids.get("agent")
+        check(proxy is not None and agent is not None, f"containers running on the node: {pids}")
+        ups = descendants(proxy)
+        self.figures["memory_mib"] = {
+            "proxy_rss": round(rss_mib(proxy), 1),
+            "upstreams_rss": round(sum(rss_mib(p) for p in ups), 1),
+            "proxy_container_peak": round(cgroup_peak_mib(proxy) or 0, 1),
+            "agent_container_peak": round(cgroup_peak_mib(agent) or 0, 1),
+        }
+        m = self.figures["memory_mib"]
+        self.say(f"   memory {when}: proxy {m['proxy_rss']} MiB RSS, its {len(ups)} upstream processes "
+                 f"{m['upstreams_rss']} MiB; container peaks: mcp-proxy {m['proxy_container_peak']} MiB, "
+                 f"agent {m['agent_container_peak']} MiB")
 
     def catalog(self) -> dict:
         """The catalog the operator uses: the chart's ConfigMap."""
@@ -391,36 +637,46 @@ class Story:
         )
         return yaml.safe_load(text)
 
-    def finish(self, pod: dict, proxy: ProxyContainer) -> None:
-        self.say("\n== 6. the agent finishes; kwok completes the pod; the Job and the TaskRun succeed")
+    def finish(self, pod: dict) -> None:
+        self.say("\n== 6. the agent exits; the kubelet stops the sidecar; the Job and the TaskRun succeed")
         name = pod["metadata"]["name"]
-        self.kubectl("annotate", "pod", name, "-n", self.work_ns, f"{EXIT_ANNOTATION}=0")
+
+        def done():
+            p = self.json("get", "pod", name, "-n", self.work_ns)
+            self.fail_if_pod_failed(p)
+            return p if p["status"].get("phase") in ("Succeeded", "Failed") else None
+
+        pod = wait_until("the pod to finish", done, timeout=120, interval=0.2)
+        statuses = {s["name"]: s for s in pod["status"].get("initContainerStatuses", []) + pod["status"]["containerStatuses"]}
+        agent = statuses["agent"]["state"].get("terminated", {})
+        proxy = statuses["mcp-proxy"]["state"].get("terminated", {})
+        check(pod["status"]["phase"] == "Succeeded" and agent.get("exitCode") == 0,
+              f"pod {pod['status']['phase']}, agent {agent}\n{self.logs()}")
+        check(proxy.get("exitCode") == 0, f"the proxy ended with {proxy} after the agent exited\n{self.logs()}")
+        agent_end = parse_time(agent["finishedAt"])
+        proxy_end = parse_time(proxy["finishedAt"])
+        left = [p for p in [*self.pids.values(), *self.upstreams] if alive(p)]
+        check(not left, f"processes of the pod still running after it finished: {left}")
+        self.say(f"   agent exited 0; the kubelet stopped the native sidecar: exit code {proxy['exitCode']} "
+                 f"({proxy.get('reason')}) {proxy_end - agent_end:.0f} s later (kubelet times, 1 s resolution); "
+                 f"the proxy's {len(self.upstreams)} upstream processes are gone")
         wait_until("the Job to complete", lambda: any(
             c["type"] == "Complete" and c["status"] == "True"
             for c in self.json("get", "job", "task-1001", "-n", self.work_ns).get("status", {}).get("conditions", [])
         ), timeout=60)
-        # The pod's main container finished: the kubelet stops the sidecar (TERM, then KILL).
-        upstreams = proxy.descendants()
-        code = proxy.stop()
-        check(code == 0, f"the proxy exited with {code} on SIGTERM; log:\n{self.proxy_log.read_text()}")
-        wait_until(
-            f"the proxy's upstream processes {upstreams} to exit after it stopped",
-            lambda: not [pid for pid in upstreams if alive(pid)],
-            timeout=10,
-        )
-        self.say(f"   pod Succeeded; the sidecar stopped on SIGTERM (exit code {code}), "
-                 f"and with it its {len(upstreams)} upstream processes")
         wait_until("the TaskRun to be Succeeded", lambda: self.json(
             "get", "taskrun", "task-1001", "-n", self.work_ns).get("status", {}).get("phase") == "Succeeded", timeout=60)
+        self.figures["agent_exit_to_taskrun_succeeded_s"] = round(time.time() - agent_end, 1)
         self.say("   " + self.kubectl("get", "taskrun", "task-1001", "-n", self.work_ns).rstrip().replace("\n", "\n   "))
+        self.say(f"   Job Complete and TaskRun Succeeded {self.figures['agent_exit_to_taskrun_succeeded_s']} s after the agent exited")
         self.kubectl("delete", "taskrun", "task-1001", "-n", self.work_ns)
 
         def children_gone():
-            out = self.kubectl("get", "jobs,configmaps", "-n", self.work_ns, "-l", "orchestrator.io/taskrun=task-1001", "-o", "name")
+            out = self.kubectl("get", "jobs,configmaps,pods", "-n", self.work_ns, "-l", "orchestrator.io/taskrun=task-1001", "-o", "name")
             return out.strip() == ""
 
-        wait_until("the Job and ConfigMap to be garbage-collected", children_gone, timeout=60)
-        self.say("   kubectl delete taskrun task-1001: the Job and the ConfigMap are gone (owner references)")
+        wait_until("the Job, its pod and the ConfigMap to be garbage-collected", children_gone, timeout=60)
+        self.say("   kubectl delete taskrun task-1001: the Job, its pod and the ConfigMap are gone (owner references)")
 
 
 if __name__ == "__main__":
