@@ -3,6 +3,7 @@
 #   docker build --target operator  -t orchestrator-operator:dev .
 #   docker build --target mcp-proxy -t orchestrator-mcp-proxy:dev .
 #   docker build --target cli       -t orchestrator-cli:dev .
+#   docker build --target agent     -t orchestrator-agent:dev .   (Claude Code, linux/amd64)
 # (No container engine runs on our development machines; CI builds and tests the binaries
 # directly. These targets are for users and release automation.)
 
@@ -29,19 +30,52 @@ COPY --from=build /out/orchestrator-cli /usr/local/bin/orchestrator-cli
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/orchestrator-cli"]
 
-# The proxy starts catalog servers as children (npx for the npm ones, uvx for the PyPI ones), so
-# its image carries Node.js and Python with uv. It runs with a read-only root filesystem: npm and
-# uv caches go to HOME, which the pod mounts as an emptyDir.
+# The proxy starts the task's stdio MCP servers as its children, so its image carries them: the
+# catalog's npm servers (e2e/images/mcp-servers/package.json, with npm/npx for servers of your
+# own) and PyPI servers (requirements.txt, with uv/uvx) preinstalled at their pinned versions, so
+# a pod never downloads a server at start (config/catalog.yaml runs these bins). The same layout
+# as e2e/images/build, which the tests run on a real node: Debian 12, Node.js 22, Python 3 with
+# a venv in /opt/mcp-servers/venv, user 65532, HOME=/tmp (an emptyDir in the pod; the root
+# filesystem is read-only), working directory /workspace.
 FROM node:22-bookworm-slim AS mcp-proxy
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates git tini \
- && rm -rf /var/lib/apt/lists/* \
- && python3 -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir uv \
- && ln -s /opt/uv/bin/uv /opt/uv/bin/uvx /usr/local/bin/
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates git \
+ && rm -rf /var/lib/apt/lists/*
+COPY e2e/images/mcp-servers/ /opt/mcp-servers/
+RUN cd /opt/mcp-servers \
+ && npm ci --omit=dev --no-audit --no-fund \
+ && python3 -m venv /opt/mcp-servers/venv \
+ && /opt/mcp-servers/venv/bin/pip install --no-cache-dir -r requirements.txt \
+ && for b in npm npx mcp-server-everything mcp-server-filesystem mcp-server-memory mcp-server-github; do \
+      ln -sf /opt/mcp-servers/node_modules/.bin/$b /usr/local/bin/$b; done \
+ && for b in mcp-server-time mcp-server-git uv uvx; do \
+      ln -sf /opt/mcp-servers/venv/bin/$b /usr/local/bin/$b; done \
+ && mkdir -p /workspace && chown 65532:65532 /workspace
 COPY --from=build /out/orchestrator-mcp-proxy /usr/local/bin/orchestrator-mcp-proxy
-ENV HOME=/home/proxy
+ENV HOME=/tmp
+WORKDIR /workspace
 USER 65532:65532
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/orchestrator-mcp-proxy"]
+ENTRYPOINT ["/usr/local/bin/orchestrator-mcp-proxy"]
+
+# The agent: Claude Code (e2e/images/agent/package.json pins its version), the operator's
+# default. It does not update itself and sends nothing but model requests (a TaskRun's
+# agent.env can say otherwise); the operator runs it as `claude -p` with the rendered MCP config
+# and settings (sh -c, so the image needs a shell).
+FROM debian:bookworm-slim AS agent
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates git \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=node:22-bookworm-slim /usr/local/bin/node /usr/local/bin/node
+COPY --from=node:22-bookworm-slim /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/npm
+COPY e2e/images/agent/ /tmp/agent/
+RUN cd /tmp/agent && node /usr/local/lib/node_modules/npm/bin/npm-cli.js ci --no-audit --no-fund \
+ && install -m 0755 node_modules/@anthropic-ai/claude-code-linux-x64/claude /usr/local/bin/claude \
+ && rm -rf /tmp/agent /usr/local/lib/node_modules /usr/local/bin/node /root/.npm \
+ && mkdir -p /workspace && chown 65532:65532 /workspace
+ENV HOME=/tmp DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+WORKDIR /workspace
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/claude"]
 
 # Default: the operator.
 FROM operator
