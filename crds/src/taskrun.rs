@@ -483,6 +483,9 @@ pub mod conditions {
     pub const CONFIG_RENDERED: &str = "ConfigRendered";
     pub const JOB_CREATED: &str = "JobCreated";
     pub const SUCCEEDED: &str = "Succeeded";
+    /// `Succeeded=False` reason when the agent container exited with a non-zero code (the
+    /// message names the code, the container's reason and its termination message).
+    pub const AGENT_FAILED: &str = "AgentFailed";
 }
 
 #[cfg(test)]

@@ -44,6 +44,12 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         group: "",
+        resource: "pods",
+        verbs: &["list"],
+        why: "when a task's Job fails: the agent container's exit code and reason, for the TaskRun's status (once per failed task)",
+    },
+    Rule {
+        group: "",
         resource: "secrets",
         verbs: &["get"],
         why: "check that the Secret keys a new pod needs exist (key names only; values are never used)",

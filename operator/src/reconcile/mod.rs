@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -90,7 +90,12 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         Some(job) => Some(Job::clone(&job)),
         None => jobs.get_opt(&name).await?,
     };
-    let job_state = job.as_ref().map(status::job_state);
+    let mut job_state = job.as_ref().map(status::job_state);
+    if let Some(state) = job_state.as_mut()
+        && state.phase == Phase::Failed
+    {
+        explain_failure(state, &previous, &ns, &name, ctx).await;
+    }
     // A finished task is never run again, even when its Job is gone (deleted after its TTL).
     let finished = job_state
         .as_ref()
@@ -190,9 +195,9 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         }
     }
 
-    let job = match job {
-        Some(job) => Some(job),
-        None if finished => None,
+    let (job, job_state) = match job {
+        Some(job) => (Some(job), job_state),
+        None if finished => (None, job_state),
         None => {
             let created = apply(&jobs, plan.job()).await?;
             let note = format!(
@@ -202,10 +207,10 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
                 ctx.render.sidecar_image
             );
             publish(ctx, tr, EventType::Normal, "JobCreated", "CreateJob", note).await;
-            Some(created)
+            let state = status::job_state(&created);
+            (Some(created), Some(state))
         }
     };
-    let job_state = job.as_ref().map(status::job_state);
 
     // ttlSecondsAfterFinished: the operator deletes the finished Job itself, after recording
     // the outcome, so the deletion can never be mistaken for a Job to recreate.
@@ -358,6 +363,39 @@ fn fill_phase(status: &mut TaskRunStatus, previous: &TaskRunStatus, state: Optio
     status.completion_time = state
         .and_then(|s| s.completion_time.clone())
         .or_else(|| previous.completion_time.clone());
+}
+
+/// A failed Job says only that it failed (e.g. BackoffLimitExceeded); when the agent container
+/// exited non-zero, the TaskRun says so: reason `AgentFailed`, its exit code, reason and
+/// termination message. Read from the Job's pods once, when the failure is first recorded;
+/// afterwards the recorded explanation is kept. A failed read keeps the Job's own reason.
+async fn explain_failure(
+    state: &mut JobState,
+    previous: &TaskRunStatus,
+    ns: &str,
+    job: &str,
+    ctx: &Context,
+) {
+    if previous.phase == Some(Phase::Failed) {
+        if let Some(recorded) = remembered(previous) {
+            state.reason = recorded.reason;
+            state.message = recorded.message;
+        }
+        return;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let selector = format!("batch.kubernetes.io/job-name={job}");
+    match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => {
+            if let Some(agent) = status::agent_failure(&list.items) {
+                state.message = format!("{agent}; Job {job}: {}", state.message);
+                state.reason = ct::AGENT_FAILED.to_string();
+            }
+        }
+        Err(e) => {
+            tracing::warn!(job, error = %e, "could not read the failed Job's pods; the TaskRun keeps the Job's reason");
+        }
+    }
 }
 
 /// The outcome recorded in the status when the Job no longer exists.

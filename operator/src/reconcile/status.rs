@@ -2,9 +2,15 @@
 //! `lastTransitionTime` when its status did not change. Pure.
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use orchestrator_crds::taskrun::{Phase, TaskRunStatus};
+
+use crate::render::job::AGENT_CONTAINER;
+
+/// The longest container termination message kept in a condition message.
+const MAX_TERMINATION_MESSAGE: usize = 512;
 
 /// One condition to write (the transition time is filled in by [`conditions`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,6 +149,48 @@ pub fn job_state(job: &Job) -> JobState {
     }
 }
 
+/// How the agent ended in the newest of a failed Job's pods whose agent container exited with a
+/// non-zero code: "the agent container of pod P exited with code N (Reason): message". `None`
+/// when no agent container ended that way (the pod never started it, or the Job failed for
+/// another reason, e.g. its deadline), so the Job's own reason stands.
+pub fn agent_failure(pods: &[Pod]) -> Option<String> {
+    pods.iter()
+        .filter_map(|pod| {
+            let status = pod.status.as_ref()?;
+            let agent = status
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .find(|c| c.name == AGENT_CONTAINER)?;
+            let ended = agent.state.as_ref()?.terminated.as_ref()?;
+            (ended.exit_code != 0).then_some((pod, ended))
+        })
+        .max_by_key(|(_, ended)| ended.finished_at.as_ref().map(|t| t.0))
+        .map(|(pod, ended)| {
+            let mut out = format!(
+                "the agent container of pod {} exited with code {}",
+                pod.metadata.name.as_deref().unwrap_or("?"),
+                ended.exit_code
+            );
+            if let Some(reason) = ended.reason.as_deref().filter(|r| !r.is_empty()) {
+                out += &format!(" ({reason})");
+            }
+            if let Some(message) = ended
+                .message
+                .as_deref()
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+            {
+                let mut cut = message.len().min(MAX_TERMINATION_MESSAGE);
+                while !message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                out += &format!(": {}", &message[..cut]);
+            }
+            out
+        })
+}
+
 /// Whether `new` differs from what the TaskRun already shows (so a no-op write is skipped).
 pub fn changed(old: Option<&TaskRunStatus>, new: &TaskRunStatus) -> bool {
     old != Some(new)
@@ -176,6 +224,42 @@ mod tests {
         );
         assert_eq!(flipped[0].last_transition_time, t1);
         assert_eq!(flipped[0].status, "False");
+    }
+
+    #[test]
+    fn a_failed_agent_is_named_with_its_exit_code_and_reason() {
+        let pod = |name: &str, agent: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "status": {"containerStatuses": [{"name": "agent", "image": "i", "imageID": "",
+                    "ready": false, "restartCount": 0, "state": agent}]}
+            }))
+            .expect("pod")
+        };
+        let failed = |code: i32, at: &str, message: &str| {
+            serde_json::json!({"terminated": {"exitCode": code, "reason": "Error", "message": message,
+                "finishedAt": at}})
+        };
+        // The newest failure wins; a running or a successful agent says nothing.
+        let pods = [
+            pod("p-1", failed(2, "2026-01-01T00:00:00Z", "")),
+            pod("p-2", failed(3, "2026-01-01T00:01:00Z", "  no API key\n")),
+            pod("p-3", serde_json::json!({"running": {}})),
+        ];
+        assert_eq!(
+            agent_failure(&pods).as_deref(),
+            Some("the agent container of pod p-2 exited with code 3 (Error): no API key")
+        );
+        assert_eq!(agent_failure(&pods[2..]), None);
+        assert_eq!(
+            agent_failure(&[pod("p", failed(0, "2026-01-01T00:00:00Z", ""))]),
+            None
+        );
+        // A long termination message is cut (on a character boundary).
+        let long = "é".repeat(600);
+        let said = agent_failure(&[pod("p", failed(137, "2026-01-01T00:00:00Z", &long))])
+            .expect("a failure");
+        assert!(said.len() < 600 + 80, "{}", said.len());
     }
 
     #[test]
