@@ -1,0 +1,165 @@
+"""Figures of a task pod on the real node (docs/benchmarks.md, "The task pod on a real kubelet").
+
+    python e2e/story/bench.py [--stories 3] [--changes 6]
+
+1. Runs the story (story.py) --stories times and keeps its figures: kubectl apply -> proxy
+   ready, agent start -> first model request, the pod's memory, agent exit -> TaskRun
+   Succeeded, and one add-context each.
+2. Then one long task (Claude Code kept busy by the model stand-in, one cheap call a second)
+   takes --changes add-contexts, alternately enabling and disabling everything:get-env, each
+   after a random pause of 5-45 s (so they fall at different points of the kubelet's 1-minute
+   pod sync), and measures each: add-context -> ConfigMap rendered -> proxy reload (the kubelet
+   updated the volume) -> list_changed sent -> the model offered the changed list.
+
+Prints each sample and the medians (and min/max) as Markdown. Needs the cluster with its real
+node (e2e/cluster up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from story import (  # noqa: E402
+    MCP,
+    MODEL_PORT,
+    REAL_NODE,
+    ScriptedModel,
+    Story,
+    StoryError,
+    cargo_binaries,
+    check,
+    node_images,
+    text,
+    tool_use,
+    wait_until,
+)
+
+DELAY = 1.0  # the model "thinks" this long before each busy call (the offered time's resolution)
+
+
+class BusyAgent:
+    """The model keeps the agent calling get-sum until told to stop."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+
+    def __call__(self, first):
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            yield tool_use(MCP + "everything__get-sum", {"a": n, "b": 1}).after(DELAY)
+        yield text("done")
+
+
+def changes(story: Story, count: int, say) -> list[dict]:
+    samples = []
+    script = BusyAgent()
+    story.model = ScriptedModel(script, port=MODEL_PORT).start()
+    story.cleanup.callback(story.model.stop)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "anthropic"},
+              "stringData": {"api-key": "sk-ant-stand-in-bench"}}
+    story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(secret))
+    taskrun = {
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": "task-1001"},
+        "spec": {
+            "taskId": 1001, "serviceName": "bench", "task": {"prompt": "stay busy"},
+            "agent": {"env": [
+                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
+                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
+            "podTemplate": {
+                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+            },
+            "toolConfig": {"mcpServers": [{"name": "everything", "tools": {"deny": ["get-env"]}}]},
+        },
+    }
+    story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
+    story.model.wait_for(lambda r: True, timeout=120, what="the agent's first request")
+    enabled = False
+    for i in range(count):
+        pause = random.uniform(5, 45)
+        time.sleep(pause)
+        enabled = not enabled
+        flag = "--enable-tools" if enabled else "--disable-tools"
+        started = time.time()
+        cli = story.cli("task", "add-context", "--task-id", "1001", flag, "everything:get-env", "--wait-synced")
+        check(cli.returncode == 0, f"add-context failed: {cli.stdout}{cli.stderr}")
+        synced = time.time()
+        offered = story.model.wait_for(
+            lambda r, e=enabled, t=started: r.wall > t and ("everything__get-env" in r.mcp_tools()) == e,
+            timeout=240, what=f"change {i + 1} to reach the model")
+        reload_at, notified_at = story.proxy_reload_times(started)
+        sample = {
+            "configmap_s": synced - started,
+            "reload_s": reload_at - started,
+            "list_changed_s": notified_at - started,
+            "offered_s": offered.wall - started,
+        }
+        samples.append(sample)
+        say(f"   change {i + 1} ({'enable' if enabled else 'disable'} get-env, after a {pause:.0f} s pause): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in sample.items()))
+    script.stop.set()
+    return samples
+
+
+def table(rows: list[dict], title: str) -> str:
+    keys = list(rows[0])
+    out = [f"| {title} (n={len(rows)}) | median | min | max |", "|---|---|---|---|"]
+    for k in keys:
+        values = [r[k] for r in rows]
+        out.append(f"| {k} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stories", type=int, default=3)
+    p.add_argument("--changes", type=int, default=6)
+    args = p.parse_args()
+    stories = []
+    for i in range(args.stories):
+        print(f"story {i + 1}/{args.stories}", flush=True)
+        figures = Story(say=lambda *_: None).run()
+        flat = {k: v for k, v in figures.items() if not isinstance(v, dict)}
+        flat.update({f"memory_{k}_mib": v for k, v in figures["memory_mib"].items()})
+        stories.append(flat)
+        print("   " + ", ".join(f"{k} {v}" for k, v in flat.items()), flush=True)
+    samples = []
+    if args.changes:
+        story = Story(say=lambda *_: None)
+        with ExitStack() as cleanup:
+            story.cleanup = cleanup
+            story.node = story.real_node()
+            story.binaries = cargo_binaries()
+            story.images = node_images()
+            story.install()
+            print(f"one task, {args.changes} add-contexts", flush=True)
+            samples = changes(story, args.changes, lambda s: print(s, flush=True))
+            wait_until("the bench task to succeed", lambda: story.json(
+                "get", "taskrun", "task-1001", "-n", story.work_ns).get("status", {}).get("phase") == "Succeeded",
+                timeout=120)
+    print()
+    if stories:
+        print(table(stories, "story runs"))
+        print()
+    if samples:
+        print(table(samples, "add-context -> (seconds)"))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except StoryError as e:
+        print(f"bench failed: {e}", file=sys.stderr)
+        sys.exit(1)
