@@ -200,10 +200,12 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def rss_mib(pid: int) -> float:
+def pss_mib(pid: int) -> float:
+    """The process's proportional set size: its private memory plus its share of pages it shares
+    with other processes (the node binary two servers map counts once over both, unlike RSS)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -619,14 +621,14 @@ class Story:
         check(proxy is not None and agent is not None, f"containers running on the node: {pids}")
         ups = descendants(proxy)
         self.figures["memory_mib"] = {
-            "proxy_rss": round(rss_mib(proxy), 1),
-            "upstreams_rss": round(sum(rss_mib(p) for p in ups), 1),
+            "proxy_pss": round(pss_mib(proxy), 1),
+            "upstreams_pss": round(sum(pss_mib(p) for p in ups), 1),
             "proxy_container_peak": round(cgroup_peak_mib(proxy) or 0, 1),
             "agent_container_peak": round(cgroup_peak_mib(agent) or 0, 1),
         }
         m = self.figures["memory_mib"]
-        self.say(f"   memory {when}: proxy {m['proxy_rss']} MiB RSS, its {len(ups)} upstream processes "
-                 f"{m['upstreams_rss']} MiB; container peaks: mcp-proxy {m['proxy_container_peak']} MiB, "
+        self.say(f"   memory {when} (PSS): proxy {m['proxy_pss']} MiB, its {len(ups)} child processes "
+                 f"{m['upstreams_pss']} MiB; container peaks (cgroup): mcp-proxy {m['proxy_container_peak']} MiB, "
                  f"agent {m['agent_container_peak']} MiB")
 
     def catalog(self) -> dict:
