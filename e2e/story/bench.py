@@ -95,9 +95,15 @@ def changes(story: Story, count: int, say) -> list[dict]:
         cli = story.cli("task", "add-context", "--task-id", "1001", flag, "everything:get-env", "--wait-synced")
         check(cli.returncode == 0, f"add-context failed: {cli.stdout}{cli.stderr}")
         synced = time.time()
-        offered = story.model.wait_for(
-            lambda r, e=enabled, t=started: r.wall > t and ("everything__get-env" in r.mcp_tools()) == e,
-            timeout=240, what=f"change {i + 1} to reach the model")
+        try:
+            offered = story.model.wait_for(
+                lambda r, e=enabled, t=started: r.wall > t and ("everything__get-env" in r.mcp_tools()) == e,
+                timeout=240, what=f"change {i + 1} to reach the model")
+        except TimeoutError:
+            last = story.model.conversation()[-1]
+            Path("/tmp/bench-last-request.json").write_text(json.dumps(last.body))
+            print(story.kubectl("logs", "-n", story.work_ns, "job/task-1001", "-c", "mcp-proxy", "--tail", "30"))
+            raise
         reload_at, notified_at = story.proxy_reload_times(started)
         sample = {
             "configmap_s": synced - started,

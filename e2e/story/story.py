@@ -12,9 +12,9 @@
 4. Claude Code connects to the proxy over the pod's localhost; the model behind it is the one
    thing we stand in for (e2e/model/scripted_model.py on 127.0.0.1, reached from the pod through
    the node's netns-portal). Its script checks the agent offers exactly the allowed tools, calls
-   get-sum and memory's create_entities, and asks for the denied get-env (the agent has no such
-   tool).
-5. `orchestrator-cli task add-context` enables get-env and disables echo; the operator
+   get-sum and memory's create_entities, asks for the denied get-env (the agent has no such
+   tool), then keeps the agent working (a call a second).
+5. 20 s later, `orchestrator-cli task add-context` enables get-env and disables echo; the operator
    re-renders the ConfigMap; the kubelet updates the pod's volume on its own schedule (default
    sync: about a minute); the proxy reloads and sends `notifications/tools/list_changed`;
    Claude Code re-lists, and its next request offers the model get-env and no longer echo. The
@@ -71,6 +71,8 @@ AGENT_DECLARES = {"roots"}
 # How long the model keeps the agent busy waiting for the new tool. A default kubelet refreshes a
 # ConfigMap volume on its periodic pod sync (1 min, plus jitter): measured 50-80 s.
 ADD_CONTEXT_BUDGET = 180
+# How long the agent works before the person's add-context (see agent_works).
+SETTLE_S = 20
 
 
 class StoryError(AssertionError):
@@ -554,6 +556,13 @@ class Story:
             raise StoryError(f"{e}\n{self.logs()}") from None
         for line in self.script.said:
             self.say(f"   {line}")
+        # A person grants a tool to an agent that has been working a while, not in its first
+        # seconds: right after a pod starts, the kubelet syncs it again on its containers'
+        # start-up events and a ConfigMap change gets in within a second; later it waits for the
+        # periodic sync (1 min). So the story lets the agent work on first (this is the scenario's
+        # time passing, not a wait for a condition).
+        self.say(f"   ... the agent keeps working (a call a second); {SETTLE_S} s later a person grants it get-env:")
+        time.sleep(SETTLE_S)
 
         self.say(f"\n== 5. orchestrator-cli task add-context --task-id 1001 --enable-tools {ENABLE} --disable-tools {DISABLE}")
         pids = self.container_pids(pod)
@@ -571,7 +580,7 @@ class Story:
         self.script.want_after = expected_tools(taskrun, self.catalog())
         self.script.add_context_done.set()
         self.say(f"   the ConfigMap is re-rendered {synced - started:.2f} s after the command started; "
-                 "the kubelet updates the pod's volume at its next sync of the pod (default: every minute)")
+                 "the kubelet updates the pod's volume at its next periodic sync of the pod (default: every minute)")
         try:
             offered = self.model.wait_for(lambda r: "offered" in self.script.seen, timeout=ADD_CONTEXT_BUDGET + 30,
                                           what="a request offering get-env")

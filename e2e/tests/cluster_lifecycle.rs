@@ -242,15 +242,30 @@ fn pause_image() -> Result<String> {
         .context("e2e/images/build printed no pause image")
 }
 
+/// Whether the kubelet of the real node under cluster state dir `state` is running (the rule of
+/// `e2e/node`'s `claim_slot`: its pid file names a live process).
+fn kubelet_alive(state: &Path) -> bool {
+    std::fs::read_to_string(state.join("node/pids/kubelet"))
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok())
+        .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+}
+
 #[test]
 #[ignore = "needs root and the machine's real-node slot (./test runs it before its own cluster)"]
 fn real_node_lifecycle_down_leaves_the_machine_as_it_was() -> Result<()> {
-    if let Ok(owner) = std::fs::read_to_string("/run/orchestrator-e2e-node.owner") {
-        anyhow::bail!(
-            "a real e2e node of {} may be up: this test needs the machine's one node slot (run it \
-             with the cluster down, as ./test does)",
-            owner.trim()
+    let owner_file = "/run/orchestrator-e2e-node.owner";
+    if let Ok(owner) = std::fs::read_to_string(owner_file) {
+        let owner = owner.trim();
+        anyhow::ensure!(
+            !kubelet_alive(Path::new(owner)),
+            "a real e2e node of {owner} is up: this test needs the machine's one node slot (run it \
+             with the cluster down, as ./test does)"
         );
+        // Left by a node whose processes are gone (a crash, a machine restored from a snapshot):
+        // the slot is free, as `e2e/node up` would decide too, and the file is not ours to
+        // compare against.
+        std::fs::remove_file(owner_file).with_context(|| format!("removing stale {owner_file}"))?;
     }
     let parent = std::env::temp_dir().join(format!("orch-e2e-node-{}", std::process::id()));
     let state = parent.join("cluster");

@@ -33,7 +33,7 @@ pub struct Args {
     /// (default: $TMPDIR/orchestrator-mcp-proxy; in the pod /tmp is an emptyDir that outlives
     /// container restarts). `--cache-dir ""` keeps lists in memory only.
     #[arg(long, env = "MCP_PROXY_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
+    cache_dir: Option<OsString>,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text", env = "MCP_PROXY_LOG_FORMAT")]
     pub log_format: telemetry::LogFormat,
@@ -114,8 +114,8 @@ impl Args {
             stdio: self.stdio,
             listen: self.listen,
             cache_dir: match &self.cache_dir {
-                Some(dir) if dir.as_os_str().is_empty() => None,
-                Some(dir) => Some(dir.clone()),
+                Some(dir) if dir.is_empty() => None,
+                Some(dir) => Some(PathBuf::from(dir)),
                 None => Some(std::env::temp_dir().join("orchestrator-mcp-proxy")),
             },
             shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
@@ -181,5 +181,34 @@ fn probe(url: &str) -> ExitCode {
             eprintln!("{url}: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_dir(args: &[&str]) -> Option<PathBuf> {
+        let args = Args::try_parse_from(
+            ["orchestrator-mcp-proxy", "--config", "p.yaml"]
+                .iter()
+                .chain(args),
+        )
+        .expect("the flags parse");
+        args.options().ok().expect("options").cache_dir
+    }
+
+    #[test]
+    fn an_empty_cache_dir_keeps_tool_lists_in_memory_as_the_help_says() {
+        assert_eq!(cache_dir(&["--cache-dir", ""]), None);
+        assert_eq!(cache_dir(&["--cache-dir="]), None);
+        assert_eq!(
+            cache_dir(&["--cache-dir", "/var/cache/p"]),
+            Some(PathBuf::from("/var/cache/p"))
+        );
+        assert_eq!(
+            cache_dir(&[]),
+            Some(std::env::temp_dir().join("orchestrator-mcp-proxy"))
+        );
     }
 }
