@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
+use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
 
 use crate::output::Format;
 
@@ -68,7 +69,7 @@ pub struct Global {
         global = true,
         value_name = "NAME",
         env = "ORCH_CATALOG_NAMESPACE",
-        default_value = crate::catalog::DEFAULT_NAMESPACE
+        default_value = DEFAULT_CONFIG_MAP_NAMESPACE
     )]
     pub catalog_namespace: String,
 
@@ -78,7 +79,7 @@ pub struct Global {
         global = true,
         value_name = "NAME",
         env = "ORCH_CATALOG_NAME",
-        default_value = crate::catalog::DEFAULT_NAME
+        default_value = DEFAULT_CONFIG_MAP_NAME
     )]
     pub catalog_name: String,
 

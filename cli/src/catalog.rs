@@ -12,11 +12,6 @@ use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result, is_not_found};
 use crate::output::{self, Format, Table};
 
-/// Where the chart puts the catalog unless told otherwise: the operator's defaults
-/// (`--catalog-namespace`, `--catalog-name`; env `ORCH_CATALOG_NAMESPACE`, `ORCH_CATALOG_NAME`).
-pub const DEFAULT_NAMESPACE: &str = "orchestrator-system";
-pub const DEFAULT_NAME: &str = "orchestrator-catalog";
-
 /// Loads the catalog from `--catalog` or, failing that, from the cluster.
 pub async fn load(global: &Global, cluster: Option<&Cluster>) -> Result<Catalog> {
     if let Some(path) = &global.catalog {

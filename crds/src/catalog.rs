@@ -13,6 +13,12 @@ use serde::{Deserialize, Serialize};
 
 /// The ConfigMap key holding the catalog YAML.
 pub const CATALOG_KEY: &str = "catalog.yaml";
+/// The namespace of the catalog ConfigMap unless told otherwise: the default of the operator's
+/// `--catalog-namespace` and of the CLI's (env `ORCH_CATALOG_NAMESPACE` for both).
+pub const DEFAULT_CONFIG_MAP_NAMESPACE: &str = "orchestrator-system";
+/// The name of the catalog ConfigMap unless told otherwise: the default of the operator's
+/// `--catalog-name` and of the CLI's (env `ORCH_CATALOG_NAME` for both).
+pub const DEFAULT_CONFIG_MAP_NAME: &str = "orchestrator-catalog";
 
 /// The whole catalog.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]

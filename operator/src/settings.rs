@@ -4,11 +4,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
 
-use crate::render::RenderSettings;
-
-/// The sidecar's default port (the proxy's own default listen address is 127.0.0.1:8080).
-pub const DEFAULT_SIDECAR_PORT: u16 = 8080;
+use crate::render::{DEFAULT_SIDECAR_PORT, RenderSettings};
 
 /// Kubernetes operator for orchestrator TaskRuns: renders each TaskRun into a ConfigMap and a Job
 /// whose pod runs the agent with the MCP proxy as a native sidecar.
@@ -22,14 +20,14 @@ pub struct Settings {
     #[arg(
         long,
         env = "ORCH_CATALOG_NAMESPACE",
-        default_value = "orchestrator-system"
+        default_value = DEFAULT_CONFIG_MAP_NAMESPACE
     )]
     pub catalog_namespace: String,
     /// Name of the catalog ConfigMap (key `catalog.yaml`).
     #[arg(
         long,
         env = "ORCH_CATALOG_NAME",
-        default_value = "orchestrator-catalog"
+        default_value = DEFAULT_CONFIG_MAP_NAME
     )]
     pub catalog_name: String,
     /// Image of the MCP proxy sidecar put into every task pod.

@@ -35,6 +35,9 @@ pub const SERVICE_LABEL: &str = "orchestrator.io/service";
 /// `app.kubernetes.io/managed-by` value of every child (the operator watches children by it).
 pub const MANAGED_BY: &str = "orchestrator-operator";
 
+/// The sidecar's default port (the proxy's own default listen address is 127.0.0.1:8080).
+pub const DEFAULT_SIDECAR_PORT: u16 = 8080;
+
 /// What the operator's flags decide about rendered objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RenderSettings {

@@ -17,7 +17,7 @@ fn settings() -> RenderSettings {
         sidecar_image: "ghcr.io/example/orchestrator-mcp-proxy:0.1.0".into(),
         agent_image: "ghcr.io/example/claude-code:1".into(),
         sidecar_otlp_endpoint: None,
-        sidecar_port: crate::settings::DEFAULT_SIDECAR_PORT,
+        sidecar_port: DEFAULT_SIDECAR_PORT,
     }
 }
 
