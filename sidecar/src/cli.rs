@@ -195,7 +195,7 @@ mod tests {
                 .chain(args),
         )
         .expect("the flags parse");
-        args.options().ok().expect("options").cache_dir
+        args.options().expect("options").cache_dir
     }
 
     #[test]
