@@ -6,17 +6,26 @@
 //! The Job is created once and never written again (its pod template is immutable); a change of
 //! `toolConfig` only re-renders the ConfigMap and bumps `status.contextVersion`.
 
+mod events;
+mod inputs;
 pub mod status;
+mod trim;
+mod ttl;
+mod version;
 
-use std::collections::BTreeSet;
+#[cfg(test)]
+mod tests;
+
+pub use trim::{trim_config_map, trim_job};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
@@ -27,9 +36,10 @@ use crate::catalog::CatalogStore;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::render::{
-    self, CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, Plan, Problem, RenderSettings, job,
+    self, CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, Problem, RenderSettings,
 };
 use status::{Cond, JobState};
+use ttl::Ttl;
 
 /// The field manager of every write the operator makes.
 pub const MANAGER: &str = "orchestrator-operator";
@@ -123,10 +133,10 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         let problems = match &job {
             // Nothing may start before everything it needs exists: a pod with a missing
             // Secret key would hang in CreateContainerConfigError.
-            None => missing_inputs(tr, &plan, &ctx.client, &ns).await?,
+            None => inputs::missing_inputs(tr, &plan, &ctx.client, &ns).await?,
             // A running pod's env cannot change: a newly enabled server that needs a Secret the
             // pod was created without cannot be started.
-            Some(job) => env_not_in_pod(job, &plan),
+            Some(job) => inputs::env_not_in_pod(job, &plan),
         };
         if !problems.is_empty() {
             blocked(tr, ctx, &previous, job_state.as_ref(), problems).await?;
@@ -154,24 +164,8 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         }
         None => cms.get_opt(&plan.config_map_name()).await?,
     };
-    let annotation = |key: &str| {
-        existing
-            .as_ref()
-            .and_then(|c| c.annotations().get(key).cloned())
-    };
-    let cm_version: u64 = annotation(CONTEXT_VERSION_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let status_version = previous.context_version.unwrap_or(0).max(0) as u64;
-    let version = if annotation(CONFIG_HASH_ANNOTATION).as_deref() == Some(plan.config_hash())
-        && cm_version > 0
-    {
-        cm_version
-    } else if previous.config_hash.as_deref() == Some(plan.config_hash()) && status_version > 0 {
-        status_version
-    } else {
-        cm_version.max(status_version) + 1
-    };
+    let versions = version::context_version(existing.as_ref(), &previous, plan.config_hash());
+    let version = versions.current;
     let desired = plan.config_map(version);
     let up_to_date = existing.as_ref().is_some_and(|c| {
         c.data == desired.data
@@ -181,9 +175,12 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     });
     if !up_to_date {
         apply(&cms, &desired).await?;
-        if version > 1 && version > cm_version.max(status_version) {
-            let note = format!("contextVersion {version}: {}", describe_tools(&plan));
-            publish(
+        if version > 1 && versions.is_new() {
+            let note = format!(
+                "contextVersion {version}: {}",
+                events::describe_tools(&plan)
+            );
+            events::publish(
                 ctx,
                 tr,
                 EventType::Normal,
@@ -203,39 +200,34 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
             let note = format!(
                 "created Job {} (agent image {}, proxy image {})",
                 plan.job_name(),
-                agent_image(plan.job()),
+                events::agent_image(plan.job()),
                 ctx.render.sidecar_image
             );
-            publish(ctx, tr, EventType::Normal, "JobCreated", "CreateJob", note).await;
+            events::publish(ctx, tr, EventType::Normal, "JobCreated", "CreateJob", note).await;
             let state = status::job_state(&created);
             (Some(created), Some(state))
         }
     };
 
-    // ttlSecondsAfterFinished: the operator deletes the finished Job itself, after recording
-    // the outcome, so the deletion can never be mistaken for a Job to recreate.
+    // ttlSecondsAfterFinished (see ttl.rs).
     let mut requeue = if finished { None } else { Some(RESYNC) };
     let mut ttl_deleted = false;
-    if let (Some(ttl), Some(state)) = (tr.spec.ttl_seconds_after_finished, &job_state)
-        && state.phase.is_terminal()
-        && previous.phase == Some(state.phase)
-    {
-        let done = state
-            .completion_time
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or_else(|| status::now().0);
-        let due = done + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(ttl));
-        let left = due.duration_since(status::now().0);
-        if left.is_positive() {
-            requeue = Some(left.unsigned_abs());
-        } else {
+    match ttl::decide(
+        tr.spec.ttl_seconds_after_finished,
+        job_state.as_ref(),
+        previous.phase,
+        status::now().0,
+    ) {
+        Ttl::NotDue => {}
+        Ttl::Wait(left) => requeue = Some(left),
+        Ttl::Delete => {
             jobs.delete(&name, &DeleteParams::background()).await?;
             ttl_deleted = true;
+            let ttl = tr.spec.ttl_seconds_after_finished.unwrap_or_default();
             let note = format!(
                 "deleted Job {name} {ttl}s after the task finished (ttlSecondsAfterFinished)"
             );
-            publish(ctx, tr, EventType::Normal, "JobDeleted", "DeleteJob", note).await;
+            events::publish(ctx, tr, EventType::Normal, "JobDeleted", "DeleteJob", note).await;
         }
     }
 
@@ -249,8 +241,8 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         enabled_tool_count: Some(plan.enabled_tool_count),
         ..Default::default()
     };
-    let state = job_state.clone().or_else(|| remembered(&previous));
-    fill_phase(&mut status, &previous, state.as_ref());
+    let state = job_state.clone().or_else(|| status::remembered(&previous));
+    status::fill_phase(&mut status, &previous, state.as_ref());
     let rendered = format!(
         "contextVersion {version} rendered into ConfigMap {}",
         plan.config_map_name()
@@ -274,7 +266,7 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
             ready,
             Cond::yes(ct::CONFIG_RENDERED, "Rendered", rendered),
             job_cond,
-            succeeded_cond(state.as_ref()),
+            status::succeeded_cond(state.as_ref()),
         ],
         &previous.conditions,
         tr.metadata.generation,
@@ -304,7 +296,7 @@ async fn blocked(
         .join("; ");
     let was = previous.conditions.iter().find(|c| c.type_ == ct::READY);
     if was.is_none_or(|c| c.reason != reason || c.message != message) {
-        publish(
+        events::publish(
             ctx,
             tr,
             EventType::Warning,
@@ -321,8 +313,8 @@ async fn blocked(
         conditions: Vec::new(),
         ..previous.clone()
     };
-    let state = job.cloned().or_else(|| remembered(previous));
-    fill_phase(&mut status, previous, state.as_ref());
+    let state = job.cloned().or_else(|| status::remembered(previous));
+    status::fill_phase(&mut status, previous, state.as_ref());
     let job_cond = match job {
         Some(_) => Cond::yes(
             ct::JOB_CREATED,
@@ -344,25 +336,13 @@ async fn blocked(
             Cond::no(ct::READY, reason, message.clone()),
             Cond::no(ct::CONFIG_RENDERED, reason, format!("{message}{kept}")),
             job_cond,
-            succeeded_cond(state.as_ref()),
+            status::succeeded_cond(state.as_ref()),
         ],
         &previous.conditions,
         tr.metadata.generation,
         &status::now(),
     );
     write_status(tr, ctx, previous, status).await
-}
-
-/// Sets phase and times from the Job (or what was recorded once the Job is gone), and emits an
-/// event when the task finishes.
-fn fill_phase(status: &mut TaskRunStatus, previous: &TaskRunStatus, state: Option<&JobState>) {
-    status.phase = Some(state.map_or(Phase::Pending, |s| s.phase));
-    status.start_time = state
-        .and_then(|s| s.start_time.clone())
-        .or_else(|| previous.start_time.clone());
-    status.completion_time = state
-        .and_then(|s| s.completion_time.clone())
-        .or_else(|| previous.completion_time.clone());
 }
 
 /// A failed Job says only that it failed (e.g. BackoffLimitExceeded); when the agent container
@@ -377,7 +357,7 @@ async fn explain_failure(
     ctx: &Context,
 ) {
     if previous.phase == Some(Phase::Failed) {
-        if let Some(recorded) = remembered(previous) {
+        if let Some(recorded) = status::remembered(previous) {
             state.reason = recorded.reason;
             state.message = recorded.message;
         }
@@ -395,35 +375,6 @@ async fn explain_failure(
         Err(e) => {
             tracing::warn!(job, error = %e, "could not read the failed Job's pods; the TaskRun keeps the Job's reason");
         }
-    }
-}
-
-/// The outcome recorded in the status when the Job no longer exists.
-fn remembered(previous: &TaskRunStatus) -> Option<JobState> {
-    let phase = previous.phase.filter(|p| p.is_terminal())?;
-    let cond = previous
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ct::SUCCEEDED);
-    Some(JobState {
-        phase,
-        reason: cond.map_or_else(|| phase.as_str().to_string(), |c| c.reason.clone()),
-        message: cond.map_or_else(String::new, |c| c.message.clone()),
-        start_time: previous.start_time.clone(),
-        completion_time: previous.completion_time.clone(),
-    })
-}
-
-fn succeeded_cond(state: Option<&JobState>) -> Cond {
-    match state {
-        Some(s) if s.phase == Phase::Succeeded => {
-            Cond::yes(ct::SUCCEEDED, s.reason.clone(), s.message.clone())
-        }
-        Some(s) if s.phase == Phase::Failed => {
-            Cond::no(ct::SUCCEEDED, s.reason.clone(), s.message.clone())
-        }
-        Some(s) => Cond::unknown(ct::SUCCEEDED, s.reason.clone(), s.message.clone()),
-        None => Cond::unknown(ct::SUCCEEDED, "Pending", "the Job does not exist yet"),
     }
 }
 
@@ -449,7 +400,7 @@ async fn write_status(
             .iter()
             .find(|c| c.type_ == ct::SUCCEEDED)
             .map_or_else(String::new, |c| c.message.clone());
-        publish(ctx, tr, kind, reason, "Observe", note).await;
+        events::publish(ctx, tr, kind, reason, "Observe", note).await;
     }
     let api: Api<TaskRun> =
         Api::namespaced(ctx.client.clone(), &tr.namespace().unwrap_or_default());
@@ -465,153 +416,6 @@ async fn write_status(
     )
     .await?;
     Ok(())
-}
-
-/// Secrets and task sources a new pod needs, checked before the Job is created.
-async fn missing_inputs(
-    tr: &TaskRun,
-    plan: &Plan,
-    client: &Client,
-    ns: &str,
-) -> Result<Vec<Problem>> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let mut problems = Vec::new();
-    for b in plan.required_secret_env() {
-        let needed_by = format!("env {} of server {}", b.env, b.servers.join(", "));
-        match secrets.get_opt(&b.secret).await? {
-            None => problems.push(Problem {
-                reason: "SecretNotFound",
-                message: format!(
-                    "Secret {ns}/{} (key {}) for {needed_by} does not exist; create it, e.g. kubectl -n {ns} create secret generic {} --from-literal={}=...",
-                    b.secret, b.key, b.secret, b.key
-                ),
-            }),
-            Some(s) if !has_key(&s, &b.key) => problems.push(Problem {
-                reason: "SecretKeyNotFound",
-                message: format!(
-                    "Secret {ns}/{} has no key {} (needed for {needed_by}); it has: {}",
-                    b.secret,
-                    b.key,
-                    keys(&s).join(", ")
-                ),
-            }),
-            Some(_) => {}
-        }
-    }
-    let task = &tr.spec.task;
-    if let Some(r) = &task.secret_key_ref {
-        match secrets.get_opt(&r.name).await? {
-            Some(s) if has_key(&s, &r.key) => {}
-            _ => problems.push(Problem {
-                reason: "TaskSourceNotFound",
-                message: format!(
-                    "spec.task.secretKeyRef: Secret {ns}/{} with key {} not found",
-                    r.name, r.key
-                ),
-            }),
-        }
-    }
-    if let Some(r) = &task.config_map_key_ref {
-        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let found = cms.get_opt(&r.name).await?.is_some_and(|c| {
-            c.data.as_ref().is_some_and(|d| d.contains_key(&r.key))
-                || c.binary_data
-                    .as_ref()
-                    .is_some_and(|d| d.contains_key(&r.key))
-        });
-        if !found {
-            problems.push(Problem {
-                reason: "TaskSourceNotFound",
-                message: format!(
-                    "spec.task.configMapKeyRef: ConfigMap {ns}/{} with key {} not found",
-                    r.name, r.key
-                ),
-            });
-        }
-    }
-    Ok(problems)
-}
-
-fn has_key(s: &Secret, key: &str) -> bool {
-    s.data.as_ref().is_some_and(|d| d.contains_key(key))
-        || s.string_data.as_ref().is_some_and(|d| d.contains_key(key))
-}
-
-/// Key names only: values are never read into messages.
-fn keys(s: &Secret) -> Vec<String> {
-    s.data.iter().flat_map(|d| d.keys().cloned()).collect()
-}
-
-/// Secret env the current config needs that the existing pod's proxy container lacks.
-fn env_not_in_pod(job: &Job, plan: &Plan) -> Vec<Problem> {
-    let have: BTreeSet<&str> = job
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|p| p.init_containers.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| c.name == job::PROXY_CONTAINER)
-        .flat_map(|c| c.env.iter().flatten().map(|e| e.name.as_str()))
-        .collect();
-    plan.required_secret_env()
-        .filter(|b| !have.contains(b.env.as_str()))
-        .map(|b| Problem {
-            reason: "SecretEnvNotInPod",
-            message: format!(
-                "server {} needs env {} from a Secret, but the running pod was created without it (a pod's env cannot change); \
-                 list the server (enabled: false, with its secretRefs) when creating a TaskRun to enable it later",
-                b.servers.join(", "),
-                b.env
-            ),
-        })
-        .collect()
-}
-
-/// Keeps of a Job what reconcile reads: identity, owners, status and the proxy container's env
-/// names (to know which Secrets the running pod has).
-pub fn trim_job(job: &mut Job) {
-    job.metadata.managed_fields = None;
-    job.metadata.annotations = None;
-    job.metadata.labels = None;
-    if let Some(spec) = job.spec.as_mut() {
-        spec.selector = None;
-        spec.template.metadata = None;
-        if let Some(pod) = spec.template.spec.as_mut() {
-            let proxy_env = pod
-                .init_containers
-                .iter()
-                .flatten()
-                .find(|c| c.name == job::PROXY_CONTAINER)
-                .map(|c| {
-                    c.env
-                        .iter()
-                        .flatten()
-                        .map(|e| k8s_openapi::api::core::v1::EnvVar {
-                            name: e.name.clone(),
-                            ..Default::default()
-                        })
-                        .collect()
-                });
-            *pod = k8s_openapi::api::core::v1::PodSpec {
-                init_containers: Some(vec![k8s_openapi::api::core::v1::Container {
-                    name: job::PROXY_CONTAINER.into(),
-                    env: proxy_env,
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            };
-        }
-    }
-    if let Some(status) = job.status.as_mut() {
-        status.uncounted_terminated_pods = None;
-    }
-}
-
-/// Keeps of a ConfigMap what reconcile reads (data, annotations, owners).
-pub fn trim_config_map(cm: &mut ConfigMap) {
-    cm.metadata.managed_fields = None;
-    cm.metadata.labels = None;
 }
 
 /// Server-side apply of a rendered object under [`MANAGER`].
@@ -631,57 +435,4 @@ where
             &Patch::Apply(obj),
         )
         .await?)
-}
-
-/// Emits an event on the TaskRun; a failure is logged, never fails the reconcile.
-async fn publish(
-    ctx: &Context,
-    tr: &TaskRun,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    // The events API limits a note to 1 kB.
-    let mut note = note;
-    if note.len() > 1000 {
-        let mut cut = 1000;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-    }
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &tr.object_ref(&())).await {
-        tracing::warn!(error = %e, reason, "publishing an event");
-    }
-}
-
-fn describe_tools(plan: &Plan) -> String {
-    plan.tools
-        .iter()
-        .map(|t| {
-            let mut s = format!("{} allow [{}]", t.server, t.allow.join(", "));
-            if !t.deny.is_empty() {
-                s += &format!(" deny [{}]", t.deny.join(", "));
-            }
-            s
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-fn agent_image(job: &Job) -> String {
-    job.spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|p| p.containers.first())
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default()
 }

@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use orchestrator_crds::taskrun::{Phase, TaskRunStatus};
 
 use crate::render::job::AGENT_CONTAINER;
+use orchestrator_crds::taskrun::conditions as ct;
 
 /// The longest container termination message kept in a condition message.
 const MAX_TERMINATION_MESSAGE: usize = 512;
@@ -198,6 +199,47 @@ pub fn changed(old: Option<&TaskRunStatus>, new: &TaskRunStatus) -> bool {
 
 pub fn now() -> Time {
     Time(Timestamp::now())
+}
+
+/// Sets phase and times from the Job (or what was recorded once the Job is gone).
+pub fn fill_phase(status: &mut TaskRunStatus, previous: &TaskRunStatus, state: Option<&JobState>) {
+    status.phase = Some(state.map_or(Phase::Pending, |s| s.phase));
+    status.start_time = state
+        .and_then(|s| s.start_time.clone())
+        .or_else(|| previous.start_time.clone());
+    status.completion_time = state
+        .and_then(|s| s.completion_time.clone())
+        .or_else(|| previous.completion_time.clone());
+}
+
+/// The outcome recorded in the status when the Job no longer exists.
+pub fn remembered(previous: &TaskRunStatus) -> Option<JobState> {
+    let phase = previous.phase.filter(|p| p.is_terminal())?;
+    let cond = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ct::SUCCEEDED);
+    Some(JobState {
+        phase,
+        reason: cond.map_or_else(|| phase.as_str().to_string(), |c| c.reason.clone()),
+        message: cond.map_or_else(String::new, |c| c.message.clone()),
+        start_time: previous.start_time.clone(),
+        completion_time: previous.completion_time.clone(),
+    })
+}
+
+/// The `Succeeded` condition from the Job's state (`Unknown` while it runs or does not exist).
+pub fn succeeded_cond(state: Option<&JobState>) -> Cond {
+    match state {
+        Some(s) if s.phase == Phase::Succeeded => {
+            Cond::yes(ct::SUCCEEDED, s.reason.clone(), s.message.clone())
+        }
+        Some(s) if s.phase == Phase::Failed => {
+            Cond::no(ct::SUCCEEDED, s.reason.clone(), s.message.clone())
+        }
+        Some(s) => Cond::unknown(ct::SUCCEEDED, s.reason.clone(), s.message.clone()),
+        None => Cond::unknown(ct::SUCCEEDED, "Pending", "the Job does not exist yet"),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,531 @@
+//! Reconcile scenarios against a scripted API server (tower-test's mock service behind a real
+//! kube `Client`): what the operator writes, in which order, and what it leaves alone. The real
+//! control plane shows the same end to end (`e2e/tests/`); here each write is seen exactly.
+//!
+//! The scripted server keeps objects by path: a GET answers what it holds (404 otherwise), a
+//! server-side apply stores and echoes the object, an event is created. Every write is recorded.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::client::Body;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
+use serde_json::{Value, json};
+use tower_test::mock;
+
+use super::*;
+use crate::render::DEFAULT_SIDECAR_PORT;
+
+const NS: &str = "team-a";
+
+/// One write the operator made: method, path, body.
+#[derive(Clone, Debug)]
+struct Write {
+    method: Method,
+    path: String,
+    body: Value,
+}
+
+#[derive(Default)]
+struct Server {
+    objects: BTreeMap<String, Value>,
+    writes: Vec<Write>,
+}
+
+/// The scripted API server, shared with the task that answers the client.
+#[derive(Clone, Default)]
+struct Fake(Arc<Mutex<Server>>);
+
+impl Fake {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Server> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn put(&self, path: &str, object: Value) {
+        self.lock().objects.insert(path.to_string(), object);
+    }
+
+    fn get(&self, path: &str) -> Option<Value> {
+        self.lock().objects.get(path).cloned()
+    }
+
+    /// The writes since the last call.
+    fn take_writes(&self) -> Vec<Write> {
+        std::mem::take(&mut self.lock().writes)
+    }
+
+    fn answer(&self, method: &Method, path: &str, body: Value) -> (StatusCode, Value) {
+        let mut server = self.lock();
+        if *method == Method::GET {
+            return match server.objects.get(path) {
+                Some(object) => (StatusCode::OK, object.clone()),
+                None => (StatusCode::NOT_FOUND, not_found(path)),
+            };
+        }
+        server.writes.push(Write {
+            method: method.clone(),
+            path: path.to_string(),
+            body: body.clone(),
+        });
+        match *method {
+            Method::PATCH => {
+                server.objects.insert(path.to_string(), body.clone());
+                // A status patch names only the status; the server answers the whole object.
+                match path.strip_suffix("/status") {
+                    Some(object) => {
+                        let mut whole = server.objects.get(object).cloned().unwrap_or_default();
+                        whole["status"] = body["status"].clone();
+                        server.objects.insert(object.to_string(), whole.clone());
+                        (StatusCode::OK, whole)
+                    }
+                    None => (StatusCode::OK, body),
+                }
+            }
+            Method::POST => (StatusCode::CREATED, body),
+            _ => (StatusCode::METHOD_NOT_ALLOWED, not_found(path)),
+        }
+    }
+}
+
+fn not_found(path: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+           "reason": "NotFound", "message": format!("{path} not found")})
+}
+
+fn catalog() -> Catalog {
+    Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("shipped catalog is valid")
+}
+
+/// A sample as the API server hands it to the operator: namespaced, with a uid and generation.
+fn sample(yaml: &str) -> TaskRun {
+    let mut tr: TaskRun = serde_saphyr::from_str(yaml).expect("sample parses");
+    tr.metadata.namespace = Some(NS.into());
+    tr.metadata.uid = Some("0b6a3c9e-1b1e-4c57-9a43-5f1d2d6c1001".into());
+    tr.metadata.generation = Some(1);
+    tr
+}
+
+fn path(kind: &str, name: &str) -> String {
+    match kind {
+        "jobs" => format!("/apis/batch/v1/namespaces/{NS}/jobs/{name}"),
+        "taskruns" => format!("/apis/orchestrator.io/v1/namespaces/{NS}/taskruns/{name}/status"),
+        _ => format!("/api/v1/namespaces/{NS}/{kind}/{name}"),
+    }
+}
+
+/// The operator's context over the scripted server, and the writers of its two caches.
+struct Harness {
+    fake: Fake,
+    ctx: Context,
+    jobs: Writer<Job>,
+    config_maps: Writer<ConfigMap>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let fake = Fake::default();
+        let server = fake.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let method = request.method().clone();
+                let path = request.uri().path().to_string();
+                let bytes = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let (status, answer) = server.answer(&method, &path, body);
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(answer.to_string().into_bytes()))
+                    .expect("a valid response");
+                send.send_response(response);
+            }
+        });
+        let client = Client::new(service, NS);
+        let (jobs_store, jobs) = reflector::store();
+        let (config_maps_store, config_maps) = reflector::store();
+        let ctx = Context {
+            client: client.clone(),
+            jobs: jobs_store,
+            config_maps: config_maps_store,
+            render: RenderSettings {
+                sidecar_image: "orchestrator-mcp-proxy:test".into(),
+                agent_image: "claude-code:test".into(),
+                sidecar_otlp_endpoint: None,
+                sidecar_port: DEFAULT_SIDECAR_PORT,
+            },
+            catalog: CatalogStore::with(catalog()),
+            metrics: Arc::new(Metrics::default()),
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: MANAGER.into(),
+                    instance: None,
+                },
+            ),
+        };
+        Self {
+            fake,
+            ctx,
+            jobs,
+            config_maps,
+        }
+    }
+
+    /// One reconcile; fails instead of hanging if it waits on an unanswered request.
+    async fn reconcile(&self, tr: &TaskRun) -> Action {
+        let object = path("taskruns", &tr.name_any());
+        let object = object.trim_end_matches("/status");
+        self.fake.put(
+            object,
+            serde_json::to_value(tr).expect("a TaskRun serializes"),
+        );
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            reconcile(Arc::new(tr.clone()), Arc::new(self.ctx_clone())),
+        )
+        .await
+        .expect("reconcile finished")
+        .expect("reconcile succeeded")
+    }
+
+    fn ctx_clone(&self) -> Context {
+        Context {
+            client: self.ctx.client.clone(),
+            jobs: self.ctx.jobs.clone(),
+            config_maps: self.ctx.config_maps.clone(),
+            render: self.ctx.render.clone(),
+            catalog: self.ctx.catalog.clone(),
+            metrics: self.ctx.metrics.clone(),
+            recorder: self.ctx.recorder.clone(),
+        }
+    }
+
+    /// What the watches would bring: the server's Job and ConfigMap, trimmed, in the caches.
+    fn sync_caches(&mut self, name: &str) {
+        if let Some(job) = self.fake.get(&path("jobs", name)) {
+            let mut job: Job = serde_json::from_value(job).expect("a Job");
+            trim_job(&mut job);
+            self.jobs.apply_watcher_event(&watcher::Event::Apply(job));
+        }
+        let cm_path = path("configmaps", &crate::render::config_map_name(name));
+        if let Some(cm) = self.fake.get(&cm_path) {
+            let mut cm: ConfigMap = serde_json::from_value(cm).expect("a ConfigMap");
+            trim_config_map(&mut cm);
+            self.config_maps
+                .apply_watcher_event(&watcher::Event::Apply(cm));
+        }
+    }
+
+    /// The TaskRun as the next watch event shows it: with the status the operator wrote.
+    fn with_written_status(&self, tr: &TaskRun) -> TaskRun {
+        let mut tr = tr.clone();
+        let name = tr.name_any();
+        if let Some(patch) = self.fake.get(&path("taskruns", &name)) {
+            let status: TaskRunStatus =
+                serde_json::from_value(patch["status"].clone()).expect("a TaskRun status");
+            tr.status = Some(status);
+        }
+        tr
+    }
+}
+
+fn kinds(writes: &[Write]) -> Vec<String> {
+    writes
+        .iter()
+        .map(|w| {
+            // A create names the collection, a patch the object.
+            let from_end = usize::from(w.method != Method::POST);
+            let what = w.path.rsplit('/').nth(from_end).unwrap_or_default();
+            let what = if w.path.ends_with("/status") {
+                "taskruns/status"
+            } else {
+                what
+            };
+            format!("{} {what}", w.method)
+        })
+        .collect()
+}
+
+fn events(writes: &[Write]) -> Vec<(String, String)> {
+    writes
+        .iter()
+        .filter(|w| w.path.ends_with("/events"))
+        .map(|w| {
+            (
+                w.body["type"].as_str().unwrap_or_default().to_string(),
+                w.body["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn written_status(writes: &[Write]) -> TaskRunStatus {
+    let patch = writes
+        .iter()
+        .rfind(|w| w.path.ends_with("/status"))
+        .expect("the status was written");
+    serde_json::from_value(patch.body["status"].clone()).expect("a TaskRun status")
+}
+
+fn condition(status: &TaskRunStatus, type_: &str) -> (String, String, String) {
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("condition {type_} in {:?}", status.conditions));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+fn version_annotation(writes: &[Write]) -> Vec<String> {
+    writes
+        .iter()
+        .filter(|w| w.path.contains("/configmaps/"))
+        .map(|w| {
+            w.body["metadata"]["annotations"][CONTEXT_VERSION_ANNOTATION]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
+    let h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+
+    let action = h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+
+    // The pod mounts the ConfigMap, so it exists before the Job that creates the pod.
+    assert_eq!(
+        kinds(&writes),
+        [
+            "PATCH configmaps",
+            "PATCH jobs",
+            "POST events",
+            "PATCH taskruns/status"
+        ]
+    );
+    assert_eq!(version_annotation(&writes), ["1"]);
+    assert_eq!(events(&writes), [("Normal".into(), "JobCreated".into())]);
+    let job = &writes[1].body;
+    assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "TaskRun");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["controller"], true);
+    let status = written_status(&writes);
+    assert_eq!(status.context_version, Some(1));
+    assert_eq!(status.observed_generation, Some(1));
+    assert_eq!(
+        status.config_map_name.as_deref(),
+        Some(crate::render::config_map_name("task-1001").as_str())
+    );
+    assert_eq!(condition(&status, ct::READY).0, "True");
+    assert_eq!(condition(&status, ct::JOB_CREATED).0, "True");
+    // An unfinished task is looked at again without any event (the safety net).
+    assert_eq!(action, Action::requeue(RESYNC));
+}
+
+#[tokio::test]
+async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.fake.take_writes();
+    h.sync_caches("task-1001");
+    let tr = h.with_written_status(&tr);
+
+    // Nothing changed: nothing is written.
+    h.reconcile(&tr).await;
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+
+    // add-context: memory loses read_graph, a new generation.
+    let mut changed = tr.clone();
+    changed.metadata.generation = Some(2);
+    let memory = changed
+        .spec
+        .tool_config
+        .mcp_servers
+        .iter_mut()
+        .find(|s| s.name == "memory")
+        .expect("the sample enables memory");
+    memory.tools.allow.retain(|p| p != "read_graph");
+    h.reconcile(&changed).await;
+    let writes = h.fake.take_writes();
+
+    // The Job (its pod template is immutable) is never written again.
+    assert_eq!(
+        kinds(&writes),
+        ["PATCH configmaps", "POST events", "PATCH taskruns/status"]
+    );
+    assert_eq!(version_annotation(&writes), ["2"]);
+    assert_eq!(events(&writes), [("Normal".into(), "ToolsUpdated".into())]);
+    let note = writes[1].body["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("contextVersion 2: ") && !note.contains("read_graph"),
+        "{note}"
+    );
+    let status = written_status(&writes);
+    assert_eq!(status.context_version, Some(2));
+    assert_eq!(status.observed_generation, Some(2));
+    let proxy = writes[0].body["data"]["proxy.yaml"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!proxy.contains("read_graph"), "{proxy}");
+    assert!(proxy.contains("search_nodes"), "{proxy}");
+
+    // The change reverted: a new version again (never an old number for a different config).
+    h.sync_caches("task-1001");
+    let mut reverted = h.with_written_status(&tr);
+    reverted.metadata.generation = Some(3);
+    h.reconcile(&reverted).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(version_annotation(&writes), ["3"]);
+    assert_eq!(written_status(&writes).context_version, Some(3));
+}
+
+#[tokio::test]
+async fn a_missing_secret_blocks_the_job_and_says_how_to_create_it() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun-github.yaml"));
+
+    let action = h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+
+    // Nothing is created: a pod without its Secret would hang in CreateContainerConfigError.
+    assert_eq!(kinds(&writes), ["POST events", "PATCH taskruns/status"]);
+    assert_eq!(
+        events(&writes),
+        [("Warning".into(), "SecretNotFound".into())]
+    );
+    let status = written_status(&writes);
+    let (ready, reason, message) = condition(&status, ct::READY);
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "SecretNotFound")
+    );
+    assert!(
+        message.contains("env GITHUB_PERSONAL_ACCESS_TOKEN of server github")
+            && message.contains(
+                "kubectl -n team-a create secret generic github --from-literal=token=..."
+            ),
+        "{message}"
+    );
+    assert_eq!(condition(&status, ct::JOB_CREATED).0, "False");
+    // The operator does not watch Secrets: it looks again soon.
+    assert_eq!(action, Action::requeue(SECRET_RETRY));
+
+    // Still missing: the same problem is not announced again.
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+
+    // The Secret appears (the value never reaches a write).
+    h.fake.put(
+        &path("secrets", "github"),
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "github", "namespace": NS},
+               "data": {"token": "c2VjcmV0LXZhbHVlLTQyNDI="}}),
+    );
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(
+        kinds(&writes),
+        [
+            "PATCH configmaps",
+            "PATCH jobs",
+            "POST events",
+            "PATCH taskruns/status"
+        ]
+    );
+    let all = serde_json::to_string(&writes.iter().map(|w| &w.body).collect::<Vec<_>>())
+        .unwrap_or_default();
+    assert!(!all.contains("c2VjcmV0LXZhbHVlLTQyNDI=") && !all.contains("secret-value-4242"));
+    assert_eq!(condition(&written_status(&writes), ct::READY).0, "True");
+    h.sync_caches("task-1002");
+}
+
+#[test]
+fn a_lagging_cache_or_status_never_reuses_a_version_for_another_config() {
+    let cm = |version: &str, hash: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": "c", "annotations": {
+            CONTEXT_VERSION_ANNOTATION: version, CONFIG_HASH_ANNOTATION: hash}}}))
+        .expect("a ConfigMap")
+    };
+    let status = |version: i64, hash: &str| TaskRunStatus {
+        context_version: Some(version),
+        config_hash: Some(hash.into()),
+        ..Default::default()
+    };
+    let v = |existing: Option<&ConfigMap>, previous: &TaskRunStatus, hash: &str| {
+        let v = version::context_version(existing, previous, hash);
+        (v.current, v.is_new())
+    };
+    // First render.
+    assert_eq!(v(None, &TaskRunStatus::default(), "a"), (1, true));
+    // The applied config again: its version, nothing new.
+    assert_eq!(v(Some(&cm("3", "a")), &status(3, "a"), "a"), (3, false));
+    // The status lags behind the ConfigMap (version 3 written, status still says 2).
+    assert_eq!(v(Some(&cm("3", "b")), &status(2, "a"), "c"), (4, true));
+    // The ConfigMap lags behind the status (a stale cache).
+    assert_eq!(v(Some(&cm("2", "a")), &status(5, "e"), "f"), (6, true));
+    // The status already records this config (its ConfigMap write was lost): same version.
+    assert_eq!(v(Some(&cm("4", "d")), &status(5, "e"), "e"), (5, false));
+}
+
+#[test]
+fn a_finished_job_is_deleted_only_after_its_outcome_is_recorded_and_its_ttl_passed() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    use orchestrator_crds::taskrun::Phase;
+
+    let now = Timestamp::now();
+    let finished = |phase: Phase, ago_s: i64| JobState {
+        phase,
+        reason: "Completed".into(),
+        message: String::new(),
+        start_time: None,
+        completion_time: Some(Time(now - SignedDuration::from_secs(ago_s))),
+    };
+    let succeeded = finished(Phase::Succeeded, 30);
+    let decide = |ttl, state: &JobState, recorded| ttl::decide(ttl, Some(state), recorded, now);
+
+    assert_eq!(
+        decide(None, &succeeded, Some(Phase::Succeeded)),
+        Ttl::NotDue
+    );
+    // The outcome is not in the status yet: first record it, then delete.
+    assert_eq!(
+        decide(Some(10), &succeeded, Some(Phase::Running)),
+        Ttl::NotDue
+    );
+    assert_eq!(
+        decide(Some(10), &succeeded, Some(Phase::Succeeded)),
+        Ttl::Delete
+    );
+    assert_eq!(
+        decide(Some(100), &succeeded, Some(Phase::Succeeded)),
+        Ttl::Wait(Duration::from_secs(70))
+    );
+    let running = finished(Phase::Running, 500);
+    assert_eq!(
+        decide(Some(10), &running, Some(Phase::Running)),
+        Ttl::NotDue
+    );
+    assert_eq!(
+        ttl::decide(Some(10), None, Some(Phase::Succeeded), now),
+        Ttl::NotDue
+    );
+}
