@@ -45,8 +45,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         group: "",
         resource: "pods",
-        verbs: &["list"],
-        why: "when a task's Job fails: the agent container's exit code and reason, for the TaskRun's status (once per failed task)",
+        verbs: &["list", "patch"],
+        why: "a running task's pods get the new contextVersion as an annotation, so the kubelet updates their config volume at once instead of at its next periodic sync (list, patch); when a task's Job fails: the agent container's exit code and reason, for the TaskRun's status (list, once per failed task)",
     },
     Rule {
         group: "",

@@ -8,6 +8,7 @@
 
 mod events;
 mod inputs;
+mod nudge;
 pub mod status;
 mod trim;
 mod ttl;
@@ -175,6 +176,11 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     });
     if !up_to_date {
         apply(&cms, &desired).await?;
+        // Tell the kubelet now rather than at its next periodic sync (see nudge.rs).
+        if job.is_some() && !finished {
+            let annotated = nudge::pods(&ctx.client, &ns, &name, version).await;
+            tracing::debug!(annotated, version, "running pods told of the new config");
+        }
         if version > 1 && versions.is_new() {
             let note = format!(
                 "contextVersion {version}: {}",

@@ -62,13 +62,40 @@ impl Fake {
         std::mem::take(&mut self.lock().writes)
     }
 
-    fn answer(&self, method: &Method, path: &str, body: Value) -> (StatusCode, Value) {
+    fn answer(&self, method: &Method, path: &str, merge: bool, body: Value) -> (StatusCode, Value) {
         let mut server = self.lock();
+        if *method == Method::GET && path.ends_with("/pods") {
+            // A list (the only one reconcile makes; the label selector is the Job's).
+            let prefix = format!("{path}/");
+            let items: Vec<Value> = server
+                .objects
+                .iter()
+                .filter(|(p, _)| p.starts_with(&prefix))
+                .map(|(_, o)| o.clone())
+                .collect();
+            return (
+                StatusCode::OK,
+                json!({"kind": "PodList", "apiVersion": "v1",
+                                           "metadata": {}, "items": items}),
+            );
+        }
         if *method == Method::GET {
             return match server.objects.get(path) {
                 Some(object) => (StatusCode::OK, object.clone()),
                 None => (StatusCode::NOT_FOUND, not_found(path)),
             };
+        }
+        if merge {
+            server.writes.push(Write {
+                method: method.clone(),
+                path: path.to_string(),
+                body: body.clone(),
+            });
+            let Some(object) = server.objects.get_mut(path) else {
+                return (StatusCode::NOT_FOUND, not_found(path));
+            };
+            merge_patch(object, &body);
+            return (StatusCode::OK, object.clone());
         }
         server.writes.push(Write {
             method: method.clone(),
@@ -91,6 +118,26 @@ impl Fake {
             }
             Method::POST => (StatusCode::CREATED, body),
             _ => (StatusCode::METHOD_NOT_ALLOWED, not_found(path)),
+        }
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(fields) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (key, value) in fields {
+        if value.is_null() {
+            if let Some(map) = target.as_object_mut() {
+                map.remove(key);
+            }
+        } else {
+            merge_patch(&mut target[key], value);
         }
     }
 }
@@ -138,13 +185,17 @@ impl Harness {
             while let Some((request, send)) = handle.next_request().await {
                 let method = request.method().clone();
                 let path = request.uri().path().to_string();
+                let merge = request
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|v| v.as_bytes() == b"application/merge-patch+json");
                 let bytes = request
                     .into_body()
                     .collect_bytes()
                     .await
                     .unwrap_or_default();
                 let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let (status, answer) = server.answer(&method, &path, body);
+                let (status, answer) = server.answer(&method, &path, merge, body);
                 let response = Response::builder()
                     .status(status)
                     .header("content-type", "application/json")
@@ -347,6 +398,20 @@ async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version
     h.sync_caches("task-1001");
     let tr = h.with_written_status(&tr);
 
+    // The Job's pod runs (and an earlier, finished one is still listed).
+    for (pod, phase) in [
+        ("task-1001-x7k2p", "Running"),
+        ("task-1001-old00", "Failed"),
+    ] {
+        h.fake.put(
+            &path("pods", pod),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pod, "namespace": NS,
+                                "labels": {"batch.kubernetes.io/job-name": "task-1001"}},
+                   "status": {"phase": phase}}),
+        );
+    }
+
     // Nothing changed: nothing is written.
     h.reconcile(&tr).await;
     assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
@@ -365,14 +430,37 @@ async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version
     h.reconcile(&changed).await;
     let writes = h.fake.take_writes();
 
-    // The Job (its pod template is immutable) is never written again.
+    // The Job (its pod template is immutable) is never written again; the running pod is told
+    // of the new version right after the ConfigMap (the kubelet then syncs it at once).
     assert_eq!(
         kinds(&writes),
-        ["PATCH configmaps", "POST events", "PATCH taskruns/status"]
+        [
+            "PATCH configmaps",
+            "PATCH pods",
+            "POST events",
+            "PATCH taskruns/status"
+        ]
     );
     assert_eq!(version_annotation(&writes), ["2"]);
+    assert!(
+        writes[1].path.ends_with("/pods/task-1001-x7k2p"),
+        "{}",
+        writes[1].path
+    );
+    assert_eq!(
+        writes[1].body,
+        json!({"metadata": {"annotations": {CONTEXT_VERSION_ANNOTATION: "2"}}})
+    );
+    let pod = h
+        .fake
+        .get(&path("pods", "task-1001-x7k2p"))
+        .expect("the pod");
+    assert_eq!(
+        pod["status"]["phase"], "Running",
+        "the patch changed only the annotation"
+    );
     assert_eq!(events(&writes), [("Normal".into(), "ToolsUpdated".into())]);
-    let note = writes[1].body["note"].as_str().unwrap_or_default();
+    let note = writes[2].body["note"].as_str().unwrap_or_default();
     assert!(
         note.starts_with("contextVersion 2: ") && !note.contains("read_graph"),
         "{note}"
@@ -393,6 +481,14 @@ async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version
     h.reconcile(&reverted).await;
     let writes = h.fake.take_writes();
     assert_eq!(version_annotation(&writes), ["3"]);
+    let pod = h
+        .fake
+        .get(&path("pods", "task-1001-x7k2p"))
+        .expect("the pod");
+    assert_eq!(
+        pod["metadata"]["annotations"][CONTEXT_VERSION_ANNOTATION],
+        "3"
+    );
     assert_eq!(written_status(&writes).context_version, Some(3));
 }
 
