@@ -563,9 +563,10 @@ class Story:
             self.say(f"   {line}")
         # A person grants a tool to an agent that has been working a while, not in its first
         # seconds: right after a pod starts, the kubelet syncs it again on its containers'
-        # start-up events and a ConfigMap change gets in within a second; later it waits for the
-        # periodic sync (1 min). So the story lets the agent work on first (this is the scenario's
-        # time passing, not a wait for a condition).
+        # start-up events and a ConfigMap change gets in within a second whatever the operator
+        # does; later only the operator's annotation of the pod brings the sync forward from the
+        # periodic one (1 min). So the story lets the agent work on first, which is what shows the
+        # annotation working (this is the scenario's time passing, not a wait for a condition).
         self.say(f"   ... the agent keeps working (a call a second); {SETTLE_S} s later a person grants it get-env:")
         time.sleep(SETTLE_S)
 
