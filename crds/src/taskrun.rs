@@ -268,7 +268,9 @@ pub struct InternalTools {
 }
 
 /// Allow and deny rules for the agent's built-in tools, in the agent's own rule syntax (for
-/// Claude Code: `WebFetch`, `Bash(npm test:*)`). Deny wins; `*` in `allow` allows all.
+/// Claude Code: `WebFetch`, `Bash(npm test:*)`, `mcp__server__tool`). Deny wins; `*` in `allow`
+/// allows all. A rule the agent could not parse is refused at admission
+/// ([`permission_rules`]): the agent would skip it and leave the tool enabled.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Permissions {
@@ -277,7 +279,7 @@ pub struct Permissions {
     #[schemars(length(max = 128), inner(length(max = 256)))]
     #[schemars(extend(
         "x-kubernetes-list-type" = "set",
-        "x-kubernetes-validations" = [{"rule": "self.all(p, size(p) > 0)", "message": "patterns must not be empty"}]
+        "x-kubernetes-validations" = permission_rules::cel(permission_rules::List::Allow)
     ))]
     pub allow: Vec<String>,
     /// Denied tools.
@@ -285,7 +287,7 @@ pub struct Permissions {
     #[schemars(length(max = 128), inner(length(max = 256)))]
     #[schemars(extend(
         "x-kubernetes-list-type" = "set",
-        "x-kubernetes-validations" = [{"rule": "self.all(p, size(p) > 0)", "message": "patterns must not be empty"}]
+        "x-kubernetes-validations" = permission_rules::cel(permission_rules::List::Deny)
     ))]
     pub deny: Vec<String>,
 }
@@ -478,6 +480,8 @@ pub struct EffectiveTools {
 }
 
 /// Condition types and reasons the operator writes (stable: tools and tests match on them).
+pub mod permission_rules;
+
 pub mod conditions {
     pub const READY: &str = "Ready";
     pub const CONFIG_RENDERED: &str = "ConfigRendered";

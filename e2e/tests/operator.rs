@@ -604,10 +604,69 @@ async fn invalid_objects_are_refused_by_cel_at_apply() -> Result<()> {
         "must be a DNS-1123 subdomain",
     )
     .await?;
+    // Agent permission rules Claude Code could not parse (it would skip them and leave the tool
+    // enabled): refused, naming the rule.
+    let rules = |allow: serde_json::Value, deny: serde_json::Value| {
+        ok(
+            json!({"toolConfig": {"internalTools": {"permissions": {"allow": allow, "deny": deny}}}}),
+        )
+    };
+    refused(
+        base("lower-deny", rules(json!(["*"]), json!(["webfetch"]))),
+        "rule \"webfetch\" names a tool in lower case",
+    )
+    .await?;
+    refused(
+        base(
+            "open-paren",
+            rules(json!(["*"]), json!(["WebFetch", "Bash(foo"])),
+        ),
+        "rule \"Bash(foo\" is malformed",
+    )
+    .await?;
+    refused(
+        base(
+            "mcp-content",
+            rules(json!(["mcp__github__get_issue(x)"]), json!([])),
+        ),
+        "gives an MCP tool a (content)",
+    )
+    .await?;
+    refused(
+        base("wild-allow", rules(json!(["Web*"]), json!([]))),
+        "rule \"Web*\" puts a * in the tool name of an allow rule",
+    )
+    .await?;
+    refused(
+        base("empty-prefix", rules(json!(["*"]), json!(["Bash(:*)"]))),
+        "has an empty prefix before :*",
+    )
+    .await?;
     assert!(
         api.list(&ListParams::default()).await?.items.is_empty(),
         "nothing was stored"
     );
+    // What Claude Code accepts is accepted.
+    let good: TaskRun = serde_json::from_value(base(
+        "good-rules",
+        rules(
+            json!([
+                "Read(./src/**)",
+                "Bash(npm test:*)",
+                "mcp__github__get_*",
+                "*"
+            ]),
+            json!([
+                "Bash(npm test:*)",
+                "WebFetch",
+                "Web*",
+                "mcp__github__*",
+                "Bash(echo (x))"
+            ]),
+        ),
+    ))?;
+    api.create(&PostParams::default(), &good).await?;
+    api.delete("good-rules", &Default::default()).await?;
 
     // task, agent and the pod's placement are immutable once the TaskRun exists; toolConfig is
     // not.

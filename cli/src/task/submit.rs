@@ -5,7 +5,7 @@ use std::io::Read as _;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
 use orchestrator_crds::taskrun::{
-    AgentSpec, MAX_NAME_LEN, Phase, TaskRun, TaskRunSpec, TaskSource, ToolConfig,
+    AgentSpec, MAX_NAME_LEN, Phase, TaskRun, TaskRunSpec, TaskSource, ToolConfig, permission_rules,
 };
 
 use crate::args::{Global, SubmitArgs};
@@ -27,6 +27,7 @@ const ID_ATTEMPTS: i64 = 20;
 pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
     // Everything that can be judged locally is judged before connecting.
     check_names(args)?;
+    let deny_rules = deny_internal_tools(args)?;
     let prompt = read_task(args)?;
     let request = Request {
         enable: parse_specs("--tools", &args.tools)?,
@@ -64,12 +65,7 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
         }
         _ => ToolConfig::default(),
     };
-    tool_config.internal_tools.permissions.deny = args
-        .deny_internal_tools
-        .iter()
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
-        .collect();
+    tool_config.internal_tools.permissions.deny = deny_rules;
 
     let spec = TaskRunSpec {
         task_id: args.task_id.unwrap_or(0),
@@ -120,6 +116,27 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// --deny-internal-tools as deny rules, each checked against the agent's rule grammar (the CRD
+/// refuses the same; the agent would skip a rule it cannot parse and leave the tool enabled).
+fn deny_internal_tools(args: &SubmitArgs) -> Result<Vec<String>> {
+    let rules: Vec<String> = args
+        .deny_internal_tools
+        .iter()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let problems: Vec<String> = rules
+        .iter()
+        .filter_map(|r| permission_rules::problem(r, permission_rules::List::Deny))
+        .map(|p| format!("--deny-internal-tools: {p}"))
+        .collect();
+    if problems.is_empty() {
+        Ok(rules)
+    } else {
+        Err(Error::Usage(problems.join("\n")))
+    }
 }
 
 fn check_names(args: &SubmitArgs) -> Result<()> {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use orchestrator_crds::catalog::{Catalog, CatalogServer};
-use orchestrator_crds::taskrun::{McpServer, TaskRunSpec};
+use orchestrator_crds::taskrun::{McpServer, TaskRunSpec, permission_rules};
 use orchestrator_crds::tools::ToolFilter;
 
 /// One thing the operator cannot accept in a TaskRun (the API server could not judge it).
@@ -164,6 +164,23 @@ pub fn resolve<'a>(
             reason: "NothingEnabled",
             message: "no MCP server is enabled with any tool allowed; the proxy refuses such a config: enable at least one server in spec.toolConfig.mcpServers".into(),
         });
+    }
+    // The CRD refuses these at admission; a TaskRun stored under an older CRD (Helm does not
+    // upgrade CRDs) is refused here, before the agent could skip the rule and leave a tool on.
+    let permissions = &spec.tool_config.internal_tools.permissions;
+    for (field, list, rules) in [
+        ("allow", permission_rules::List::Allow, &permissions.allow),
+        ("deny", permission_rules::List::Deny, &permissions.deny),
+    ] {
+        for problem in rules
+            .iter()
+            .filter_map(|r| permission_rules::problem(r, list))
+        {
+            problems.push(Problem {
+                reason: "InvalidPermissionRule",
+                message: format!("spec.toolConfig.internalTools.permissions.{field}: {problem}"),
+            });
+        }
     }
     if problems.is_empty() {
         Ok(Resolved {

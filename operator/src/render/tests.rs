@@ -288,6 +288,33 @@ fn every_problem_is_reported_at_once() {
 }
 
 #[test]
+fn a_permission_rule_the_agent_would_skip_is_refused_not_rendered() {
+    let mut tr = task_1001();
+    tr.spec.tool_config.internal_tools.permissions.deny =
+        vec!["WebFetch".into(), "webfetch".into()];
+    tr.spec.tool_config.internal_tools.permissions.allow = vec!["*".into(), "Bash(foo".into()];
+    let problems = render(&tr, &catalog(), &settings()).expect_err("two bad rules");
+    let messages: Vec<_> = problems
+        .iter()
+        .map(|p| (p.reason, p.message.as_str()))
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages.iter().all(|(r, _)| *r == "InvalidPermissionRule"));
+    assert!(
+        messages[0].1.starts_with(
+            "spec.toolConfig.internalTools.permissions.allow: rule \"Bash(foo\" is malformed"
+        ),
+        "{messages:?}"
+    );
+    assert!(
+        messages[1].1.starts_with(
+            "spec.toolConfig.internalTools.permissions.deny: rule \"webfetch\" names a tool in lower case"
+        ),
+        "{messages:?}"
+    );
+}
+
+#[test]
 fn a_config_with_nothing_enabled_is_refused() {
     let mut tr = task_1001();
     for s in &mut tr.spec.tool_config.mcp_servers {
