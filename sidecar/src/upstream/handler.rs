@@ -11,7 +11,7 @@ use rmcp::{
     ErrorData, RoleClient,
     model::{
         ClientConfig, ClientJsonRpcMessage, ClientResult, GetExtensions, GetMeta, JsonRpcMessage,
-        ServerJsonRpcMessage, ServerNotification, ServerRequest,
+        ServerCapabilities, ServerJsonRpcMessage, ServerNotification, ServerRequest,
     },
     service::{
         InboundStreamOrigin, NotificationContext, OriginatingRequestId, RequestContext, Service,
@@ -31,6 +31,22 @@ pub enum UpstreamEvent {
     ToolsChanged(ServerName),
     PromptsChanged(ServerName),
     ResourcesChanged(ServerName),
+}
+
+impl UpstreamEvent {
+    /// What a server that just started adds to the lists clients see. List requests for prompts
+    /// and resources start nothing and answer from running servers only, so a client that
+    /// listed before the start has not seen this server's prompts or resources.
+    pub fn on_start(server: &ServerName, capabilities: &ServerCapabilities) -> Vec<UpstreamEvent> {
+        let mut events = Vec::new();
+        if capabilities.prompts.is_some() {
+            events.push(UpstreamEvent::PromptsChanged(server.clone()));
+        }
+        if capabilities.resources.is_some() {
+            events.push(UpstreamEvent::ResourcesChanged(server.clone()));
+        }
+        events
+    }
 }
 
 pub struct UpstreamHandler {

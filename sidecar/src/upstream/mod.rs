@@ -295,6 +295,12 @@ impl Upstream {
                 );
                 self.conn.store(Some(conn.clone()));
                 self.watch(conn.clone());
+                // After the store: clients told to re-list must find the server running.
+                if let Some(info) = conn.peer.peer_info() {
+                    for event in UpstreamEvent::on_start(&self.server.name, &info.capabilities) {
+                        let _ = self.deps.events.send(event);
+                    }
+                }
                 Ok(conn)
             }
             Ok(Err(e)) => {

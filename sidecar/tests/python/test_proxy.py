@@ -227,6 +227,51 @@ async def test_servers_start_lazily_and_a_restarted_proxy_answers_from_its_cache
     assert again.metric("mcp_proxy_upstream_starts_total", server="every", reason="tools_list") == 0
 
 
+@BOTH
+async def test_list_requests_start_nothing_and_a_later_start_announces_its_prompts(make_proxy, tools, tmp_path, mode):
+    """What Claude Code does right after connecting (tools, prompts, resources and templates
+    listed) starts no server when the tool lists are cached; a server started later by a call
+    offers its prompts, and the clients are told to re-list them."""
+    config = {"servers": [everything_server(tools), {"name": "memory", "stdio": {"command": str(tools.node), "args": [str(tools.memory)]}}]}
+    workdir = tmp_path / "warm"
+    first = make_proxy(config, workdir=workdir)
+    async with Client(first.url, mode="legacy") as client:
+        await client.list_tools()
+    assert first.terminate() == 0
+
+    proxy = make_proxy(config, workdir=workdir)
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.PromptListChangedNotification):
+            changed.set()
+
+    async with Client(proxy.url, mode=mode, message_handler=on_message) as client:
+        assert "every__echo" in names(await client.list_tools())
+        assert (await client.list_prompts()).prompts == []
+        assert (await client.list_resources()).resources == []
+        assert (await client.list_resource_templates()).resource_templates == []
+        assert proxy.children() == [], "a list request started a server"
+        assert {s["state"] for s in proxy.tools()["servers"]} == {"stopped"}
+
+        if mode == "legacy":
+            await client.call_tool("every__echo", {"message": "hi"})
+            with anyio.fail_after(10):
+                await changed.wait()
+        else:
+            async with client.listen(prompts_list_changed=True) as subscription:
+                await client.call_tool("every__echo", {"message": "hi"})
+                with anyio.fail_after(10):
+                    event = await subscription.__anext__()
+                assert type(event).__name__ == "PromptsListChanged", event
+        prompts = {p.name for p in (await client.list_prompts()).prompts}
+        assert {"every__simple-prompt", "every__args-prompt"} <= prompts
+        # Only the server the call needed runs.
+        assert proxy.children() == [proxy.server_pid("every")]
+    assert proxy.metric("mcp_proxy_upstream_starts_total", server="every", reason="passthrough") == 0
+    assert proxy.metric("mcp_proxy_upstream_starts_total", server="memory", reason="passthrough") == 0
+
+
 # --- hot reload ---------------------------------------------------------------------------------
 
 

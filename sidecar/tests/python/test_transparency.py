@@ -139,6 +139,11 @@ async def test_a_request_the_upstream_sends_between_calls_reaches_the_client(mak
 async def test_prompts_and_resources_are_relayed(make_proxy, tools):
     proxy = make_proxy({"servers": [everything(tools)]})
     async with Client(proxy.url, mode="legacy") as client:
+        # List requests answer from running servers only (they never start one); a prompt asked
+        # for by name is an explicit use and starts its server.
+        assert (await client.list_prompts()).prompts == []
+        prompt = await client.get_prompt("every__simple-prompt")
+        assert prompt.messages[0].content.text == "This is a simple prompt without arguments."
         prompts = {p.name for p in (await client.list_prompts()).prompts}
         assert {"every__simple-prompt", "every__args-prompt"} <= prompts
         prompt = await client.get_prompt("every__simple-prompt")

@@ -1,0 +1,224 @@
+//! Resources and resource templates of the upstreams: URIs are global and stay unchanged; a URI
+//! is routed by the server that listed it, then by template prefix.
+// resources/subscribe is deprecated by SEP-2577 but still part of the legacy protocol versions.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+
+use rmcp::model::{
+    ClientRequest, ListResourceTemplatesRequest, ListResourcesRequest, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, Resource, ResourceTemplate,
+    ServerResult, SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest,
+    UnsubscribeRequestParams,
+};
+
+use super::{Feature, Passthrough, Reach, paginated, unexpected};
+use crate::{
+    error::{Error, Result},
+    names::{ServerName, clip},
+    proxy::Proxy,
+    session::SessionRef,
+};
+
+impl Proxy {
+    /// `resources/list`: the resources of the running servers (starts nothing).
+    pub async fn list_resources(
+        &self,
+        session: &SessionRef,
+        meta: &RequestMetaObject,
+    ) -> Result<Vec<Resource>> {
+        self.collect_resources(Reach::Running, session, meta).await
+    }
+
+    async fn collect_resources(
+        &self,
+        reach: Reach,
+        session: &SessionRef,
+        meta: &RequestMetaObject,
+    ) -> Result<Vec<Resource>> {
+        let mut out = Vec::new();
+        let mut routes = HashMap::new();
+        for (server, conn) in self
+            .connections_for(Feature::Resources, reach, session)
+            .await
+        {
+            let mut cursor = None;
+            loop {
+                let request = ClientRequest::ListResourcesRequest(
+                    ListResourcesRequest::with_param(paginated(cursor.take())),
+                );
+                let ServerResult::ListResourcesResult(page) =
+                    self.relay(&conn, &server.name, request, meta).await?
+                else {
+                    return Err(unexpected(&server.name, "resources/list"));
+                };
+                for resource in page.resources {
+                    routes
+                        .entry(resource.uri.clone())
+                        .or_insert_with(|| server.name.clone());
+                    out.push(resource);
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        self.passthrough.lock().resources = routes;
+        Ok(out)
+    }
+
+    /// `resources/templates/list`: the templates of the running servers (starts nothing).
+    pub async fn list_resource_templates(
+        &self,
+        session: &SessionRef,
+        meta: &RequestMetaObject,
+    ) -> Result<Vec<ResourceTemplate>> {
+        self.collect_templates(Reach::Running, session, meta).await
+    }
+
+    async fn collect_templates(
+        &self,
+        reach: Reach,
+        session: &SessionRef,
+        meta: &RequestMetaObject,
+    ) -> Result<Vec<ResourceTemplate>> {
+        let mut out = Vec::new();
+        let mut routes = Vec::new();
+        for (server, conn) in self
+            .connections_for(Feature::Resources, reach, session)
+            .await
+        {
+            let mut cursor = None;
+            loop {
+                let request = ClientRequest::ListResourceTemplatesRequest(
+                    ListResourceTemplatesRequest::with_param(paginated(cursor.take())),
+                );
+                let ServerResult::ListResourceTemplatesResult(page) =
+                    self.relay(&conn, &server.name, request, meta).await?
+                else {
+                    return Err(unexpected(&server.name, "resources/templates/list"));
+                };
+                for template in page.resource_templates {
+                    let prefix = template
+                        .uri_template
+                        .split('{')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                    routes.push((prefix, server.name.clone()));
+                    out.push(template);
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        // Longest prefix first, so the most specific template wins.
+        routes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        self.passthrough.lock().templates = routes;
+        Ok(out)
+    }
+
+    /// Which server a resource URI belongs to: a listed resource, else a template prefix, else
+    /// the only server that offers resources. Servers that may offer resources are started to
+    /// find out (`what` is the method, an explicit use).
+    pub(super) async fn resource_route(
+        &self,
+        uri: &str,
+        what: &'static str,
+        session: &SessionRef,
+        meta: &RequestMetaObject,
+    ) -> Result<ServerName> {
+        let reach = Reach::Start(what);
+        let lookup = |p: &Passthrough| {
+            let inner = p.lock();
+            inner.resources.get(uri).cloned().or_else(|| {
+                inner
+                    .templates
+                    .iter()
+                    .find(|(prefix, _)| !prefix.is_empty() && uri.starts_with(prefix.as_str()))
+                    .map(|(_, s)| s.clone())
+            })
+        };
+        if let Some(server) = lookup(&self.passthrough) {
+            return Ok(server);
+        }
+        self.collect_resources(reach, session, meta).await?;
+        self.collect_templates(reach, session, meta).await?;
+        if let Some(server) = lookup(&self.passthrough) {
+            return Ok(server);
+        }
+        let offering = self
+            .connections_for(Feature::Resources, reach, session)
+            .await;
+        if let [(server, _)] = offering.as_slice() {
+            return Ok(server.name.clone());
+        }
+        Err(Error::ResourceNotFound(clip(uri).into_owned()))
+    }
+
+    pub async fn read_resource(
+        &self,
+        mut params: ReadResourceRequestParams,
+        session: &SessionRef,
+        meta: &RequestMetaObject,
+    ) -> Result<ReadResourceResponse> {
+        let server = self
+            .resource_route(&params.uri, "resources/read", session, meta)
+            .await?;
+        let conn = self
+            .connection_of(&server, session, "resources/read")
+            .await?;
+        params.meta = None;
+        match self
+            .relay(
+                &conn,
+                &server,
+                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params)),
+                meta,
+            )
+            .await?
+        {
+            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
+            _ => Err(unexpected(&server, "resources/read")),
+        }
+    }
+
+    pub async fn subscribe(
+        &self,
+        uri: String,
+        session: &SessionRef,
+        meta: &RequestMetaObject,
+        on: bool,
+    ) -> Result<()> {
+        let what = if on {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        let server = self.resource_route(&uri, what, session, meta).await?;
+        let conn = self
+            .connection_of(&server, session, "resources/subscribe")
+            .await?;
+        let request = if on {
+            ClientRequest::SubscribeRequest(SubscribeRequest::new(SubscribeRequestParams::new(
+                uri.clone(),
+            )))
+        } else {
+            ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                UnsubscribeRequestParams::new(uri.clone()),
+            ))
+        };
+        self.relay(&conn, &server, request, meta).await?;
+        let mut inner = self.passthrough.lock();
+        let subs = inner.subscriptions.entry(uri).or_default();
+        subs.retain(|(id, _)| *id != session.id);
+        if on {
+            subs.push((session.id, session.peer.clone()));
+        }
+        Ok(())
+    }
+}
