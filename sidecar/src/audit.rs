@@ -4,7 +4,7 @@
 //! Argument values are recorded only when `audit.includeArguments` is set; otherwise only their
 //! serialized size is.
 
-use crate::sync::lock;
+use crate::{names::clip, sync::lock};
 use std::{
     io::Write,
     path::PathBuf,
@@ -43,7 +43,11 @@ pub struct Record<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     pub namespace: &'a str,
     pub context_version: u64,
+    /// The proxy's id of the session the call came on (`s<n>`): stable for an initialize-era
+    /// session, new for every 2026-07-28 request.
     pub session: String,
+    /// Who made the call, stable across sessions: see [`client_identity`].
+    pub client: String,
     pub request_id: String,
     /// The name the client called.
     pub tool: &'a str,
@@ -195,6 +199,31 @@ fn write_batch(
     }
 }
 
+/// A stable identity for the client program behind a call, `<name>/<version>#<hash>`: the
+/// `clientInfo` it declared (at `initialize`, or in each 2026-07-28 request's `_meta`; clipped)
+/// and 8 hex digits of a SHA-256 over the task and the unclipped name and version. It groups one
+/// agent's calls although a 2026-07-28 client opens a session per request, and stays distinct
+/// across tasks when audit logs are merged. The protocol carries nothing that tells two
+/// instances of one program apart; a per-connection key would split one client's calls, since
+/// HTTP clients open several connections.
+pub fn client_identity(
+    namespace: &str,
+    task: &str,
+    info: Option<&rmcp::model::Implementation>,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let (name, version) = info.map_or(("unknown", ""), |i| (i.name.as_str(), i.version.as_str()));
+    let mut hasher = Sha256::new();
+    for part in [namespace, task, name, version] {
+        // Length-prefixed, so ("ab", "c") and ("a", "bc") differ.
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let hash: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{}/{}#{hash}", clip(name), clip(version))
+}
+
 /// Now, as RFC 3339 UTC with microseconds.
 pub fn timestamp() -> String {
     jiff::Timestamp::now()
@@ -221,6 +250,7 @@ mod tests {
                 namespace: "",
                 context_version: 3,
                 session: "s1".into(),
+                client: "claude-code/2.1.0#0123abcd".into(),
                 request_id: i.to_string(),
                 tool: "gh__create_issue",
                 server: Some("gh"),
@@ -252,5 +282,27 @@ mod tests {
         assert!(!lines[0].contains("hunter2"));
         let second: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
         assert_eq!(second["arguments"]["secret"], "hunter2");
+        assert_eq!(first["client"], "claude-code/2.1.0#0123abcd");
+    }
+
+    #[test]
+    fn client_identity_is_stable_per_program_and_task_and_clipped() {
+        let info = |name: &str, version: &str| rmcp::model::Implementation::new(name, version);
+        let claude = info("claude-code", "2.1.0");
+        let id = client_identity("ns", "task-1", Some(&claude));
+        assert!(id.starts_with("claude-code/2.1.0#"), "{id}");
+        assert_eq!(id.len(), "claude-code/2.1.0#".len() + 8);
+        assert_eq!(id, client_identity("ns", "task-1", Some(&claude)));
+        assert_ne!(id, client_identity("ns", "task-2", Some(&claude)));
+        assert_ne!(
+            id,
+            client_identity("ns", "task-1", Some(&info("claude-code", "2.1.1")))
+        );
+        assert!(client_identity("ns", "t", None).starts_with("unknown/#"));
+        let long = client_identity("ns", "t", Some(&info(&"c".repeat(50_000), "1")));
+        assert!(long.len() < 200, "{long}");
+        // Clipped alike, hashed apart.
+        let other = client_identity("ns", "t", Some(&info(&"c".repeat(50_001), "1")));
+        assert_ne!(long, other);
     }
 }

@@ -176,6 +176,11 @@ impl Proxy {
             namespace: &config.task_namespace,
             context_version: config.context_version,
             session: req.session.id.to_string(),
+            client: audit::client_identity(
+                &config.task_namespace,
+                &config.task_name,
+                req.session.client_info.as_ref(),
+            ),
             request_id: clip(&req.request_id.to_string()).into_owned(),
             tool: &clip(&req.name),
             server,
