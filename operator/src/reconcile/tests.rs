@@ -85,59 +85,33 @@ impl Fake {
                 None => (StatusCode::NOT_FOUND, not_found(path)),
             };
         }
-        if merge {
-            server.writes.push(Write {
-                method: method.clone(),
-                path: path.to_string(),
-                body: body.clone(),
-            });
-            let Some(object) = server.objects.get_mut(path) else {
-                return (StatusCode::NOT_FOUND, not_found(path));
-            };
-            merge_patch(object, &body);
-            return (StatusCode::OK, object.clone());
-        }
         server.writes.push(Write {
             method: method.clone(),
             path: path.to_string(),
             body: body.clone(),
         });
         match *method {
+            // A merge patch changes the object the server holds.
+            Method::PATCH if merge => match server.objects.get_mut(path) {
+                Some(object) => {
+                    json_patch::merge(object, &body);
+                    (StatusCode::OK, object.clone())
+                }
+                None => (StatusCode::NOT_FOUND, not_found(path)),
+            },
+            // A status apply names only the status; the server answers the whole object.
+            Method::PATCH if path.ends_with("/status") => {
+                let object = path.trim_end_matches("/status");
+                let whole = server.objects.entry(object.to_string()).or_default();
+                whole["status"] = body["status"].clone();
+                (StatusCode::OK, whole.clone())
+            }
             Method::PATCH => {
                 server.objects.insert(path.to_string(), body.clone());
-                // A status patch names only the status; the server answers the whole object.
-                match path.strip_suffix("/status") {
-                    Some(object) => {
-                        let mut whole = server.objects.get(object).cloned().unwrap_or_default();
-                        whole["status"] = body["status"].clone();
-                        server.objects.insert(object.to_string(), whole.clone());
-                        (StatusCode::OK, whole)
-                    }
-                    None => (StatusCode::OK, body),
-                }
+                (StatusCode::OK, body)
             }
             Method::POST => (StatusCode::CREATED, body),
             _ => (StatusCode::METHOD_NOT_ALLOWED, not_found(path)),
-        }
-    }
-}
-
-/// RFC 7386 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    let Some(fields) = patch.as_object() else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    for (key, value) in fields {
-        if value.is_null() {
-            if let Some(map) = target.as_object_mut() {
-                map.remove(key);
-            }
-        } else {
-            merge_patch(&mut target[key], value);
         }
     }
 }
@@ -163,7 +137,7 @@ fn sample(yaml: &str) -> TaskRun {
 fn path(kind: &str, name: &str) -> String {
     match kind {
         "jobs" => format!("/apis/batch/v1/namespaces/{NS}/jobs/{name}"),
-        "taskruns" => format!("/apis/orchestrator.io/v1/namespaces/{NS}/taskruns/{name}/status"),
+        "taskruns" => format!("/apis/orchestrator.io/v1/namespaces/{NS}/taskruns/{name}"),
         _ => format!("/api/v1/namespaces/{NS}/{kind}/{name}"),
     }
 }
@@ -171,7 +145,7 @@ fn path(kind: &str, name: &str) -> String {
 /// The operator's context over the scripted server, and the writers of its two caches.
 struct Harness {
     fake: Fake,
-    ctx: Context,
+    ctx: Arc<Context>,
     jobs: Writer<Job>,
     config_maps: Writer<ConfigMap>,
 }
@@ -229,7 +203,7 @@ impl Harness {
         };
         Self {
             fake,
-            ctx,
+            ctx: Arc::new(ctx),
             jobs,
             config_maps,
         }
@@ -237,31 +211,17 @@ impl Harness {
 
     /// One reconcile; fails instead of hanging if it waits on an unanswered request.
     async fn reconcile(&self, tr: &TaskRun) -> Action {
-        let object = path("taskruns", &tr.name_any());
-        let object = object.trim_end_matches("/status");
         self.fake.put(
-            object,
+            &path("taskruns", &tr.name_any()),
             serde_json::to_value(tr).expect("a TaskRun serializes"),
         );
         tokio::time::timeout(
             Duration::from_secs(10),
-            reconcile(Arc::new(tr.clone()), Arc::new(self.ctx_clone())),
+            reconcile(Arc::new(tr.clone()), self.ctx.clone()),
         )
         .await
         .expect("reconcile finished")
         .expect("reconcile succeeded")
-    }
-
-    fn ctx_clone(&self) -> Context {
-        Context {
-            client: self.ctx.client.clone(),
-            jobs: self.ctx.jobs.clone(),
-            config_maps: self.ctx.config_maps.clone(),
-            render: self.ctx.render.clone(),
-            catalog: self.ctx.catalog.clone(),
-            metrics: self.ctx.metrics.clone(),
-            recorder: self.ctx.recorder.clone(),
-        }
     }
 
     /// What the watches would bring: the server's Job and ConfigMap, trimmed, in the caches.
@@ -284,10 +244,13 @@ impl Harness {
     fn with_written_status(&self, tr: &TaskRun) -> TaskRun {
         let mut tr = tr.clone();
         let name = tr.name_any();
-        if let Some(patch) = self.fake.get(&path("taskruns", &name)) {
-            let status: TaskRunStatus =
-                serde_json::from_value(patch["status"].clone()).expect("a TaskRun status");
-            tr.status = Some(status);
+        let written = self
+            .fake
+            .get(&path("taskruns", &name))
+            .map(|object| object["status"].clone())
+            .filter(|status| !status.is_null());
+        if let Some(status) = written {
+            tr.status = Some(serde_json::from_value(status).expect("a TaskRun status"));
         }
         tr
     }
