@@ -1,0 +1,260 @@
+"""The task pod's two processes on this machine: the proxy binary with the sample TaskRun's rendered
+proxy.yaml, and the real Claude Code (the agent image's binary) run with the agent container's
+rendered command, env and files, against the scripted model stand-in (e2e/model/scripted_model.py).
+
+Used by the host tests of the real agent (e2e/tests/python/test_claude_code.py) and by
+e2e/story/tool_bytes.py. What differs from the pod, and only that: file paths (a temp dir instead
+of the ConfigMap volume), the proxy's port (a free one), the proxy's cache directory and audit
+file (so a test can restart the proxy with a warm cache and read its audit lines), and the model
+URL (the stand-in). The render snapshots are what the operator's unit tests pin, so these are the
+bytes a pod gets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "e2e" / "model"))
+
+from scripted_model import ScriptedModel  # noqa: E402
+
+SNAPSHOTS = REPO / "operator/src/render/snapshots"
+CONFIG_MAP = SNAPSHOTS / "orchestrator_operator__render__tests__sample_config_map_snapshot.snap"
+JOB = SNAPSHOTS / "orchestrator_operator__render__tests__sample_job_snapshot.snap"
+# The agent image's environment (e2e/images/build, `agent`): no update checks, no telemetry.
+IMAGE_ENV = {"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+# The uid:gid the images run as (e2e/images/build, Dockerfile): Claude Code refuses
+# `bypassPermissions` as root, and the pod never runs it as root.
+POD_USER = 65532
+
+
+def _snapshot(path: Path) -> dict:
+    """An insta snapshot's YAML document (after its `---` header)."""
+    return yaml.safe_load(path.read_text().split("---\n", 2)[2])
+
+
+def rendered_files() -> dict[str, str]:
+    """The sample TaskRun's ConfigMap data (proxy.yaml, mcp-config.json, settings.json, task.md)."""
+    return _snapshot(CONFIG_MAP)["data"]
+
+
+def agent_container() -> dict:
+    """The sample Job's agent container (command and env as rendered)."""
+    pod = _snapshot(JOB)["spec"]["template"]["spec"]
+    return next(c for c in pod["containers"] if c["name"] == "agent")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def claude_bin() -> str:
+    """$CLAUDE_BIN, or the agent image's Claude Code binary (`e2e/images/build claude-bin`: the
+    pinned version, from the image's cached layer or npm)."""
+    if os.environ.get("CLAUDE_BIN"):
+        return os.environ["CLAUDE_BIN"]
+    out = subprocess.run([str(REPO / "e2e/images/build"), "claude-bin"], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def proxy_bin() -> str:
+    """$MCP_PROXY_BIN, or the release build (the one the proxy image carries; built if missing)."""
+    if os.environ.get("MCP_PROXY_BIN"):
+        return os.environ["MCP_PROXY_BIN"]
+    env = dict(os.environ)
+    if not env.get("CARGO_TARGET_DIR"):
+        env["CARGO_TARGET_DIR"] = subprocess.run([str(REPO / "scripts/target-dir")], check=True,
+                                                 capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(["cargo", "build", "-q", "--release", "--locked", "-p", "orchestrator-mcp-proxy",
+                          "--message-format", "json"], cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") == "compiler-artifact" and msg.get("executable") \
+                and msg["target"]["name"] == "orchestrator-mcp-proxy":
+            return msg["executable"]
+    raise RuntimeError("cargo built no orchestrator-mcp-proxy")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (the proxy's upstream servers and their children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+@dataclass
+class HostProxy:
+    """orchestrator-mcp-proxy running the rendered proxy.yaml on a free port."""
+
+    process: subprocess.Popen
+    port: int
+    work: Path
+    audit: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def starts(self) -> dict[tuple[str, str], int]:
+        """(server, reason) -> upstream starts so far (mcp_proxy_upstream_starts_total)."""
+        out = {}
+        for m in re.finditer(r'^mcp_proxy_upstream_starts_total\{([^}]*)\} (\d+)', self.metrics(), re.M):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            out[(labels.get("server", ""), labels.get("reason", ""))] = int(m.group(2))
+        return out
+
+    def status(self) -> dict:
+        """`GET /tools`: each server's state (running/stopped/failed) and its tools' verdicts."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/tools", timeout=5) as r:
+            return json.loads(r.read())
+
+    def running(self) -> list[str]:
+        return [s["name"] for s in self.status()["servers"] if s["state"] == "running"]
+
+    def exposed(self) -> list[str]:
+        return sorted(t["exposedAs"] for s in self.status()["servers"] for t in s["tools"] if t.get("exposedAs"))
+
+    def upstream_processes(self) -> list[int]:
+        return descendants(self.process.pid)
+
+    def audit_records(self) -> list[dict]:
+        if not self.audit.exists():
+            return []
+        return [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy") -> Iterator[HostProxy]:
+    """The proxy with the sample's rendered proxy.yaml, on a free port, its audit in a file; the
+    memory server's file under `work`. Stopped with SIGTERM (as the kubelet stops the sidecar)."""
+    cfg = yaml.safe_load(rendered_files()["proxy.yaml"])
+    port = free_port()
+    cfg["listen"] = f"127.0.0.1:{port}"
+    audit = work / f"{name}-audit.jsonl"
+    cfg["audit"] = {"path": str(audit)}
+    for s in cfg["servers"]:
+        env = s.get("stdio", {}).get("env", {})
+        if "MEMORY_FILE_PATH" in env:
+            env["MEMORY_FILE_PATH"] = str(work / "memory.jsonl")
+    config = work / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    log = open(work / f"{name}.log", "w")
+    cmd = [proxy_bin(), "--config", str(config), "--cache-dir", str(cache_dir) if cache_dir else ""]
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proxy = HostProxy(process, port, work, audit)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                proxy.metrics()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the proxy did not come up; see {work / (name + '.log')}")
+                time.sleep(0.05)
+        yield proxy
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
+
+@dataclass
+class AgentRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    home: Path = field(default_factory=Path)
+
+
+def _as_pod_user() -> dict:
+    """Run as the pod's uid when we are root (Claude Code refuses bypassPermissions as root)."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": POD_USER, "group": POD_USER, "extra_groups": []}
+
+
+def run_claude(model: ScriptedModel, proxy_url: str, work: Path, *, mcp_config: dict | None = None,
+               settings: dict | None = None, env: dict | None = None, as_pod_user: bool = True,
+               timeout: float = 180) -> AgentRun:
+    """The agent container's rendered command (`sh -c "exec claude -p ... < task.md"`) with its
+    rendered env, the rendered files at host paths (mcp-config.json pointed at `proxy_url`), as
+    the pod's uid when run by root (unless `as_pod_user` is false). `mcp_config` / `settings`
+    replace the rendered ones."""
+    files = rendered_files()
+    container = agent_container()
+    home = Path(tempfile.mkdtemp(prefix="agent-", dir=work))
+    bin_dir, tools, task, workspace = home / "bin", home / "tools", home / "task", home / "workspace"
+    for d in (bin_dir, tools, task, workspace):
+        d.mkdir()
+    claude = bin_dir / "claude"
+    source = claude_bin()
+    try:
+        os.link(source, claude)  # same file, reachable for the pod's uid (its home is not)
+    except OSError:
+        shutil.copy2(source, claude)
+    mcp = mcp_config if mcp_config is not None else json.loads(files["mcp-config.json"])
+    if mcp_config is None:
+        mcp["mcpServers"]["orchestrator"]["url"] = proxy_url
+    (tools / "mcp-config.json").write_text(json.dumps(mcp))
+    (tools / "settings.json").write_text(json.dumps(settings) if settings is not None else files["settings.json"])
+    (task / "task.md").write_text(files["task.md"])
+    paths = {"/etc/orchestrator/tools": str(tools), "/etc/orchestrator/task": str(task), "/tmp": str(home)}
+    run_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", **IMAGE_ENV}
+    for e in container.get("env", []):
+        if "value" in e:
+            value = e["value"]
+            for pod_path, host_path in paths.items():
+                if value == pod_path or value.startswith(pod_path + "/"):
+                    value = host_path + value[len(pod_path):]
+                    break
+            run_env[e["name"]] = value
+    run_env["ORCHESTRATOR_MCP_URL"] = proxy_url
+    run_env["ANTHROPIC_API_KEY"] = "sk-ant-stand-in"  # the rendered secretKeyRef's stand-in
+    run_env["ANTHROPIC_BASE_URL"] = model.url
+    run_env.update(env or {})
+    user = _as_pod_user() if as_pod_user else {}
+    if user:
+        # `work` must be reachable for that uid (e.g. a tempfile.mkdtemp() under /tmp, mode 0755).
+        for p in [home, *home.rglob("*")]:
+            if p != claude:  # the binary stays root's (a hard link to the cached file)
+                os.chown(p, POD_USER, POD_USER)
+    done = subprocess.run(container["command"], env=run_env, cwd=workspace, capture_output=True, text=True,
+                          timeout=timeout, **user)
+    return AgentRun(done.returncode, done.stdout, done.stderr, home)

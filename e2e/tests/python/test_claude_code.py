@@ -1,0 +1,147 @@
+"""The real agent against the proxy on this machine: Claude Code (the agent image's binary, run with
+the pod's rendered command, env and files, as the pod's uid) and orchestrator-mcp-proxy (the
+sample TaskRun's rendered proxy.yaml, real upstream servers); the model is the scripted stand-in.
+
+What a person running tasks would check: connecting the agent starts no upstream server when the
+proxy already knows the tool lists (a restarted proxy container, whose cache directory is the
+pod's /tmp emptyDir), a call starts only the server it needs, the model is offered exactly the
+allowed tools and not the denied built-in one, and the audit lines of one agent run can be told
+apart from another's by one client identity.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
+
+from host_agent import host_proxy, run_claude  # noqa: E402
+from scripted_model import ScriptedModel, text, tool_result_text, tool_use  # noqa: E402
+
+MCP = "mcp__orchestrator__"
+# Claude Code connects --mcp-config servers in the background: its first request may go out before
+# the proxy's tools are listed. The model keeps it busy with a harmless built-in call meanwhile.
+CONNECT_BUDGET_S = 60
+
+
+@pytest.fixture
+def work():
+    d = Path(tempfile.mkdtemp(prefix="claude-code-"))
+    os.chmod(d, 0o755)  # the agent runs as the pod's uid and needs to reach its home below
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def connected(first):
+    """Delegating script step: the first request that offers the proxy's tools."""
+    r, deadline = first, time.monotonic() + CONNECT_BUDGET_S
+    while not r.mcp_tools():
+        assert time.monotonic() < deadline, f"Claude Code offered no MCP tools within {CONNECT_BUDGET_S}s"
+        r = yield tool_use("Glob", {"pattern": "*.none"}).after(0.3)
+    return r
+
+
+def conversation(model: ScriptedModel) -> str:
+    """What the model saw, a line per request: for a failure message."""
+    lines = []
+    for r in model.requests:
+        last = (r.body.get("messages") or [{}])[-1]
+        lines.append(f"#{r.seq} {'side' if r.side else 'conv'} mcp={len(r.mcp_tools())} "
+                     f"last={json.dumps(last)[:400]} reply={json.dumps(r.reply)[:200]}")
+    return "\n".join(lines)
+
+
+def agent(model: ScriptedModel, proxy, work: Path):
+    # A failed script step is an API error: no retries (their backoff would take minutes).
+    run = run_claude(model, proxy.url, work, env={"CLAUDE_CODE_MAX_RETRIES": "0"})
+    assert run.returncode == 0, \
+        f"claude exited {run.returncode}: {run.stdout[-2000:]} {run.stderr[-2000:]}\n{conversation(model)}"
+    assert model.error is None, f"the model's script failed: {model.error!r}"
+    return run
+
+
+def test_connecting_starts_no_server_with_a_warm_cache_and_one_runs_calls_share_one_identity(work):
+    cache = work / "cache"
+    seen: dict = {}
+
+    # The pod's first proxy: an empty cache, so listing the tools starts both servers.
+    with host_proxy(work, cache, "first") as proxy:
+        def first_run(first):
+            r = yield from connected(first)
+            seen["first_offered"] = r.mcp_tools()
+            seen["first_done"] = True
+            yield text("done")
+
+        with ScriptedModel(first_run) as model:
+            agent(model, proxy, work)
+        assert seen.get("first_done"), "Claude Code ended before the model's script did"
+        allowed = proxy.exposed()
+        assert seen["first_offered"] == allowed, "the model is offered exactly the tools the TaskRun allows"
+        assert "everything__get-env" not in allowed and "memory__delete_entities" not in allowed
+        assert sorted(s for s, _ in proxy.starts()) == ["everything", "memory"], proxy.starts()
+    assert any(cache.iterdir()), "the proxy wrote its tool lists to the cache directory"
+
+    # The proxy container restarts (same pod, same /tmp): the tool lists are known.
+    with host_proxy(work, cache, "second") as proxy:
+        def second_run(first):
+            r = yield from connected(first)
+            seen["offered"] = r.mcp_tools()
+            seen["builtins"] = r.available()
+            seen["at_connect"] = (proxy.running(), proxy.upstream_processes(), proxy.starts())
+            r = yield tool_use(MCP + "everything__get-sum", {"a": 2, "b": 3})
+            seen["sum"] = tool_result_text(r)
+            r = yield tool_use(MCP + "everything__echo", {"message": "hello"})
+            seen["echo"] = tool_result_text(r)
+            seen["after_calls"] = (proxy.running(), proxy.starts())
+            seen["second_done"] = True
+            yield text("done")
+
+        with ScriptedModel(second_run) as model:
+            agent(model, proxy, work)
+        assert seen.get("second_done"), "Claude Code ended before the model's script did"
+        running, processes, starts = seen["at_connect"]
+        assert seen["offered"] == allowed
+        assert "WebFetch" not in seen["builtins"], "the TaskRun denies the built-in WebFetch"
+        assert (running, processes, starts) == ([], [], {}), \
+            "Claude Code connected (initialize, tools/list, prompts/list, resources/list) and no server started"
+        assert "5" in seen["sum"] and not seen["sum"].startswith("ERROR"), seen["sum"]
+        assert "hello" in seen["echo"], seen["echo"]
+        # Only the server the calls needed, once; the memory server never ran in this pod.
+        assert seen["after_calls"] == (["everything"], {("everything", "tools_call"): 1}), seen["after_calls"]
+        assert proxy.starts() == {("everything", "tools_call"): 1}
+
+    # The audit file is complete once the proxy has stopped (lines are written in batches).
+    records = proxy.audit_records()
+    assert [(r["server"], r["upstreamTool"], r["decision"], r["outcome"]) for r in records] == [
+        ("everything", "get-sum", "allowed", "ok"), ("everything", "echo", "allowed", "ok")], records
+    clients = {r["client"] for r in records}
+    assert len(clients) == 1, f"one Claude Code run, one client identity in its audit lines: {clients}"
+    assert next(iter(clients)).startswith("claude-code/"), clients
+
+
+def test_the_model_is_offered_only_the_allowed_tools_fewer_bytes_than_directly():
+    """The seed's promise, "agents only see relevant tools", measured as the model sees it: the
+    first request Claude Code sends with MCP tools, through the proxy vs connected directly to
+    the same servers, with its default tool search and with every definition sent."""
+    from tool_bytes import ALL_DEFINITIONS, DEFERRED, DIRECT, PROXIED, compare
+
+    rows = {(label, mode): m for label, mode, m in compare()}
+    for mode in (DEFERRED, ALL_DEFINITIONS):
+        proxied, direct = rows[(PROXIED, mode)], rows[(DIRECT, mode)]
+        # mcp__orchestrator__<server>__<tool> through the proxy; mcp__<server>__<tool> directly.
+        through = {n.removeprefix("mcp__orchestrator__") for n in proxied["names"]}
+        straight = {n.removeprefix("mcp__") for n in direct["names"]}
+        assert through < straight, (mode, through - straight)
+        assert "everything__get-env" in straight - through and "memory__delete_entities" in straight - through
+    assert rows[(PROXIED, ALL_DEFINITIONS)]["definition_bytes"] < rows[(DIRECT, ALL_DEFINITIONS)]["definition_bytes"]
+    assert rows[(PROXIED, DEFERRED)]["deferred_name_bytes"] < rows[(DIRECT, DEFERRED)]["deferred_name_bytes"]
+    assert rows[(PROXIED, DEFERRED)]["definition_bytes"] == 0, "deferred: no MCP schema before ToolSearch"
