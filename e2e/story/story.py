@@ -663,6 +663,29 @@ class Story:
         )
         return yaml.safe_load(text)
 
+    def audit(self) -> None:
+        """The proxy's audit lines (its stderr, the container log): one per call that reached it,
+        all from one client identity, however many protocol sessions the agent opened."""
+        records = []
+        for line in self.kubectl("logs", "-n", self.work_ns, "job/task-1001", "-c", "mcp-proxy").splitlines():
+            if line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and "decision" in record and "client" in record:
+                    records.append(record)
+        # get-sum, create_entities, the busy get-sums, get-env: the denied calls never left the agent.
+        calls = 3 + self.script.seen["busy_calls"]
+        check(len(records) == calls and all(r["decision"] == "allowed" for r in records),
+              f"{calls} calls went through the proxy, its audit has {len(records)}: {records[:5]}")
+        clients = {r["client"] for r in records}
+        check(len(clients) == 1 and next(iter(clients)).startswith("claude-code/"),
+              f"one agent run, one client identity in the audit; got {clients}")
+        sessions = {r["session"] for r in records}
+        self.say(f"   the proxy's audit: {len(records)} calls, one client identity {next(iter(clients))} "
+                 f"across {len(sessions)} protocol session(s)")
+
     def finish(self, pod: dict) -> None:
         self.say("\n== 6. the agent exits; the kubelet stops the sidecar; the Job and the TaskRun succeed")
         name = pod["metadata"]["name"]
@@ -683,6 +706,7 @@ class Story:
         proxy_end = parse_time(proxy["finishedAt"])
         left = [p for p in [*self.pids.values(), *self.upstreams] if alive(p)]
         check(not left, f"processes of the pod still running after it finished: {left}")
+        self.audit()
         self.say(f"   agent exited 0; the kubelet stopped the native sidecar: exit code {proxy['exitCode']} "
                  f"({proxy.get('reason')}) {proxy_end - agent_end:.0f} s later (kubelet times, 1 s resolution); "
                  f"the proxy's {len(self.upstreams)} upstream processes are gone")
