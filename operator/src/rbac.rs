@@ -50,6 +50,24 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         group: "",
+        resource: "serviceaccounts",
+        verbs: &["create", "patch"],
+        why: "each task pod's own ServiceAccount (server-side apply once, before the Job; none when the TaskRun names one)",
+    },
+    Rule {
+        group: "rbac.authorization.k8s.io",
+        resource: "roles",
+        verbs: &["create", "patch"],
+        why: "each task's Role: read only its own ConfigMap (the operator holds that permission itself, so the API server lets it grant it)",
+    },
+    Rule {
+        group: "rbac.authorization.k8s.io",
+        resource: "rolebindings",
+        verbs: &["create", "patch"],
+        why: "binds the task's Role to the task pod's ServiceAccount",
+    },
+    Rule {
+        group: "",
         resource: "secrets",
         verbs: &["get"],
         why: "check that the Secret keys a new pod needs exist (key names only; values are never used)",

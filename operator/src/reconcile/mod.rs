@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
@@ -202,6 +203,9 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         Some(job) => (Some(job), job_state),
         None if finished => (None, job_state),
         None => {
+            // The pod's identity first: a pod naming a ServiceAccount that does not exist is
+            // refused by admission, and the Job controller would only retry with backoff.
+            apply_identity(&ctx.client, &ns, plan.identity()).await?;
             let created = apply(&jobs, plan.job()).await?;
             let note = format!(
                 "created Job {} (agent image {}, proxy image {})",
@@ -425,6 +429,24 @@ async fn write_status(
 }
 
 /// Server-side apply of a rendered object under [`MANAGER`].
+/// The task pod's ServiceAccount (unless the TaskRun names its own), Role and RoleBinding.
+async fn apply_identity(
+    client: &Client,
+    ns: &str,
+    identity: &render::identity::Identity,
+) -> Result<()> {
+    if let Some(sa) = &identity.service_account {
+        apply(&Api::<ServiceAccount>::namespaced(client.clone(), ns), sa).await?;
+    }
+    apply(&Api::<Role>::namespaced(client.clone(), ns), &identity.role).await?;
+    apply(
+        &Api::<RoleBinding>::namespaced(client.clone(), ns),
+        &identity.role_binding,
+    )
+    .await?;
+    Ok(())
+}
+
 async fn apply<K>(api: &Api<K>, obj: &K) -> Result<K>
 where
     K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,

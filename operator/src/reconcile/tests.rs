@@ -324,11 +324,15 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
     let action = h.reconcile(&tr).await;
     let writes = h.fake.take_writes();
 
-    // The pod mounts the ConfigMap, so it exists before the Job that creates the pod.
+    // The pod mounts the ConfigMap and runs as the task's identity, so both exist before the
+    // Job that creates the pod.
     assert_eq!(
         kinds(&writes),
         [
             "PATCH configmaps",
+            "PATCH serviceaccounts",
+            "PATCH roles",
+            "PATCH rolebindings",
             "PATCH jobs",
             "POST events",
             "PATCH taskruns/status"
@@ -336,7 +340,11 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
     );
     assert_eq!(version_annotation(&writes), ["1"]);
     assert_eq!(events(&writes), [("Normal".into(), "JobCreated".into())]);
-    let job = &writes[1].body;
+    assert_eq!(
+        writes[2].body["rules"][0]["resourceNames"],
+        json!([crate::render::config_map_name("task-1001")])
+    );
+    let job = &writes[4].body;
     assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "TaskRun");
     assert_eq!(job["metadata"]["ownerReferences"][0]["controller"], true);
     let status = written_status(&writes);
@@ -504,6 +512,9 @@ async fn a_missing_secret_blocks_the_job_and_says_how_to_create_it() {
         kinds(&writes),
         [
             "PATCH configmaps",
+            "PATCH serviceaccounts",
+            "PATCH roles",
+            "PATCH rolebindings",
             "PATCH jobs",
             "POST events",
             "PATCH taskruns/status"

@@ -50,6 +50,8 @@ pub struct JobInput<'a> {
     pub owner: &'a OwnerReference,
     pub settings: &'a RenderSettings,
     pub secrets: &'a [SecretBinding],
+    /// The pod's ServiceAccount (see [`super::identity`]).
+    pub service_account_name: &'a str,
 }
 
 pub fn render(input: JobInput<'_>) -> Job {
@@ -77,8 +79,9 @@ pub fn render(input: JobInput<'_>) -> Job {
                 }),
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
-                    service_account_name: tr.spec.service_account_name.clone(),
-                    // Neither container talks to the Kubernetes API.
+                    // The task's own identity (it can read only the task's ConfigMap); no
+                    // token is mounted: neither container talks to the Kubernetes API.
+                    service_account_name: Some(input.service_account_name.to_string()),
                     automount_service_account_token: Some(false),
                     node_selector: (!placement.node_selector.is_empty())
                         .then_some(placement.node_selector),

@@ -5,8 +5,10 @@
 //! - [`files`]: the ConfigMap's files (`proxy.yaml` for the sidecar, the agent's MCP config and
 //!   permission settings, the task text).
 //! - [`job`]: the Job: the agent container and the proxy as a native sidecar.
+//! - [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
 
 pub mod files;
+pub mod identity;
 pub mod job;
 pub mod resolve;
 
@@ -69,6 +71,7 @@ pub struct Plan {
     files: files::Files,
     config_hash: String,
     job: Job,
+    identity: identity::Identity,
     /// Per enabled server: its patterns and the known tools they expose.
     pub tools: Vec<EffectiveTools>,
     /// How many known tools the agent can call.
@@ -119,6 +122,11 @@ impl Plan {
         &self.job
     }
 
+    /// The pod's identity (created with the Job, before it).
+    pub fn identity(&self) -> &identity::Identity {
+        &self.identity
+    }
+
     /// The env var names of the proxy container that the current tool configuration needs from
     /// Secrets (only enabled servers; the reconciler checks a running Job has them).
     pub fn required_secret_env(&self) -> impl Iterator<Item = &SecretBinding> {
@@ -165,6 +173,14 @@ pub fn render(
         });
     }
 
+    let identity = identity::render(identity::IdentityInput {
+        name: &name,
+        namespace: &namespace,
+        labels: &labels,
+        owner: &owner,
+        service_account_name: tr.spec.service_account_name.as_deref(),
+        config_map_name: &config_map_name(&name),
+    });
     let job = job::render(job::JobInput {
         taskrun: tr,
         namespace: &namespace,
@@ -172,6 +188,7 @@ pub fn render(
         owner: &owner,
         settings,
         secrets: &resolved.secrets,
+        service_account_name: identity.service_account_name(),
     });
 
     Ok(Plan {
@@ -182,6 +199,7 @@ pub fn render(
         files,
         config_hash,
         job,
+        identity,
         tools,
         enabled_tool_count,
         secrets: resolved.secrets,

@@ -468,9 +468,69 @@ fn without_placement_the_pod_has_no_selector_and_the_proxy_default_resources() {
         .and_then(|s| s.template.spec.as_ref())
         .expect("pod spec");
     assert!(pod.node_selector.is_none() && pod.tolerations.is_none());
-    assert!(pod.service_account_name.is_none() && pod.image_pull_secrets.is_none());
+    assert!(pod.image_pull_secrets.is_none());
+    // The task's own identity, without a token in either container.
+    assert_eq!(pod.service_account_name.as_deref(), Some("task-1001"));
+    assert_eq!(pod.automount_service_account_token, Some(false));
     let resources = proxy_container(&plan(&task_1001()))
         .resources
         .expect("resources");
     assert_eq!(resources.limits.expect("limits")["memory"].0, "1Gi");
+}
+
+#[test]
+fn the_pod_runs_as_an_identity_that_reads_only_its_own_config_map() {
+    let rendered = plan(&task_1001());
+    let id = rendered.identity();
+    let sa = id
+        .service_account
+        .as_ref()
+        .expect("a ServiceAccount per task");
+    assert_eq!(sa.metadata.name.as_deref(), Some("task-1001"));
+    assert_eq!(sa.automount_service_account_token, Some(false));
+    let rules = id.role.rules.as_ref().expect("rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["configmaps".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+    assert_eq!(
+        rules[0].resource_names.as_deref(),
+        Some(&[rendered.config_map_name()][..])
+    );
+    let subjects = id.role_binding.subjects.as_ref().expect("subjects");
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(
+        (subjects[0].kind.as_str(), subjects[0].name.as_str()),
+        ("ServiceAccount", "task-1001")
+    );
+    assert_eq!(id.role_binding.role_ref.name, "task-1001");
+    for meta in [&sa.metadata, &id.role.metadata, &id.role_binding.metadata] {
+        let owner = &meta.owner_references.as_ref().expect("owner")[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("TaskRun", Some(true))
+        );
+        assert_eq!(meta.namespace.as_deref(), Some("team-a"));
+    }
+}
+
+#[test]
+fn a_taskrun_naming_a_service_account_gets_the_role_bound_to_it_and_none_created() {
+    let mut tr = task_1001();
+    tr.spec.service_account_name = Some("task-runner".into());
+    let rendered = plan(&tr);
+    let id = rendered.identity();
+    assert!(id.service_account.is_none());
+    let subjects = id.role_binding.subjects.as_ref().expect("subjects");
+    assert_eq!(subjects[0].name, "task-runner");
+    let pod = rendered
+        .job()
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some("task-runner"));
 }
