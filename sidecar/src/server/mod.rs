@@ -59,6 +59,7 @@ impl Front {
             id: self.session,
             peer: context.peer.clone(),
             accepts_requests,
+            protocol: context.protocol_version(),
             client_info: context.client_info(),
             capabilities: context.client_capabilities(),
         }
@@ -128,8 +129,11 @@ impl ServerHandler for Front {
             .sessions
             .add_session(self.session, context.peer.clone());
         self.registered.store(true, Ordering::Relaxed);
-        tracing::info!(session = %self.session, client = %clip(&request.client_info.name), protocol = %clip(request.protocol_version.as_str()), "client session opened");
-        self.negotiate_initialize(&request)
+        let answer = self.negotiate_initialize(&request)?;
+        // The revision the session speaks is the one answered, not the one offered (a client
+        // offering 2026-07-28 inside `initialize` gets 2025-11-25).
+        tracing::info!(session = %self.session, client = %clip(&request.client_info.name), protocol = %answer.protocol_version, offered = %clip(request.protocol_version.as_str()), "client session opened");
+        Ok(answer)
     }
 
     async fn list_tools(

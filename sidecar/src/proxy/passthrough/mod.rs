@@ -208,6 +208,12 @@ impl Proxy {
                     server: server.clone(),
                     timeout,
                 },
+                source if crate::upstream::http::protocol_failure(&source).is_some() => {
+                    Error::UpstreamProtocol {
+                        server: server.clone(),
+                        what: crate::upstream::http::protocol_failure(&source).unwrap_or_default(),
+                    }
+                }
                 source => Error::Upstream {
                     server: server.clone(),
                     source,
