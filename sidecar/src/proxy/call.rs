@@ -23,7 +23,7 @@ use crate::{
     router::{Lookup, Route},
     session::ListKind,
     telemetry,
-    upstream::{Connection, StartReason, Upstream},
+    upstream::{Connection, Revision, StartReason, Upstream},
 };
 
 use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, upstream_meta};
@@ -161,7 +161,7 @@ impl Proxy {
     ) -> Result<CallToolResponse, Error> {
         let server = &route.server;
         let upstream = self.pool.upstream(server);
-        let conn = match upstream.current() {
+        let conn = match upstream.current_for(Revision::of_session(&req.session)) {
             Some(conn) => conn,
             None => self.start_for_call(upstream, req, timeout).await?,
         };
