@@ -84,3 +84,42 @@ pub(super) fn listen_for_changes(
     });
 }
 
+/// Opens a `subscriptions/listen` stream for updates of one resource (what `resources/subscribe`
+/// is on the initialize lifecycle) and turns them into events, until `ct` is cancelled. Returns
+/// once the upstream acknowledged the stream (or refused it).
+pub async fn listen_for_resource(
+    server: ServerName,
+    peer: Peer<RoleClient>,
+    uri: String,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+    ct: CancellationToken,
+) -> Result<(), rmcp::ServiceError> {
+    let filter = SubscriptionFilter::builder()
+        .resource_subscriptions([uri.clone()])
+        .build();
+    let mut subscription = peer.listen(filter).await?;
+    tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                next = subscription.next() => next,
+                () = ct.cancelled() => return,
+            };
+            match next {
+                Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => {
+                    if events
+                        .send(UpstreamEvent::ResourceUpdated(n.params.uri))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    tracing::debug!(%server, %uri, "the upstream ended a resource subscription");
+                    return;
+                }
+            }
+        }
+    });
+    Ok(())
+}

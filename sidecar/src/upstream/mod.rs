@@ -14,7 +14,7 @@ pub mod cache;
 pub mod guard;
 pub mod handler;
 pub mod http;
-mod listen;
+pub mod listen;
 pub mod pool;
 pub mod routes;
 mod shared;
