@@ -16,11 +16,13 @@ pub mod handler;
 pub mod http;
 pub mod listen;
 pub mod pool;
+mod revision;
 pub mod routes;
 mod shared;
 pub mod stderr;
 pub mod stdio;
 
+pub use revision::Revision;
 pub use shared::Shared;
 
 use std::{
@@ -174,44 +176,6 @@ impl Connection {
 struct StartState {
     failures: u32,
     last_failure: Option<Instant>,
-}
-
-/// The two generations of MCP a connection to an upstream speaks: the `initialize` lifecycle
-/// (2024-11-05 to 2025-11-25) or 2026-07-28 (`server/discover`, stateless requests).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Revision {
-    Legacy,
-    Modern,
-}
-
-impl Revision {
-    /// The revision a client session speaks (and so wants its upstreams spoken to in).
-    pub fn of_session(session: &SessionRef) -> Self {
-        if session.accepts_requests {
-            Revision::Legacy
-        } else {
-            Revision::Modern
-        }
-    }
-
-    fn of(protocol: &ProtocolVersion) -> Self {
-        if *protocol >= ProtocolVersion::V_2026_07_28 {
-            Revision::Modern
-        } else {
-            Revision::Legacy
-        }
-    }
-
-    fn slot(self) -> usize {
-        self as usize
-    }
-
-    fn other(self) -> Self {
-        match self {
-            Revision::Legacy => Revision::Modern,
-            Revision::Modern => Revision::Legacy,
-        }
-    }
 }
 
 /// One configured upstream server. It is spoken to in the revision of the session a request
