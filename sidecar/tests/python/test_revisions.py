@@ -96,3 +96,17 @@ async def test_audit_records_name_the_revision_of_each_call(make_proxy, tools):
             await client.call_tool("every__echo", {"message": mode})
     records = proxy.audit(at_least=2)
     assert [r["protocol"] for r in records] == ["2025-11-25", "2026-07-28"], records
+
+
+def test_a_call_stream_of_a_session_is_primed_and_resumable(make_proxy, tools):
+    """tools/call on an initialize-era session goes the one request path (rmcp's streamable HTTP
+    service): its SSE stream opens with a priming event that carries an event id and a `retry`
+    time, and every event has an id a client can resume from (Last-Event-ID)."""
+    proxy = make_proxy({"servers": [{"name": "every", "stdio": tools.everything_stdio()}]})
+    _, headers = open_session(proxy, "2025-11-25")
+    status, messages, text = raw_exchange(proxy, headers, tool_call("every__echo", {"message": "x"}))
+    assert status == 200 and messages[-1]["result"]["content"][0]["text"] == "Echo: x", text
+    events = [e for e in text.split("\n\n") if e.strip()]
+    first = dict(line.split(": ", 1) if ": " in line else (line.rstrip(":"), "") for line in events[0].splitlines())
+    assert first.get("data", "") == "" and first.get("id") and first.get("retry", "").isdigit(), events[0]
+    assert all("\nid: " in "\n" + e for e in events), events
