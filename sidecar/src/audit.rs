@@ -48,6 +48,9 @@ pub struct Record<'a> {
     pub session: String,
     /// Who made the call, stable across sessions: see [`client_identity`].
     pub client: String,
+    /// The MCP revision the call was made in (as answered, not as offered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<&'a str>,
     pub request_id: String,
     /// The name the client called.
     pub tool: &'a str,
@@ -251,6 +254,7 @@ mod tests {
                 context_version: 3,
                 session: "s1".into(),
                 client: "claude-code/2.1.0#0123abcd".into(),
+                protocol: Some("2025-11-25"),
                 request_id: i.to_string(),
                 tool: "gh__create_issue",
                 server: Some("gh"),

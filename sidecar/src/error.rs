@@ -46,6 +46,11 @@ pub enum Error {
     #[error("upstream server {server:?} {what}")]
     UpstreamGone { server: ServerName, what: String },
 
+    /// The upstream answered with something that is not an MCP message (`what` quotes the
+    /// start of its bytes, bounded).
+    #[error("upstream server {server:?} answered with something that is not MCP: {what}")]
+    UpstreamProtocol { server: ServerName, what: String },
+
     /// The server was stopped (config change, shutdown) before it was ready.
     #[error("upstream server {server:?} was stopped before it was ready")]
     Stopped { server: ServerName },
@@ -127,6 +132,7 @@ impl Error {
             Error::StartFailed { .. } => "PROXY.UPSTREAM_START_FAILED",
             Error::Backoff { .. } => "PROXY.UPSTREAM_BACKOFF",
             Error::UpstreamGone { .. } => "PROXY.UPSTREAM_EXITED",
+            Error::UpstreamProtocol { .. } => "PROXY.UPSTREAM_PROTOCOL",
             Error::Stopped { .. } => "PROXY.UPSTREAM_STOPPED",
             Error::Timeout { .. } => "PROXY.UPSTREAM_TIMEOUT",
             Error::UnexpectedResult { .. } | Error::Upstream { .. } => "PROXY.UPSTREAM_ERROR",

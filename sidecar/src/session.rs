@@ -12,7 +12,7 @@ use std::{
 
 use rmcp::{
     Peer, RoleServer,
-    model::{ClientCapabilities, Implementation},
+    model::{ClientCapabilities, Implementation, ProtocolVersion},
     service::SubscriptionSink,
 };
 
@@ -42,6 +42,9 @@ pub struct SessionRef {
     /// Whether the client may be sent requests (sampling, elicitation, roots). Sessions on
     /// 2026-07-28 may not: that protocol has no server-to-client requests.
     pub accepts_requests: bool,
+    /// The revision this request is spoken in: negotiated at `initialize`, or the request's own
+    /// for 2026-07-28.
+    pub protocol: Option<ProtocolVersion>,
     pub client_info: Option<Implementation>,
     pub capabilities: Option<ClientCapabilities>,
 }

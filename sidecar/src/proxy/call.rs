@@ -23,7 +23,7 @@ use crate::{
     router::{Lookup, Route},
     session::ListKind,
     telemetry,
-    upstream::{Connection, StartReason, Upstream},
+    upstream::{Connection, Revision, StartReason, Upstream},
 };
 
 use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, upstream_meta};
@@ -161,7 +161,7 @@ impl Proxy {
     ) -> Result<CallToolResponse, Error> {
         let server = &route.server;
         let upstream = self.pool.upstream(server);
-        let conn = match upstream.current() {
+        let conn = match upstream.current_for(Revision::of_session(&req.session)) {
             Some(conn) => conn,
             None => self.start_for_call(upstream, req, timeout).await?,
         };
@@ -308,12 +308,7 @@ impl Proxy {
                         }
                         Ok(result)
                     }
-                    Err(rmcp::ServiceError::TransportClosed)
-                    | Err(rmcp::ServiceError::TransportSend(_)) => Err(gone(&conn, &server).await),
-                    Err(rmcp::ServiceError::Timeout { .. }) => {
-                        Err(Error::Timeout { server, timeout })
-                    }
-                    Err(source) => Err(Error::Upstream { server, source }),
+                    Err(e) => Err(upstream_failure(&conn, server, e, timeout).await),
                 };
                 drop(guard);
                 result
@@ -374,6 +369,26 @@ impl Proxy {
                 }
             }
         });
+    }
+}
+
+/// What a failed call says: an HTTP upstream whose reply was not MCP has not gone anywhere (its
+/// bytes, bounded); a closed transport has (exit status, stderr).
+async fn upstream_failure(
+    conn: &Arc<Connection>,
+    server: ServerName,
+    e: rmcp::ServiceError,
+    timeout: Duration,
+) -> Error {
+    if let Some(what) = crate::upstream::http::protocol_failure(&e) {
+        return Error::UpstreamProtocol { server, what };
+    }
+    match e {
+        rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
+            gone(conn, &server).await
+        }
+        rmcp::ServiceError::Timeout { .. } => Error::Timeout { server, timeout },
+        source => Error::Upstream { server, source },
     }
 }
 

@@ -181,6 +181,7 @@ impl Proxy {
                 &config.task_name,
                 req.session.client_info.as_ref(),
             ),
+            protocol: req.session.protocol.as_ref().map(|p| p.as_str()),
             request_id: clip(&req.request_id.to_string()).into_owned(),
             tool: &clip(&req.name),
             server,

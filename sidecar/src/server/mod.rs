@@ -59,6 +59,7 @@ impl Front {
             id: self.session,
             peer: context.peer.clone(),
             accepts_requests,
+            protocol: context.protocol_version(),
             client_info: context.client_info(),
             capabilities: context.client_capabilities(),
         }
@@ -128,8 +129,11 @@ impl ServerHandler for Front {
             .sessions
             .add_session(self.session, context.peer.clone());
         self.registered.store(true, Ordering::Relaxed);
-        tracing::info!(session = %self.session, client = %clip(&request.client_info.name), protocol = %clip(request.protocol_version.as_str()), "client session opened");
-        self.negotiate_initialize(&request)
+        let answer = self.negotiate_initialize(&request)?;
+        // The revision the session speaks is the one answered, not the one offered (a client
+        // offering 2026-07-28 inside `initialize` gets 2025-11-25).
+        tracing::info!(session = %self.session, client = %clip(&request.client_info.name), protocol = %answer.protocol_version, offered = %clip(request.protocol_version.as_str()), "client session opened");
+        Ok(answer)
     }
 
     async fn list_tools(
@@ -309,8 +313,41 @@ impl ServerHandler for Front {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let key = self.proxy.sessions.add_subscription(context.sink().clone());
+        // Resource URIs the client listens to: the upstreams that own them are asked for their
+        // updates for as long as the stream is open.
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let request = context.request_context();
+        let session = self.session_ref(request);
+        let mut subscribed = Vec::new();
+        for uri in uris {
+            match self
+                .proxy
+                .subscribe(uri.clone(), &session, &request.meta, true)
+                .await
+            {
+                Ok(()) => {
+                    // The client was acknowledged before the upstream's stream was open: a
+                    // change in between would be lost, so say "updated" once (clients re-read).
+                    let _ = context.sink().notify_resource_updated(&uri).await;
+                    subscribed.push(uri)
+                }
+                Err(e) => {
+                    tracing::warn!(uri = %clip(&uri), error = %e, "no upstream updates for a resource a listen stream asked for")
+                }
+            }
+        }
         context.cancelled().await;
         self.proxy.sessions.remove_subscription(key);
+        for uri in subscribed {
+            let _ = self
+                .proxy
+                .subscribe(uri, &session, &request.meta, false)
+                .await;
+        }
         Ok(())
     }
 }

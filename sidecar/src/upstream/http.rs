@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use http::{HeaderName, HeaderValue};
 use rmcp::transport::{
-    StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    StreamableHttpClientTransport,
+    streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError},
 };
 
 use crate::{
@@ -50,4 +51,77 @@ pub fn transport(
             reason: format!("http client: {e}"),
         })?;
     Ok(StreamableHttpClientTransport::with_client(client, config))
+}
+
+/// Longest quote of an upstream's bytes in an error message.
+const MAX_SUMMARY: usize = 512;
+
+/// When a request to an HTTP upstream failed because its reply was not an MCP message (a body
+/// that is not JSON-RPC, an unexpected content type): what it said, bounded. `None` for other
+/// failures (connection refused, reset, ...), which mean the upstream is gone.
+pub fn protocol_failure(error: &rmcp::ServiceError) -> Option<String> {
+    let rmcp::ServiceError::TransportSend(e) = error else {
+        return None;
+    };
+    let what = match e
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()?
+    {
+        // rmcp's text quotes the start of the body (at most 256 bytes).
+        StreamableHttpError::UnexpectedServerResponse(text) => text.to_string(),
+        StreamableHttpError::UnexpectedContentType(ct) => format!(
+            "a reply of content type {:?} (expected application/json or text/event-stream)",
+            ct.as_deref().unwrap_or("(none)")
+        ),
+        StreamableHttpError::Deserialize(e) => format!("an unreadable JSON-RPC message: {e}"),
+        _ => return None,
+    };
+    Some(bounded(&what))
+}
+
+fn bounded(text: &str) -> String {
+    if text.len() <= MAX_SUMMARY {
+        return text.to_string();
+    }
+    let mut end = MAX_SUMMARY;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…(+{} bytes)", &text[..end], text.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    fn send_error(e: StreamableHttpError<reqwest::Error>) -> rmcp::ServiceError {
+        rmcp::ServiceError::TransportSend(rmcp::transport::DynamicTransportError::from_parts(
+            "http",
+            std::any::TypeId::of::<()>(),
+            Box::new(e),
+        ))
+    }
+
+    #[test]
+    fn unreadable_replies_are_protocol_failures_with_their_bytes_bounded() {
+        let body = format!("HTTP 200: <html>{}</html>", "x".repeat(2000));
+        let what = protocol_failure(&send_error(StreamableHttpError::UnexpectedServerResponse(
+            Cow::Owned(body),
+        )))
+        .expect("a protocol failure");
+        assert!(what.starts_with("HTTP 200: <html>xxx"), "{what}");
+        assert!(what.len() < MAX_SUMMARY + 32, "{}", what.len());
+        let ct = protocol_failure(&send_error(StreamableHttpError::UnexpectedContentType(
+            Some("text/html".into()),
+        )))
+        .expect("a protocol failure");
+        assert!(ct.contains("text/html"), "{ct}");
+        assert_eq!(
+            protocol_failure(&send_error(StreamableHttpError::TransportChannelClosed)),
+            None
+        );
+        assert_eq!(protocol_failure(&rmcp::ServiceError::TransportClosed), None);
+    }
 }

@@ -14,16 +14,22 @@ pub mod cache;
 pub mod guard;
 pub mod handler;
 pub mod http;
+pub mod listen;
 pub mod pool;
+mod revision;
 pub mod routes;
 mod shared;
 pub mod stderr;
 pub mod stdio;
 
+pub use revision::Revision;
 pub use shared::Shared;
 
 use std::{
-    sync::{Arc, atomic::AtomicBool},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -31,8 +37,8 @@ use arc_swap::ArcSwapOption;
 use rmcp::{
     ClientLifecycleMode, Peer, RoleClient,
     model::{
-        ClientConfig, ClientRequest, Implementation, ProtocolVersion, ServerCapabilities,
-        ServerNotification, SetLevelRequest, SetLevelRequestParams, SubscriptionFilter,
+        ClientConfig, ClientRequest, Implementation, ProtocolVersion, SetLevelRequest,
+        SetLevelRequestParams,
     },
     service::{RunningService, serve_client_with_lifecycle},
     transport::IntoTransport,
@@ -172,10 +178,15 @@ struct StartState {
     last_failure: Option<Instant>,
 }
 
-/// One configured upstream server.
+/// One configured upstream server. It is spoken to in the revision of the session a request
+/// comes from: at most one connection per revision, each opened when a session of that revision
+/// first needs the server (for a stdio server, a process each). A revision the server turned out
+/// not to speak is served by the other connection, and the proxy translates.
 pub struct Upstream {
     pub server: Arc<Server>,
-    conn: ArcSwapOption<Connection>,
+    conns: [ArcSwapOption<Connection>; 2],
+    /// Revisions the server turned out not to speak (indexed like `conns`).
+    lacks: [AtomicBool; 2],
     state: tokio::sync::Mutex<StartState>,
     /// Cancelled by [`Upstream::stop`]: ends a start in progress (and its backoff wait) at once.
     stop: CancellationToken,
@@ -186,37 +197,78 @@ impl Upstream {
     pub fn new(server: Arc<Server>, deps: Deps) -> Self {
         Self {
             server,
-            conn: ArcSwapOption::empty(),
+            conns: Default::default(),
+            lacks: Default::default(),
             state: Default::default(),
             stop: CancellationToken::new(),
             deps,
         }
     }
 
-    /// The live connection, if there is one (never starts anything).
+    /// A live connection of either revision, if there is one (never starts anything).
     pub fn current(&self) -> Option<Arc<Connection>> {
-        self.conn.load_full().filter(|c| c.is_alive())
+        self.connections().into_iter().next()
+    }
+
+    /// Every live connection (at most one per revision).
+    pub fn connections(&self) -> Vec<Arc<Connection>> {
+        // The 2026-07-28 one first: it carries each request's client identity.
+        [Revision::Modern, Revision::Legacy]
+            .into_iter()
+            .filter_map(|r| self.live(r))
+            .collect()
+    }
+
+    fn live(&self, revision: Revision) -> Option<Arc<Connection>> {
+        self.conns[revision.slot()]
+            .load_full()
+            .filter(|c| c.is_alive())
+    }
+
+    fn lacks(&self, revision: Revision) -> bool {
+        self.lacks[revision.slot()].load(Ordering::Relaxed)
+    }
+
+    /// The live connection a session of `revision` uses (never starts anything): its own
+    /// revision's, or the other when the server does not speak it.
+    pub fn current_for(&self, revision: Revision) -> Option<Arc<Connection>> {
+        self.live(revision).or_else(|| {
+            self.lacks(revision)
+                .then(|| self.live(revision.other()))
+                .flatten()
+        })
+    }
+
+    fn usable(&self, want: Option<Revision>) -> Option<Arc<Connection>> {
+        match want {
+            Some(revision) => self.current_for(revision),
+            None => self.current(),
+        }
     }
 
     /// "running", "stopped" or "failed" (for `GET /tools`).
     pub fn state_label(&self) -> &'static str {
-        match self.conn.load_full() {
-            Some(c) if c.is_alive() => "running",
-            Some(_) => "failed",
-            None => "stopped",
+        let conns: Vec<_> = self.conns.iter().filter_map(|c| c.load_full()).collect();
+        if conns.iter().any(|c| c.is_alive()) {
+            "running"
+        } else if conns.is_empty() {
+            "stopped"
+        } else {
+            "failed"
         }
     }
 
-    /// The live connection, starting the server if needed. Concurrent callers share one start.
-    /// After failures the start waits out the backoff, or fails at once with `Error::Backoff`
-    /// when `wait_backoff` is false.
+    /// The live connection for `session`'s revision (any, without a session), starting one if
+    /// needed. Concurrent callers share one start. After failures the start waits out the
+    /// backoff, or fails at once with `Error::Backoff` when `wait_backoff` is false.
     pub async fn connect(
         &self,
         reason: &StartReason,
         session: Option<&SessionRef>,
         wait_backoff: bool,
     ) -> Result<Arc<Connection>> {
-        if let Some(c) = self.current() {
+        let want = session.map(Revision::of_session);
+        if let Some(c) = self.usable(want) {
             return Ok(c);
         }
         let stopped = || Error::Stopped {
@@ -226,13 +278,18 @@ impl Upstream {
             state = self.state.lock() => state,
             () = self.stop.cancelled() => return Err(stopped()),
         };
-        if let Some(c) = self.current() {
+        if let Some(c) = self.usable(want) {
             return Ok(c);
         }
         if self.stop.is_cancelled() {
             return Err(stopped());
         }
-        let restarting = if let Some(dead) = self.conn.swap(None) {
+        let dead = self
+            .conns
+            .iter()
+            .filter(|c| c.load().as_ref().is_some_and(|c| !c.is_alive()))
+            .find_map(|c| c.swap(None));
+        let restarting = if let Some(dead) = dead {
             let lived = dead.started_at.elapsed();
             state.failures = if lived > HEALTHY_AFTER {
                 1
@@ -271,12 +328,23 @@ impl Upstream {
         // A start given up (timeout, stop) drops its future, and with it the child: its process
         // group is killed (see `stdio::Child`).
         let attempt = tokio::select! {
-            attempt = tokio::time::timeout(self.deps.start_timeout, self.start(session)) => attempt,
+            attempt = tokio::time::timeout(self.deps.start_timeout, self.start_in(want, session)) => attempt,
             () = self.stop.cancelled() => return Err(stopped()),
         };
         match attempt {
             Ok(Ok(conn)) => {
                 let conn = Arc::new(conn);
+                let revision = Revision::of(&conn.protocol);
+                if want.is_some_and(|w| w != revision) {
+                    // Asked for one revision, got the other: the server does not speak it.
+                    self.lacks[revision.other().slot()].store(true, Ordering::Relaxed);
+                }
+                if let Some(live) = self.live(revision) {
+                    // Learning that cost a start: the connection in that revision stays.
+                    tracing::info!(server = %self.server.name, protocol = %conn.protocol, "the server does not speak the revision asked for; using its running connection");
+                    conn.stop(self.deps.kill_grace).await;
+                    return Ok(live);
+                }
                 if let Some(info) = conn.peer.peer_info() {
                     self.deps
                         .shared
@@ -289,11 +357,12 @@ impl Upstream {
                 tracing::info!(
                     server = %self.server.name,
                     protocol = %conn.protocol,
+                    wanted = ?want,
                     pid = conn.child.as_ref().map(|c| c.pid),
                     ms = started.elapsed().as_millis() as u64,
                     "upstream server ready"
                 );
-                self.conn.store(Some(conn.clone()));
+                self.conns[revision.slot()].store(Some(conn.clone()));
                 self.watch(conn.clone());
                 // After the store: clients told to re-list must find the server running.
                 if let Some(info) = conn.peer.peer_info() {
@@ -363,7 +432,34 @@ impl Upstream {
         });
     }
 
-    async fn start(&self, session: Option<&SessionRef>) -> Result<Connection> {
+    /// Starts a connection in `want` (either, preferring 2026-07-28, without a session). A
+    /// server that refuses the `initialize` lifecycle is started again with `server/discover`.
+    async fn start_in(
+        &self,
+        want: Option<Revision>,
+        session: Option<&SessionRef>,
+    ) -> Result<Connection> {
+        let auto = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: None,
+        };
+        if want != Some(Revision::Legacy) {
+            return self.start(session, auto).await;
+        }
+        match self.start(session, ClientLifecycleMode::Initialize).await {
+            Ok(conn) => Ok(conn),
+            Err(e) => {
+                tracing::info!(server = %self.server.name, error = %e, "the initialize lifecycle failed; trying server/discover");
+                self.start(session, auto).await
+            }
+        }
+    }
+
+    async fn start(
+        &self,
+        session: Option<&SessionRef>,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Connection> {
         let name = &self.server.name;
         let routes = Arc::new(CallRoutes::default());
         let (forward_tx, forward_rx) = mpsc::unbounded_channel();
@@ -373,11 +469,6 @@ impl Upstream {
             info: client_config(session),
             routes: routes.clone(),
             events: self.deps.events.clone(),
-        };
-        // Prefer the 2026-07-28 lifecycle; fall back to `initialize` for older servers.
-        let lifecycle = ClientLifecycleMode::Auto {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            legacy_version: None,
         };
         let (service, child) = match &self.server.transport {
             Transport::Stdio(spec) => {
@@ -423,7 +514,7 @@ impl Upstream {
         if let Some(info) = &info
             && info.protocol_version >= ProtocolVersion::V_2026_07_28
         {
-            listen_for_changes(
+            listen::listen_for_changes(
                 name.clone(),
                 peer.clone(),
                 &info.capabilities,
@@ -454,83 +545,12 @@ impl Upstream {
     pub async fn stop(&self) {
         self.stop.cancel();
         let _state = self.state.lock().await;
-        if let Some(conn) = self.conn.swap(None) {
-            tracing::info!(server = %self.server.name, "stopping upstream server");
-            conn.stop(self.deps.kill_grace).await;
+        let conns: Vec<_> = self.conns.iter().filter_map(|c| c.swap(None)).collect();
+        if !conns.is_empty() {
+            tracing::info!(server = %self.server.name, connections = conns.len(), "stopping upstream server");
         }
+        futures::future::join_all(conns.iter().map(|c| c.stop(self.deps.kill_grace))).await;
     }
-}
-
-/// A 2026-07-28 upstream sends list changes only on a `subscriptions/listen` stream: open one for
-/// what it advertises, and turn what arrives into events, until the connection closes.
-fn listen_for_changes(
-    server: ServerName,
-    peer: Peer<RoleClient>,
-    capabilities: &ServerCapabilities,
-    events: mpsc::UnboundedSender<UpstreamEvent>,
-    closed: CancellationToken,
-) {
-    let mut filter = SubscriptionFilter::builder();
-    let mut any = false;
-    if capabilities
-        .tools
-        .as_ref()
-        .is_some_and(|t| t.list_changed == Some(true))
-    {
-        filter = filter.tools_list_changed();
-        any = true;
-    }
-    if capabilities
-        .prompts
-        .as_ref()
-        .is_some_and(|p| p.list_changed == Some(true))
-    {
-        filter = filter.prompts_list_changed();
-        any = true;
-    }
-    if capabilities
-        .resources
-        .as_ref()
-        .is_some_and(|r| r.list_changed == Some(true))
-    {
-        filter = filter.resources_list_changed();
-        any = true;
-    }
-    if !any {
-        return;
-    }
-    let filter = filter.build();
-    tokio::spawn(async move {
-        let mut subscription = match peer.listen(filter).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(%server, error = %e, "could not subscribe to the upstream's list changes");
-                return;
-            }
-        };
-        loop {
-            let next = tokio::select! {
-                next = subscription.next() => next,
-                () = closed.cancelled() => return,
-            };
-            let event = match next {
-                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
-                    UpstreamEvent::ToolsChanged(server.clone())
-                }
-                Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
-                    UpstreamEvent::PromptsChanged(server.clone())
-                }
-                Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
-                    UpstreamEvent::ResourcesChanged(server.clone())
-                }
-                Ok(Some(_)) => continue,
-                Ok(None) | Err(_) => return,
-            };
-            if events.send(event).is_err() {
-                return;
-            }
-        }
-    });
 }
 
 async fn start_failure(error: &str, child: &stdio::Child) -> String {

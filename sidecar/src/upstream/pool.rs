@@ -52,11 +52,11 @@ impl Pool {
         self.deps.shared.capabilities(&server.spec_hash)
     }
 
-    /// Every live connection.
+    /// Every live connection (a server may have one per revision).
     pub fn live(&self) -> Vec<(ServerName, Arc<Connection>)> {
         lock(&self.upstreams)
             .iter()
-            .filter_map(|(n, u)| u.current().map(|c| (n.clone(), c)))
+            .flat_map(|(n, u)| u.connections().into_iter().map(|c| (n.clone(), c)))
             .collect()
     }
 
@@ -229,7 +229,7 @@ impl Pool {
         lock(&self.upstreams)
             .iter()
             .map(|(name, u)| {
-                let in_flight = u.current().map(|c| c.routes.in_flight()).unwrap_or(0);
+                let in_flight = u.connections().iter().map(|c| c.routes.in_flight()).sum();
                 (name.clone(), (u.state_label(), in_flight))
             })
             .collect()

@@ -90,6 +90,9 @@ struct Inner {
     templates: Vec<(String, ServerName)>,
     /// Legacy `resources/subscribe`: URI -> sessions to tell about updates.
     subscriptions: HashMap<String, Vec<(SessionId, Peer<RoleServer>)>>,
+    /// Resource update streams opened to 2026-07-28 upstreams, per server and URI: how many
+    /// client subscriptions share it, and what ends it.
+    upstream_listens: HashMap<(ServerName, String), (usize, tokio_util::sync::CancellationToken)>,
 }
 
 impl Passthrough {
@@ -208,6 +211,12 @@ impl Proxy {
                     server: server.clone(),
                     timeout,
                 },
+                source if crate::upstream::http::protocol_failure(&source).is_some() => {
+                    Error::UpstreamProtocol {
+                        server: server.clone(),
+                        what: crate::upstream::http::protocol_failure(&source).unwrap_or_default(),
+                    }
+                }
                 source => Error::Upstream {
                     server: server.clone(),
                     source,

@@ -129,7 +129,12 @@ impl Proxy {
             )
             .await?
         {
-            ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
+            ServerResult::GetPromptResult(mut r) => {
+                // As for resources/read: 2026-07-28 clients require `resultType`.
+                r.result_type
+                    .get_or_insert(rmcp::model::ResultType::COMPLETE);
+                Ok(GetPromptResponse::Complete(r))
+            }
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             _ => Err(unexpected(&server, "prompts/get")),
         }

@@ -18,6 +18,7 @@ use crate::{
     names::{ServerName, clip},
     proxy::Proxy,
     session::SessionRef,
+    upstream::Connection,
 };
 
 impl Proxy {
@@ -181,7 +182,13 @@ impl Proxy {
             )
             .await?
         {
-            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            ServerResult::ReadResourceResult(mut r) => {
+                // Older upstreams omit `resultType`; 2026-07-28 clients require it (rmcp strips
+                // it again for older clients).
+                r.result_type
+                    .get_or_insert(rmcp::model::ResultType::COMPLETE);
+                Ok(ReadResourceResponse::Complete(r))
+            }
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
             _ => Err(unexpected(&server, "resources/read")),
         }
@@ -203,22 +210,91 @@ impl Proxy {
         let conn = self
             .connection_of(&server, session, "resources/subscribe")
             .await?;
-        let request = if on {
-            ClientRequest::SubscribeRequest(SubscribeRequest::new(SubscribeRequestParams::new(
-                uri.clone(),
-            )))
-        } else {
-            ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
-                UnsubscribeRequestParams::new(uri.clone()),
-            ))
-        };
-        self.relay(&conn, &server, request, meta).await?;
+        self.subscribe_upstream(&conn, &server, &uri, meta, on)
+            .await?;
+        if !session.accepts_requests {
+            // A 2026-07-28 listen stream: updates reach it through the session registry.
+            return Ok(());
+        }
         let mut inner = self.passthrough.lock();
         let subs = inner.subscriptions.entry(uri).or_default();
         subs.retain(|(id, _)| *id != session.id);
         if on {
             subs.push((session.id, session.peer.clone()));
         }
+        Ok(())
+    }
+
+    /// Starts or ends the upstream's updates of `uri`: `resources/subscribe` on the initialize
+    /// lifecycle; on 2026-07-28 (which has no such request) a `subscriptions/listen` stream for
+    /// the URI, one per server and URI, shared by the client subscriptions to it.
+    async fn subscribe_upstream(
+        &self,
+        conn: &Connection,
+        server: &ServerName,
+        uri: &str,
+        meta: &RequestMetaObject,
+        on: bool,
+    ) -> Result<()> {
+        if conn.protocol < rmcp::model::ProtocolVersion::V_2026_07_28 {
+            let request = if on {
+                ClientRequest::SubscribeRequest(SubscribeRequest::new(SubscribeRequestParams::new(
+                    uri.to_string(),
+                )))
+            } else {
+                ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                    UnsubscribeRequestParams::new(uri.to_string()),
+                ))
+            };
+            self.relay(conn, server, request, meta).await?;
+            return Ok(());
+        }
+        let key = (server.clone(), uri.to_string());
+        if !on {
+            let mut inner = self.passthrough.lock();
+            if let Some((count, ct)) = inner.upstream_listens.get_mut(&key) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    ct.cancel();
+                    inner.upstream_listens.remove(&key);
+                }
+            }
+            return Ok(());
+        }
+        {
+            let mut inner = self.passthrough.lock();
+            // A stream that ended with its connection is opened again.
+            if let Some((count, _)) = inner
+                .upstream_listens
+                .get_mut(&key)
+                .filter(|(_, ct)| !ct.is_cancelled())
+            {
+                *count += 1;
+                return Ok(());
+            }
+        }
+        let ct = conn.closed.child_token();
+        crate::upstream::listen::listen_for_resource(
+            server.clone(),
+            conn.peer.clone(),
+            uri.to_string(),
+            self.pool.deps().events.clone(),
+            ct.clone(),
+        )
+        .await
+        .map_err(|source| Error::Upstream {
+            server: server.clone(),
+            source,
+        })?;
+        let mut inner = self.passthrough.lock();
+        let entry = inner.upstream_listens.entry(key).or_insert((0, ct.clone()));
+        if entry.1.is_cancelled() {
+            *entry = (0, ct);
+        } else if entry.0 > 0 {
+            // Another subscription opened one meanwhile: that one serves both.
+            ct.cancel();
+        }
+        entry.0 += 1;
         Ok(())
     }
 }
