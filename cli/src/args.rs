@@ -243,7 +243,8 @@ pub struct AddContextArgs {
     #[arg(long, value_name = "SERVER:TOOL,...")]
     pub disable_tools: Vec<String>,
 
-    /// Wait until the operator has rendered the change (status shows the new context version).
+    /// Wait until the change is live: rendered by the operator (status.contextVersion) and, for
+    /// a running task whose proxy reports, served by that proxy (status.servedContextVersion).
     #[arg(long)]
     pub wait_synced: bool,
 

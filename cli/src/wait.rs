@@ -1,5 +1,6 @@
-//! Following a TaskRun with a watch: until a terminal phase (`submit --wait`), or until the
-//! operator has rendered a given generation of its spec (`add-context --wait-synced`).
+//! Following a TaskRun with a watch: until a terminal phase (`submit --wait`), or until a given
+//! generation of its spec is live (`add-context --wait-synced`): rendered by the operator and,
+//! for a running task whose proxy reports (condition `ToolsSynced`), served by that proxy.
 
 use std::time::Duration;
 
@@ -152,15 +153,19 @@ pub async fn until_finished(
     .await
 }
 
-/// What `--wait-synced` reports once the operator has caught up.
+/// What `--wait-synced` reports once the change is live.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Synced {
     pub context_version: Option<i64>,
     pub config_map: Option<String>,
+    /// The version the task pod's proxy serves, when it reports (`status.servedContextVersion`).
+    pub served: Option<i64>,
 }
 
-/// Waits until the status describes `generation` (or later) with `ConfigRendered` True. If the
-/// operator reports `ConfigRendered` (or `Ready`) False for it, that is the answer (exit 5).
+/// Waits until the status describes `generation` (or later) with `ConfigRendered` True and, when
+/// the task is running and its proxy reports what it serves (`ToolsSynced` present), until
+/// `status.servedContextVersion` reaches the rendered version. If the operator reports
+/// `ConfigRendered` (or `Ready`) False for it, that is the answer (exit 5).
 pub async fn until_synced(
     api: &Api<TaskRun>,
     name: &str,
@@ -182,10 +187,21 @@ pub fn synced(tr: &TaskRun, generation: i64) -> Result<Option<Synced>> {
     let fresh = |c: &&Condition| c.observed_generation.is_none_or(|g| g >= generation);
     let rendered = condition(tr, conditions::CONFIG_RENDERED).filter(fresh);
     match rendered {
-        Some(c) if c.status == "True" => Ok(Some(Synced {
-            context_version: status.context_version,
-            config_map: status.config_map_name.clone(),
-        })),
+        Some(c) if c.status == "True" => {
+            let reports = condition(tr, conditions::TOOLS_SYNCED).is_some();
+            let running = status.phase == Some(Phase::Running);
+            let version = status.context_version.unwrap_or(0);
+            // A pending pod's proxy starts with the rendered version; a finished one serves none.
+            let served = status.served_context_version.filter(|s| *s >= version);
+            if reports && running && served.is_none() {
+                return Ok(None);
+            }
+            Ok(Some(Synced {
+                context_version: status.context_version,
+                config_map: status.config_map_name.clone(),
+                served: status.served_context_version,
+            }))
+        }
         Some(c) if c.status == "False" => Err(Error::Failed(format!(
             "the operator did not apply the change: ConfigRendered is False: {} ({})",
             c.message, c.reason
@@ -253,8 +269,37 @@ mod tests {
             synced(&done, 3).expect("no error"),
             Some(Synced {
                 context_version: Some(2),
-                config_map: Some("t-tools".into())
+                config_map: Some("t-tools".into()),
+                served: None,
             })
+        );
+    }
+
+    #[test]
+    fn a_running_tasks_change_is_live_when_its_proxy_serves_it() {
+        let rendered = |served: i64, phase: &str| {
+            taskrun(
+                serde_json::json!({"observedGeneration": 3, "contextVersion": 2,
+                "phase": phase, "servedContextVersion": served,
+                "conditions": [cond("ConfigRendered", "True", 3), cond("ToolsSynced", "False", 3)]}),
+            )
+        };
+        // Rendered, but the running proxy still serves version 1: keep waiting.
+        assert_eq!(synced(&rendered(1, "Running"), 3).expect("no error"), None);
+        let live = synced(&rendered(2, "Running"), 3)
+            .expect("no error")
+            .expect("live");
+        assert_eq!((live.context_version, live.served), (Some(2), Some(2)));
+        // Not running: nothing to wait for beyond the render.
+        assert!(
+            synced(&rendered(1, "Pending"), 3)
+                .expect("no error")
+                .is_some()
+        );
+        assert!(
+            synced(&rendered(1, "Succeeded"), 3)
+                .expect("no error")
+                .is_some()
         );
     }
 

@@ -56,6 +56,12 @@ pub const MAX_SERVERS: usize = 32;
         description = "Version of the rendered tool configuration",
         json_path = ".status.contextVersion"
     ),
+    printcolumn(
+        name = "Served",
+        type_ = "integer",
+        description = "contextVersion the task pod's proxy serves",
+        json_path = ".status.servedContextVersion"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     selectable = ".spec.taskId",
     selectable = ".spec.serviceName",
@@ -401,7 +407,7 @@ pub struct TaskRunStatus {
     /// Pending, Running, Succeeded or Failed (from the Job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
-    /// `Ready`, `ConfigRendered`, `JobCreated`, `Succeeded`.
+    /// `Ready`, `ConfigRendered`, `JobCreated`, `Succeeded`, `ToolsSynced`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -412,6 +418,9 @@ pub struct TaskRunStatus {
     /// Version of the rendered tool configuration; increments on each change (add-context).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_version: Option<i64>,
+    /// The `contextVersion` the task pod's proxy reports it serves (from the task's Lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_context_version: Option<i64>,
     /// Digest of the rendered tool configuration at `contextVersion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
@@ -479,14 +488,18 @@ pub struct EffectiveTools {
     pub exposed: Option<Vec<String>>,
 }
 
-/// Condition types and reasons the operator writes (stable: tools and tests match on them).
 pub mod permission_rules;
 
+/// Condition types and reasons the operator writes (stable: tools and tests match on them).
 pub mod conditions {
     pub const READY: &str = "Ready";
     pub const CONFIG_RENDERED: &str = "ConfigRendered";
     pub const JOB_CREATED: &str = "JobCreated";
     pub const SUCCEEDED: &str = "Succeeded";
+    /// Whether the task pod's proxy serves the rendered `contextVersion` (its report:
+    /// `status.servedContextVersion`). Unknown until the proxy reports; absent for a task whose
+    /// proxy does not report (the API watch disabled).
+    pub const TOOLS_SYNCED: &str = "ToolsSynced";
     /// `Succeeded=False` reason when the agent container exited with a non-zero code (the
     /// message names the code, the container's reason and its termination message).
     pub const AGENT_FAILED: &str = "AgentFailed";

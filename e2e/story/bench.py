@@ -8,8 +8,9 @@
 2. Then one long task (Claude Code kept busy by the model stand-in, one cheap call a second)
    takes --changes add-contexts, alternately enabling and disabling everything:get-env, each
    after a random pause of 5-45 s (so they fall at different points of the kubelet's 1-minute
-   pod sync), and measures each: add-context -> ConfigMap rendered -> proxy reload (the kubelet
-   updated the volume) -> list_changed sent -> the model offered the changed list.
+   pod sync), and measures each: add-context -> `--wait-synced` returned (with the API watch:
+   the proxy reported serving it) -> proxy reload -> list_changed sent -> the model offered the
+   changed list. `--api-watch off`: the proxy reads the mounted file only.
 
 Prints each sample and the medians (and min/max) as Markdown. Needs the cluster with its real
 node (e2e/cluster up).
@@ -106,7 +107,7 @@ def changes(story: Story, count: int, say) -> list[dict]:
             raise
         reload_at, notified_at = story.proxy_reload_times(started)
         sample = {
-            "configmap_s": synced - started,
+            "wait_synced_s": synced - started,
             "reload_s": reload_at - started,
             "list_changed_s": notified_at - started,
             "offered_s": offered.wall - started,
@@ -131,18 +132,21 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stories", type=int, default=3)
     p.add_argument("--changes", type=int, default=6)
+    p.add_argument("--api-watch", choices=["on", "off"], default="on",
+                   help="off: the proxy reads the mounted file only (chart value sidecar.apiWatch=false)")
     args = p.parse_args()
+    api_watch = args.api_watch == "on"
     stories = []
     for i in range(args.stories):
         print(f"story {i + 1}/{args.stories}", flush=True)
-        figures = Story(say=lambda *_: None).run()
+        figures = Story(say=lambda *_: None, api_watch=api_watch).run()
         flat = {k: v for k, v in figures.items() if not isinstance(v, dict)}
         flat.update({f"memory_{k}_mib": v for k, v in figures["memory_mib"].items()})
         stories.append(flat)
         print("   " + ", ".join(f"{k} {v}" for k, v in flat.items()), flush=True)
     samples = []
     if args.changes:
-        story = Story(say=lambda *_: None)
+        story = Story(say=lambda *_: None, api_watch=api_watch)
         with ExitStack() as cleanup:
             story.cleanup = cleanup
             story.node = story.real_node()

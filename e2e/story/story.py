@@ -59,6 +59,9 @@ STATE = Path(os.environ.get("ORCH_E2E_STATE", REPO / "e2e/.cluster"))
 PORT_BASE = int(os.environ.get("ORCH_E2E_PORT_BASE", "26000"))
 # The node's pods reach 127.0.0.1:BASE+450..459 on the host at the same address (e2e/node/node).
 MODEL_PORT = PORT_BASE + 450
+# Where a pod on the real node reaches the API server (the node's portal, e2e/node/node): pods
+# have no kube-proxy, so the kubernetes Service's address does not work from them.
+POD_API_SERVER = "127.0.0.1:6443"
 SAMPLE = REPO / "config/samples/taskrun.yaml"
 SAMPLE_SECRET = REPO / "config/samples/anthropic-secret.yaml"
 REAL_NODE = ("e2e.orchestrator.io/node", "real")
@@ -316,6 +319,9 @@ class Story:
     system_ns: str = ""
     work_ns: str = ""
     figures: dict = field(default_factory=dict)
+    # The proxy watches its ConfigMap through the API and reports what it serves (chart value
+    # sidecar.apiWatch); off: the mounted file only (the kubelet's volume update).
+    api_watch: bool = True
 
     def __post_init__(self):
         suffix = secrets.token_hex(3)
@@ -395,6 +401,8 @@ class Story:
             "--set", f"watchNamespace={self.work_ns}",
             "--set", f"agent.image={self.images['agent']}",
             "--set", f"sidecar.image={self.images['mcp-proxy']}",
+            "--set", f"sidecar.apiWatch={str(self.api_watch).lower()}",
+            "--set", f"sidecar.kubernetesService={POD_API_SERVER}",
             "--wait", "--timeout", "90s",
         )
         self.cleanup.callback(self.kubectl, "delete", "namespace", self.system_ns, "--wait=false")
@@ -583,11 +591,19 @@ class Story:
         taskrun = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)
         version_after = taskrun["status"].get("contextVersion")
         check(version_after == (version_before or 0) + 1, f"contextVersion {version_before} -> {version_after}")
+        if self.api_watch:
+            # --wait-synced returned once the pod's proxy reported serving the new version.
+            served = taskrun["status"].get("servedContextVersion")
+            cond = next((c for c in taskrun["status"].get("conditions", []) if c["type"] == "ToolsSynced"), {})
+            check(served == version_after and cond.get("status") == "True",
+                  f"add-context --wait-synced returned, but servedContextVersion is {served} and ToolsSynced {cond}")
         self.script.want_after = expected_tools(taskrun, self.catalog())
         self.script.add_context_done.set()
-        self.say(f"   the ConfigMap is re-rendered {synced - started:.2f} s after the command started; "
-                 "the operator annotates the running pod with the new version, so the kubelet syncs the pod and "
-                 "updates its config volume at once (not at its periodic sync, default every minute)")
+        self.say(f"   add-context --wait-synced returned {synced - started:.2f} s after it started "
+                 + ("(the pod's proxy serves the new version: it watches its ConfigMap through the API server "
+                    "with the task's own identity); " if self.api_watch else "(the ConfigMap is re-rendered); ")
+                 + "the operator also annotates the running pod with the new version, so the kubelet syncs the pod "
+                 "and updates its config volume at once (not at its periodic sync, default every minute)")
         annotation = self.json("get", "pod", pod["metadata"]["name"], "-n", self.work_ns)["metadata"] \
             .get("annotations", {}).get("orchestrator.io/context-version")
         check(annotation == str(version_after),
@@ -599,7 +615,11 @@ class Story:
             raise StoryError(f"{e}\n{self.logs()}") from None
         offered = self.script.seen["offered"]
         reload_at, notified_at = self.proxy_reload_times(started)
-        self.figures["add_context_to_configmap_s"] = round(synced - started, 2)
+        if self.api_watch:
+            check(reload_at <= synced, f"--wait-synced returned {reload_at - synced:.2f} s before the proxy reloaded")
+            self.say(f"   the TaskRun said ToolsSynced for version {version_after} {synced - reload_at:.2f} s after "
+                     "the proxy applied it (its report on the task's Lease)")
+        self.figures["add_context_to_synced_s"] = round(synced - started, 2)
         self.figures["add_context_to_proxy_reload_s"] = round(reload_at - started, 1)
         self.figures["add_context_to_list_changed_s"] = round(notified_at - started, 1)
         self.figures["add_context_to_model_offered_s"] = round(offered.wall - started, 1)

@@ -597,8 +597,9 @@ fn chart_grants_exactly_the_verbs_the_operator_lists() -> Result<()> {
     let mut want_cluster = Rules::new();
     let mut want_local = Rules::new();
     for rule in orchestrator_operator::rbac::RULES {
-        // Leases live only in the release namespace; everything else wherever TaskRuns are.
-        let target = if rule.resource == "leases" {
+        // The leader-election Lease lives only in the release namespace; everything else
+        // (the task Leases too) wherever TaskRuns are.
+        let target = if rule.scope == orchestrator_operator::rbac::Scope::LeaseNamespace {
             &mut want_local
         } else {
             &mut want_cluster

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -271,15 +272,59 @@ async fn each_task_pod_runs_as_an_identity_that_reads_only_its_own_config_map() 
         "writing its own ConfigMap"
     );
 
+    // Its own Lease: read and patch (where the proxy reports what it serves); nothing more.
+    let leases: Api<Lease> = Api::namespaced(task_a.clone(), n);
+    leases.get("task-a").await?;
+    let report =
+        json!({"metadata": {"annotations": {"orchestrator.io/served-context-version": "1"}}});
+    leases
+        .patch("task-a", &PatchParams::default(), &Patch::Merge(&report))
+        .await?;
+    assert!(
+        forbidden(
+            leases
+                .patch("task-b", &PatchParams::default(), &Patch::Merge(&report))
+                .await
+        ),
+        "another task's Lease"
+    );
+    assert!(
+        forbidden(
+            leases
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": "mine"}}))?
+                )
+                .await
+        ),
+        "creating a Lease"
+    );
+    // The operator sees the report.
+    wait_for(
+        "status.servedContextVersion 1 and ToolsSynced",
+        MINUTE,
+        || async {
+            let s = trs.get("task-a").await?.status.unwrap_or_default();
+            let synced = s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "ToolsSynced" && c.status == "True");
+            Ok((s.served_context_version == Some(1) && synced).then_some(()))
+        },
+    )
+    .await?;
+
     // The identity goes with the TaskRun (owner references).
     trs.delete("task-a", &Default::default()).await?;
     let roles: Api<Role> = Api::namespaced(admin.clone(), n);
     let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), n);
+    let admin_leases: Api<Lease> = Api::namespaced(admin.clone(), n);
     wait_for(
         "the garbage collector to remove task-a's ServiceAccount, Role and RoleBinding",
         MINUTE,
         || async {
             let gone = sas.get_opt("task-a").await?.is_none()
+                && admin_leases.get_opt("task-a").await?.is_none()
                 && roles.get_opt("task-a").await?.is_none()
                 && bindings.get_opt("task-a").await?.is_none();
             Ok(gone.then_some(()))

@@ -26,7 +26,9 @@ use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -102,6 +104,7 @@ pub async fn run_with(
         let children = watcher::Config::default().labels(&render::managed_selector());
         let (jobs, jobs_writer) = reflector::store();
         let (config_maps, config_maps_writer) = reflector::store();
+        let (leases, leases_writer) = reflector::store();
         // Children are cached trimmed to what reconcile reads (see reconcile::trim_*), which keeps
         // the operator small with thousands of tasks and saves two reads per reconcile.
         let job_events = watcher::watcher(api::<Job>(&client, ns), children.clone())
@@ -109,14 +112,21 @@ pub async fn run_with(
             .modify(reconcile::trim_job)
             .reflect(jobs_writer)
             .touched_objects();
-        let config_map_events = watcher::watcher(api::<ConfigMap>(&client, ns), children)
+        let config_map_events = watcher::watcher(api::<ConfigMap>(&client, ns), children.clone())
             .default_backoff()
             .modify(reconcile::trim_config_map)
             .reflect(config_maps_writer)
             .touched_objects();
+        // The task Leases, where each proxy reports the version it serves (metadata only).
+        let lease_events = watcher::watcher(api::<PartialObjectMeta<Lease>>(&client, ns), children)
+            .default_backoff()
+            .modify(reconcile::served::trim_lease)
+            .reflect(leases_writer)
+            .touched_objects();
         let ctx = Arc::new(Context {
             jobs,
             config_maps,
+            leases,
             client: client.clone(),
             render: settings.render(),
             catalog,
@@ -134,7 +144,7 @@ pub async fn run_with(
             &settings,
             ctx,
             changed_rx,
-            (job_events, config_map_events),
+            (job_events, config_map_events, lease_events),
         );
         let hold = async {
             match elector.as_mut() {
@@ -161,16 +171,17 @@ pub async fn run_with(
 
 /// The controller: TaskRuns, plus the ConfigMaps and Jobs they own (a change or deletion of a
 /// child reconciles its TaskRun), plus every TaskRun again when the catalog changes.
-fn controller<J, C>(
+fn controller<J, C, L>(
     client: Client,
     settings: &Settings,
     ctx: Arc<Context>,
     catalog_changed: mpsc::Receiver<()>,
-    (jobs, config_maps): (J, C),
+    (jobs, config_maps, leases): (J, C, L),
 ) -> impl Future<Output = ()>
 where
     J: futures::Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
     C: futures::Stream<Item = Result<ConfigMap, watcher::Error>> + Send + 'static,
+    L: futures::Stream<Item = Result<PartialObjectMeta<Lease>, watcher::Error>> + Send + 'static,
 {
     let ns = settings.namespace.as_deref();
     let (taskruns, writer): (Store<TaskRun>, _) = reflector::store();
@@ -182,6 +193,7 @@ where
     Controller::for_stream(taskrun_events, taskruns)
         .owns_stream(config_maps)
         .owns_stream(jobs)
+        .owns_stream(leases)
         .reconcile_all_on(catalog::changes(catalog_changed))
         // A short debounce folds the burst of child events that follows each write into one
         // reconcile (and lets the caches catch up with the writes).

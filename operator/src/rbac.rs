@@ -3,6 +3,15 @@
 //! two equal). Watching means `list` + `watch`; a server-side apply that may create the object
 //! needs `create` besides `patch`.
 
+/// Where a rule applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Wherever TaskRuns are (every namespace, or `--namespace`): the chart's ClusterRole.
+    Tasks,
+    /// Only the `--lease-namespace` (the release namespace): the chart's local Role.
+    LeaseNamespace,
+}
+
 /// One RBAC rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rule {
@@ -12,91 +21,115 @@ pub struct Rule {
     pub verbs: &'static [&'static str],
     /// What the operator does with it.
     pub why: &'static str,
+    pub scope: Scope,
 }
 
 /// The operator's rules. Namespaced resources are used in every watched namespace (all, unless
-/// `--namespace` is set); leases only in `--lease-namespace`, the catalog ConfigMap only in
-/// `--catalog-namespace`.
+/// `--namespace` is set), except the leader-election Lease ([`Scope::LeaseNamespace`]) and the
+/// catalog ConfigMap (only in `--catalog-namespace`).
 pub const RULES: &[Rule] = &[
     Rule {
         group: "orchestrator.io",
         resource: "taskruns",
         verbs: &["list", "watch"],
         why: "the controller's watch of TaskRuns",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "orchestrator.io",
         resource: "taskruns/status",
         verbs: &["patch"],
         why: "status by server-side apply",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "",
         resource: "configmaps",
         verbs: &["get", "list", "watch", "create", "patch"],
         why: "the task ConfigMaps (watch, fresh read before a version bump, server-side apply) and the catalog ConfigMap (watch)",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "batch",
         resource: "jobs",
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
         why: "the task Jobs (watch, read on a cache miss, server-side apply once, delete after ttlSecondsAfterFinished)",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "",
         resource: "pods",
         verbs: &["list", "patch"],
         why: "a running task's pods get the new contextVersion as an annotation, so the kubelet updates their config volume at once instead of at its next periodic sync (list, patch); when a task's Job fails: the agent container's exit code and reason, for the TaskRun's status (list, once per failed task)",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "",
         resource: "serviceaccounts",
         verbs: &["create", "patch"],
         why: "each task pod's own ServiceAccount (server-side apply once, before the Job; none when the TaskRun names one)",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "rbac.authorization.k8s.io",
         resource: "roles",
         verbs: &["create", "patch"],
         why: "each task's Role: read only its own ConfigMap (the operator holds that permission itself, so the API server lets it grant it)",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "rbac.authorization.k8s.io",
         resource: "rolebindings",
         verbs: &["create", "patch"],
         why: "binds the task's Role to the task pod's ServiceAccount",
+        scope: Scope::Tasks,
+    },
+    Rule {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "list", "watch", "create", "patch"],
+        why: "each task's Lease, where its proxy reports the contextVersion it serves (server-side apply once, before the Job; watch, metadata only, for status.servedContextVersion); get and patch also because the task's Role grants them",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "",
         resource: "secrets",
         verbs: &["get"],
         why: "check that the Secret keys a new pod needs exist (key names only; values are never used)",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "events.k8s.io",
         resource: "events",
         verbs: &["create", "patch"],
         why: "events on TaskRuns (patch updates the series of a repeated event)",
+        scope: Scope::Tasks,
     },
     Rule {
         group: "coordination.k8s.io",
         resource: "leases",
         verbs: &["get", "create", "patch"],
         why: "leader election (create the Lease, then server-side apply with a resourceVersion precondition)",
+        scope: Scope::LeaseNamespace,
     },
 ];
 
 /// The rules as a Markdown table (what `docs/operator.md` holds between its RBAC markers).
 pub fn markdown_table() -> String {
-    let mut out = String::from("| API group | resource | verbs | why |\n|---|---|---|---|\n");
+    let mut out =
+        String::from("| API group | resource | verbs | where | why |\n|---|---|---|---|---|\n");
     for r in RULES {
         let group = if r.group.is_empty() {
             "\"\" (core)"
         } else {
             r.group
         };
+        let scope = match r.scope {
+            Scope::Tasks => "task namespaces",
+            Scope::LeaseNamespace => "`--lease-namespace`",
+        };
         out += &format!(
-            "| {group} | {} | {} | {} |\n",
+            "| {group} | {} | {} | {scope} | {} |\n",
             r.resource,
             r.verbs.join(", "),
             r.why

@@ -51,6 +51,17 @@ pub struct Settings {
     /// OTLP endpoint given to every sidecar; defaults to --otlp-endpoint.
     #[arg(long, env = "ORCH_SIDECAR_OTLP_ENDPOINT")]
     pub sidecar_otlp_endpoint: Option<String>,
+    /// Let each task pod's proxy watch its ConfigMap through the API server (a token of the
+    /// task's own identity, mounted into the proxy container only) and report the version it
+    /// serves (`status.servedContextVersion`, condition `ToolsSynced`). Off: the proxy reads the
+    /// mounted file only, no token is mounted, and nothing reports what is served.
+    #[arg(long, env = "ORCH_SIDECAR_API_WATCH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub sidecar_api_watch: bool,
+    /// HOST:PORT of the API server as task pods reach it, when the cluster's `kubernetes`
+    /// Service does not work from pods (no kube-proxy): set as KUBERNETES_SERVICE_HOST/PORT on
+    /// the proxy container. Default: the values the kubelet injects.
+    #[arg(long, env = "ORCH_SIDECAR_KUBERNETES_SERVICE")]
+    pub sidecar_kubernetes_service: Option<String>,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "ORCH_BIND", default_value = "127.0.0.1:8081")]
     pub bind: SocketAddr,
@@ -100,6 +111,8 @@ impl Settings {
                 .clone()
                 .or_else(|| self.otlp_endpoint.clone()),
             sidecar_port: self.sidecar_port,
+            sidecar_api_watch: self.sidecar_api_watch,
+            sidecar_kubernetes_service: self.sidecar_kubernetes_service.clone(),
         }
     }
 

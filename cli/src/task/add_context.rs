@@ -63,6 +63,9 @@ pub struct Report {
     /// With --wait-synced: the context version the operator rendered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_version: Option<i64>,
+    /// With --wait-synced: the context version the task pod's proxy serves, when it reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_context_version: Option<i64>,
 }
 
 /// Runs `task add-context`.
@@ -108,6 +111,7 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
         let synced =
             wait::until_synced(&super::api(&cluster), &name, generation, args.timeout).await?;
         report.context_version = synced.context_version;
+        report.served_context_version = synced.served;
     }
     let text = match global.output {
         Format::Table => render_report(&report),
@@ -210,6 +214,7 @@ pub async fn update(
             attempts: attempt,
             servers: diff(before, &outcome.config, Some(catalog)),
             context_version: None,
+            served_context_version: None,
         });
     }
     Err(Error::Cluster(format!(
@@ -368,6 +373,11 @@ pub fn render_report(r: &Report) -> String {
             "synced: the operator rendered context version {v}\n"
         ));
     }
+    if let Some(v) = r.served_context_version {
+        out.push_str(&format!(
+            "served: the task pod's proxy serves context version {v}\n"
+        ));
+    }
     out
 }
 
@@ -449,6 +459,7 @@ mod tests {
             attempts: 2,
             servers: diff(&before, &after, Some(&catalog)),
             context_version: Some(3),
+            served_context_version: Some(3),
         };
         assert_eq!(
             render_report(&report),
@@ -460,7 +471,8 @@ mod tests {
              \x20 + merge_pr\n\
              memory: allow all (unchanged)\n\
              updated: generation 2 after 2 attempts (concurrent writers)\n\
-             synced: the operator rendered context version 3\n"
+             synced: the operator rendered context version 3\n\
+             served: the task pod's proxy serves context version 3\n"
         );
     }
 }

@@ -246,6 +246,9 @@ pub fn describe_text(
         "Context",
         or_none(status.context_version.map(|v| format!("version {v}"))),
     ));
+    if let Some(v) = status.served_context_version {
+        fields.push(("Served", format!("version {v} (the task pod's proxy)")));
+    }
     fields.push(("Job", or_none(status.job_name.clone())));
     fields.push(("ConfigMap", or_none(status.config_map_name.clone())));
     if let Some(t) = &status.start_time {

@@ -9,6 +9,7 @@
 mod events;
 mod inputs;
 mod nudge;
+pub mod served;
 pub mod status;
 mod trim;
 mod ttl;
@@ -23,9 +24,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -59,6 +62,8 @@ pub struct Context {
     pub jobs: Store<Job>,
     /// The operator's ConfigMaps, trimmed by [`trim_config_map`].
     pub config_maps: Store<ConfigMap>,
+    /// The task Leases' metadata, trimmed by [`served::trim_lease`]: what each proxy serves.
+    pub leases: Store<PartialObjectMeta<Lease>>,
     pub render: RenderSettings,
     pub catalog: CatalogStore,
     pub metrics: Arc<Metrics>,
@@ -253,6 +258,11 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     };
     let state = job_state.clone().or_else(|| status::remembered(&previous));
     status::fill_phase(&mut status, &previous, state.as_ref());
+    let synced = ctx.render.sidecar_api_watch.then(|| {
+        status.served_context_version =
+            served::reported(&ctx.leases, &ns, &name).or(previous.served_context_version);
+        served::condition(version, status.served_context_version)
+    });
     let rendered = format!(
         "contextVersion {version} rendered into ConfigMap {}",
         plan.config_map_name()
@@ -271,13 +281,15 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         "Ready",
         format!("{rendered}; Job {name} created"),
     );
+    let mut conds = vec![
+        ready,
+        Cond::yes(ct::CONFIG_RENDERED, "Rendered", rendered),
+        job_cond,
+        status::succeeded_cond(state.as_ref()),
+    ];
+    conds.extend(synced);
     status.conditions = status::conditions(
-        vec![
-            ready,
-            Cond::yes(ct::CONFIG_RENDERED, "Rendered", rendered),
-            job_cond,
-            status::succeeded_cond(state.as_ref()),
-        ],
+        conds,
         &previous.conditions,
         tr.metadata.generation,
         &status::now(),
@@ -444,6 +456,9 @@ async fn apply_identity(
         &identity.role_binding,
     )
     .await?;
+    if let Some(lease) = &identity.lease {
+        apply(&Api::<Lease>::namespaced(client.clone(), ns), lease).await?;
+    }
     Ok(())
 }
 

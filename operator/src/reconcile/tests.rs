@@ -138,6 +138,7 @@ fn path(kind: &str, name: &str) -> String {
     match kind {
         "jobs" => format!("/apis/batch/v1/namespaces/{NS}/jobs/{name}"),
         "taskruns" => format!("/apis/orchestrator.io/v1/namespaces/{NS}/taskruns/{name}"),
+        "leases" => format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{name}"),
         _ => format!("/api/v1/namespaces/{NS}/{kind}/{name}"),
     }
 }
@@ -148,6 +149,7 @@ struct Harness {
     ctx: Arc<Context>,
     jobs: Writer<Job>,
     config_maps: Writer<ConfigMap>,
+    leases: Writer<PartialObjectMeta<Lease>>,
 }
 
 impl Harness {
@@ -181,15 +183,19 @@ impl Harness {
         let client = Client::new(service, NS);
         let (jobs_store, jobs) = reflector::store();
         let (config_maps_store, config_maps) = reflector::store();
+        let (leases_store, leases) = reflector::store();
         let ctx = Context {
             client: client.clone(),
             jobs: jobs_store,
             config_maps: config_maps_store,
+            leases: leases_store,
             render: RenderSettings {
                 sidecar_image: "orchestrator-mcp-proxy:test".into(),
                 agent_image: "claude-code:test".into(),
                 sidecar_otlp_endpoint: None,
                 sidecar_port: DEFAULT_SIDECAR_PORT,
+                sidecar_api_watch: true,
+                sidecar_kubernetes_service: None,
             },
             catalog: CatalogStore::with(catalog()),
             metrics: Arc::new(Metrics::default()),
@@ -206,7 +212,21 @@ impl Harness {
             ctx: Arc::new(ctx),
             jobs,
             config_maps,
+            leases,
         }
+    }
+
+    /// The task pod's proxy reports on the task's Lease that it serves `version`, and the
+    /// operator's Lease watch sees it.
+    fn proxy_reports(&mut self, name: &str, version: u64) {
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": NS,
+                         "annotations": {served::SERVED_ANNOTATION: version.to_string()}}});
+        let mut meta: PartialObjectMeta<Lease> =
+            serde_json::from_value(lease).expect("a Lease's metadata");
+        served::trim_lease(&mut meta);
+        self.leases
+            .apply_watcher_event(&watcher::Event::Apply(meta));
     }
 
     /// One reconcile; fails instead of hanging if it waits on an unanswered request.
@@ -333,6 +353,7 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
             "PATCH serviceaccounts",
             "PATCH roles",
             "PATCH rolebindings",
+            "PATCH leases",
             "PATCH jobs",
             "POST events",
             "PATCH taskruns/status"
@@ -344,7 +365,7 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
         writes[2].body["rules"][0]["resourceNames"],
         json!([crate::render::config_map_name("task-1001")])
     );
-    let job = &writes[4].body;
+    let job = &writes[5].body;
     assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "TaskRun");
     assert_eq!(job["metadata"]["ownerReferences"][0]["controller"], true);
     let status = written_status(&writes);
@@ -515,6 +536,7 @@ async fn a_missing_secret_blocks_the_job_and_says_how_to_create_it() {
             "PATCH serviceaccounts",
             "PATCH roles",
             "PATCH rolebindings",
+            "PATCH leases",
             "PATCH jobs",
             "POST events",
             "PATCH taskruns/status"
@@ -598,4 +620,55 @@ fn a_finished_job_is_deleted_only_after_its_outcome_is_recorded_and_its_ttl_pass
         ttl::decide(Some(10), None, Some(Phase::Succeeded), now),
         Ttl::NotDue
     );
+}
+
+#[tokio::test]
+async fn tools_synced_follows_what_the_proxy_reports_on_the_tasks_lease() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    let status = written_status(&h.fake.take_writes());
+    // The Lease exists (created with the identity), nothing reported yet.
+    assert!(h.fake.get(&path("leases", "task-1001")).is_some());
+    assert_eq!(status.served_context_version, None);
+    assert_eq!(
+        condition(&status, ct::TOOLS_SYNCED),
+        (
+            "Unknown".into(),
+            "NotReported".into(),
+            "the task pod's proxy has not reported what it serves yet".into()
+        )
+    );
+
+    // The proxy serves version 1: a Lease event reconciles the TaskRun (.owns()).
+    h.sync_caches("task-1001");
+    h.proxy_reports("task-1001", 1);
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    let status = written_status(&h.fake.take_writes());
+    assert_eq!(status.served_context_version, Some(1));
+    assert_eq!(condition(&status, ct::TOOLS_SYNCED).0, "True");
+
+    // add-context: version 2 is rendered; the proxy still serves 1.
+    let mut changed = h.with_written_status(&tr);
+    changed.metadata.generation = Some(2);
+    changed.spec.tool_config.mcp_servers[0]
+        .tools
+        .allow
+        .push("get-env".into());
+    h.reconcile(&changed).await;
+    let status = written_status(&h.fake.take_writes());
+    assert_eq!(status.context_version, Some(2));
+    assert_eq!(status.served_context_version, Some(1));
+    let (synced, reason, _) = condition(&status, ct::TOOLS_SYNCED);
+    assert_eq!((synced.as_str(), reason.as_str()), ("False", "Syncing"));
+
+    // The proxy reloads and reports 2.
+    h.sync_caches("task-1001");
+    h.proxy_reports("task-1001", 2);
+    let changed = h.with_written_status(&changed);
+    h.reconcile(&changed).await;
+    let status = written_status(&h.fake.take_writes());
+    assert_eq!(status.served_context_version, Some(2));
+    assert_eq!(condition(&status, ct::TOOLS_SYNCED).0, "True");
 }

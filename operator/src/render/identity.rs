@@ -4,11 +4,15 @@
 //! token automounted), or the TaskRun's `serviceAccountName` when it names one. All three carry
 //! the TaskRun as controller owner, so the garbage collector removes them with it.
 //!
-//! The pod still mounts no token (`automountServiceAccountToken: false`): the identity is what a
-//! token for the pod would carry, and what the proxy's API watch of its ConfigMap will use.
+//! With the proxy's API watch on (the default), the identity also gets a Lease named like the
+//! TaskRun, created here, which it may only read and patch: the proxy reports there the
+//! `contextVersion` it serves, and the operator surfaces it as `status.servedContextVersion`
+//! and the condition `ToolsSynced`. The token is mounted into the proxy container only
+//! (`automountServiceAccountToken: false` for the pod, so the agent never gets one).
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -20,6 +24,8 @@ pub struct Identity {
     pub service_account: Option<ServiceAccount>,
     pub role: Role,
     pub role_binding: RoleBinding,
+    /// Where the proxy reports what it serves (with the API watch on).
+    pub lease: Option<Lease>,
 }
 
 impl Identity {
@@ -42,6 +48,8 @@ pub struct IdentityInput<'a> {
     /// `spec.serviceAccountName`, when set.
     pub service_account_name: Option<&'a str>,
     pub config_map_name: &'a str,
+    /// The proxy watches its ConfigMap and reports to the Lease.
+    pub api_watch: bool,
 }
 
 pub fn render(input: IdentityInput<'_>) -> Identity {
@@ -61,17 +69,31 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         }),
     };
     let account = input.service_account_name.unwrap_or(input.name);
+    let mut rules = vec![PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".into()]),
+        // `list` and `watch` are allowed by name only with a `metadata.name` field selector.
+        verbs: vec!["get".into(), "list".into(), "watch".into()],
+        resource_names: Some(vec![input.config_map_name.to_string()]),
+        ..Default::default()
+    }];
+    if input.api_watch {
+        rules.push(PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".into()]),
+            resources: Some(vec!["leases".into()]),
+            verbs: vec!["get".into(), "patch".into()],
+            resource_names: Some(vec![input.name.to_string()]),
+            ..Default::default()
+        });
+    }
     let role = Role {
         metadata: meta(input.name),
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["configmaps".into()]),
-            // `list` and `watch` are allowed by name only with a `metadata.name` field selector.
-            verbs: vec!["get".into(), "list".into(), "watch".into()],
-            resource_names: Some(vec![input.config_map_name.to_string()]),
-            ..Default::default()
-        }]),
+        rules: Some(rules),
     };
+    let lease = input.api_watch.then(|| Lease {
+        metadata: meta(input.name),
+        ..Default::default()
+    });
     let role_binding = RoleBinding {
         metadata: meta(input.name),
         role_ref: RoleRef {
@@ -90,5 +112,6 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         service_account,
         role,
         role_binding,
+        lease,
     }
 }

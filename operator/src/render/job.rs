@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    ExecAction, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext,
-    Volume, VolumeMount,
+    Capabilities, ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, KeyToPath,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection, Volume, VolumeMount,
+    VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -42,6 +44,11 @@ const TASK_VOLUME: &str = "task";
 const WORKSPACE_VOLUME: &str = "workspace";
 const PROXY_TMP_VOLUME: &str = "proxy-tmp";
 const AGENT_TMP_VOLUME: &str = "agent-tmp";
+/// The proxy's API access (token, CA, namespace), at the path in-cluster clients read.
+const API_ACCESS_VOLUME: &str = "proxy-api-access";
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// A bound token's lifetime; the kubelet renews it at 80 %, the proxy re-reads the file.
+const TOKEN_SECONDS: i64 = 3607;
 
 pub struct JobInput<'a> {
     pub taskrun: &'a TaskRun,
@@ -121,6 +128,30 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
     if let Some(endpoint) = &input.settings.sidecar_otlp_endpoint {
         vars.push(env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint));
     }
+    let mut mounts = vec![
+        mount(TOOLS_VOLUME, TOOLS_DIR, true),
+        mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+        mount(PROXY_TMP_VOLUME, "/tmp", false),
+    ];
+    if input.settings.sidecar_api_watch {
+        let name = input.taskrun.name_any();
+        vars.extend([
+            env("MCP_PROXY_WATCH_CONFIG_MAP", &config_map_name(&name)),
+            env("MCP_PROXY_SERVED_LEASE", &name),
+            field_env("MCP_PROXY_NAMESPACE", "metadata.namespace"),
+            field_env("MCP_PROXY_POD_NAME", "metadata.name"),
+        ]);
+        if let Some((host, port)) = input
+            .settings
+            .sidecar_kubernetes_service
+            .as_deref()
+            .and_then(|s| s.rsplit_once(':'))
+        {
+            vars.push(env("KUBERNETES_SERVICE_HOST", host));
+            vars.push(env("KUBERNETES_SERVICE_PORT", port));
+        }
+        mounts.push(mount(API_ACCESS_VOLUME, SERVICE_ACCOUNT_DIR, true));
+    }
     vars.extend(input.secrets.iter().map(|b| EnvVar {
         name: b.env.clone(),
         value_from: Some(EnvVarSource {
@@ -160,11 +191,7 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
             format!("{TOOLS_DIR}/{PROXY_CONFIG_FILE}"),
         ]),
         env: Some(vars),
-        volume_mounts: Some(vec![
-            mount(TOOLS_VOLUME, TOOLS_DIR, true),
-            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
-            mount(PROXY_TMP_VOLUME, "/tmp", false),
-        ]),
+        volume_mounts: Some(mounts),
         startup_probe: Some(probe(1, 60)),
         readiness_probe: Some(probe(5, 3)),
         resources: Some(
@@ -287,7 +314,7 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
             ..Default::default()
         }
     };
-    vec![
+    let mut volumes = vec![
         Volume {
             name: TOOLS_VOLUME.into(),
             config_map: Some(ConfigMapVolumeSource {
@@ -300,7 +327,11 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
         empty_dir(WORKSPACE_VOLUME),
         empty_dir(PROXY_TMP_VOLUME),
         empty_dir(AGENT_TMP_VOLUME),
-    ]
+    ];
+    if input.settings.sidecar_api_watch {
+        volumes.push(api_access_volume());
+    }
+    volumes
 }
 
 fn restricted() -> SecurityContext {
@@ -333,6 +364,67 @@ fn empty_dir(name: &str) -> Volume {
     Volume {
         name: name.into(),
         empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// What the standard automount gives, for the proxy container only: a bound token of the pod's
+/// ServiceAccount (the task's identity), the cluster CA and the namespace.
+fn api_access_volume() -> Volume {
+    Volume {
+        name: API_ACCESS_VOLUME.into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o444),
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".into(),
+                        expiration_seconds: Some(TOKEN_SECONDS),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".into(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".into(),
+                            path: "ca.crt".into(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".into(),
+                            field_ref: Some(ObjectFieldSelector {
+                                field_path: "metadata.namespace".into(),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }]),
+                    }),
+                    ..Default::default()
+                },
+            ]),
+        }),
         ..Default::default()
     }
 }

@@ -51,6 +51,11 @@ pub struct RenderSettings {
     pub sidecar_otlp_endpoint: Option<String>,
     /// The loopback port the sidecar serves MCP on (the agent and the probes use it).
     pub sidecar_port: u16,
+    /// The proxy watches its ConfigMap through the API and reports what it serves (a token of
+    /// the task's identity in the proxy container only); see [`identity`].
+    pub sidecar_api_watch: bool,
+    /// `HOST:PORT` for KUBERNETES_SERVICE_HOST/PORT on the proxy container, if set.
+    pub sidecar_kubernetes_service: Option<String>,
 }
 
 impl RenderSettings {
@@ -180,6 +185,7 @@ pub fn render(
         owner: &owner,
         service_account_name: tr.spec.service_account_name.as_deref(),
         config_map_name: &config_map_name(&name),
+        api_watch: settings.sidecar_api_watch,
     });
     let job = job::render(job::JobInput {
         taskrun: tr,

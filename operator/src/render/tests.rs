@@ -18,6 +18,8 @@ fn settings() -> RenderSettings {
         agent_image: "ghcr.io/example/claude-code:1".into(),
         sidecar_otlp_endpoint: None,
         sidecar_port: DEFAULT_SIDECAR_PORT,
+        sidecar_api_watch: true,
+        sidecar_kubernetes_service: None,
     }
 }
 
@@ -489,7 +491,7 @@ fn the_pod_runs_as_an_identity_that_reads_only_its_own_config_map() {
     assert_eq!(sa.metadata.name.as_deref(), Some("task-1001"));
     assert_eq!(sa.automount_service_account_token, Some(false));
     let rules = id.role.rules.as_ref().expect("rules");
-    assert_eq!(rules.len(), 1);
+    assert_eq!(rules.len(), 2);
     assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
     assert_eq!(
         rules[0].resources.as_deref(),
@@ -500,6 +502,18 @@ fn the_pod_runs_as_an_identity_that_reads_only_its_own_config_map() {
         rules[0].resource_names.as_deref(),
         Some(&[rendered.config_map_name()][..])
     );
+    // Its own Lease, to report what the proxy serves: read and patch only.
+    assert_eq!(
+        rules[1].api_groups.as_deref(),
+        Some(&["coordination.k8s.io".to_string()][..])
+    );
+    assert_eq!(rules[1].verbs, ["get", "patch"]);
+    assert_eq!(
+        rules[1].resource_names.as_deref(),
+        Some(&["task-1001".to_string()][..])
+    );
+    let lease = id.lease.as_ref().expect("the task's Lease");
+    assert_eq!(lease.metadata.name.as_deref(), Some("task-1001"));
     let subjects = id.role_binding.subjects.as_ref().expect("subjects");
     assert_eq!(subjects.len(), 1);
     assert_eq!(
@@ -507,7 +521,12 @@ fn the_pod_runs_as_an_identity_that_reads_only_its_own_config_map() {
         ("ServiceAccount", "task-1001")
     );
     assert_eq!(id.role_binding.role_ref.name, "task-1001");
-    for meta in [&sa.metadata, &id.role.metadata, &id.role_binding.metadata] {
+    for meta in [
+        &sa.metadata,
+        &id.role.metadata,
+        &id.role_binding.metadata,
+        &lease.metadata,
+    ] {
         let owner = &meta.owner_references.as_ref().expect("owner")[0];
         assert_eq!(
             (owner.kind.as_str(), owner.controller),
@@ -533,4 +552,91 @@ fn a_taskrun_naming_a_service_account_gets_the_role_bound_to_it_and_none_created
         .and_then(|s| s.template.spec.as_ref())
         .expect("pod spec");
     assert_eq!(pod.service_account_name.as_deref(), Some("task-runner"));
+}
+
+#[test]
+fn only_the_proxy_container_gets_the_task_identitys_token() {
+    let rendered = plan(&task_1001());
+    let pod = rendered
+        .job()
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec")
+        .clone();
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let token_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let mounts = |c: &Container| {
+        c.volume_mounts
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.mount_path == token_dir)
+            .collect::<Vec<_>>()
+    };
+    let proxy = proxy_container(&rendered);
+    let agent = &pod.containers[0];
+    assert_eq!(mounts(&proxy).len(), 1);
+    assert!(mounts(agent).is_empty(), "the agent gets no token");
+    let volume = pod
+        .volumes
+        .as_ref()
+        .expect("volumes")
+        .iter()
+        .find(|v| v.name == mounts(&proxy)[0].name)
+        .expect("the token volume")
+        .clone();
+    let sources = volume
+        .projected
+        .expect("projected")
+        .sources
+        .expect("sources");
+    assert!(sources.iter().any(|s| s.service_account_token.is_some()));
+    let env = |c: &Container, name: &str| -> Option<EnvVar> {
+        c.env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|e| e.name == name)
+    };
+    let value = |c: &Container, name: &str| env(c, name).and_then(|e| e.value);
+    assert_eq!(
+        value(&proxy, "MCP_PROXY_WATCH_CONFIG_MAP").as_deref(),
+        Some("task-1001-tools")
+    );
+    assert_eq!(
+        value(&proxy, "MCP_PROXY_SERVED_LEASE").as_deref(),
+        Some("task-1001")
+    );
+    assert!(env(&proxy, "MCP_PROXY_POD_NAME").is_some_and(|e| e.value_from.is_some()));
+    assert!(env(&proxy, "KUBERNETES_SERVICE_HOST").is_none());
+    assert!(env(agent, "MCP_PROXY_WATCH_CONFIG_MAP").is_none());
+
+    // With the API watch off: no token, no Lease, no Lease rule; the file only.
+    let off = RenderSettings {
+        sidecar_api_watch: false,
+        ..settings()
+    };
+    let off = render(&task_1001(), &catalog(), &off).expect("renders");
+    let proxy = proxy_container(&off);
+    assert!(mounts(&proxy).is_empty());
+    assert!(env(&proxy, "MCP_PROXY_WATCH_CONFIG_MAP").is_none());
+    assert!(off.identity().lease.is_none());
+    assert_eq!(off.identity().role.rules.as_ref().map(Vec::len), Some(1));
+
+    // Where pods cannot use the kubernetes Service: the API server's address for the proxy.
+    let there = RenderSettings {
+        sidecar_kubernetes_service: Some("127.0.0.1:6443".into()),
+        ..settings()
+    };
+    let there = render(&task_1001(), &catalog(), &there).expect("renders");
+    let proxy = proxy_container(&there);
+    assert_eq!(
+        value(&proxy, "KUBERNETES_SERVICE_HOST").as_deref(),
+        Some("127.0.0.1")
+    );
+    assert_eq!(
+        value(&proxy, "KUBERNETES_SERVICE_PORT").as_deref(),
+        Some("6443")
+    );
 }
