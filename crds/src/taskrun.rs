@@ -530,7 +530,9 @@ mod tests {
             .collect();
         assert_eq!(
             columns,
-            ["Task", "Service", "Phase", "Tools", "Context", "Age"]
+            [
+                "Task", "Service", "Phase", "Tools", "Context", "Served", "Age"
+            ]
         );
     }
 
