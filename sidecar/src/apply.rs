@@ -160,3 +160,112 @@ impl Applier {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::{
+        audit::Audit,
+        metrics::Metrics,
+        upstream::{Deps, Shared, pool::Pool},
+    };
+
+    fn proxy() -> Arc<Proxy> {
+        let metrics = Arc::new(Metrics::new());
+        let deps = Deps {
+            shared: Arc::new(Shared::new(None)),
+            events: mpsc::unbounded_channel().0,
+            metrics: metrics.clone(),
+            start_timeout: std::time::Duration::from_secs(1),
+            kill_grace: std::time::Duration::from_secs(1),
+            guard: None,
+        };
+        Proxy::new(Pool::new(deps), metrics, Audit::start())
+    }
+
+    fn at(version: u64) -> Vec<u8> {
+        format!("contextVersion: {version}\ntask: {{name: t, namespace: n}}\nservers:\n  - name: a\n    stdio: {{command: x}}\n").into_bytes()
+    }
+
+    fn served(applier: &Applier) -> Option<u64> {
+        *applier.served().borrow()
+    }
+
+    #[tokio::test]
+    async fn with_two_sources_only_a_higher_context_version_is_served() {
+        let applier = Applier::new(proxy(), true);
+        let first = config::load_bytes(&at(1));
+        assert_eq!(applier.initial("file", first).await, Outcome::Applied);
+        assert_eq!(served(&applier), Some(1));
+        assert_eq!(
+            applier.offer(Source::Api, "cm", &at(3)).await,
+            Outcome::Applied
+        );
+        // The file catching up late, with a lower or the same version, changes nothing.
+        assert_eq!(
+            applier.offer(Source::File, "f", &at(2)).await,
+            Outcome::Stale
+        );
+        assert_eq!(
+            applier.offer(Source::File, "f", &at(3)).await,
+            Outcome::Stale
+        );
+        assert_eq!(
+            applier.offer(Source::Api, "cm", b"contextVersion: [").await,
+            Outcome::Invalid
+        );
+        assert_eq!(served(&applier), Some(3));
+        assert_eq!(
+            applier.offer(Source::File, "f", &at(4)).await,
+            Outcome::Applied
+        );
+        assert_eq!(served(&applier), Some(4));
+        let text = applier.proxy.metrics.encode();
+        for needle in [
+            r#"mcp_proxy_config_reloads_total{result="ok",source="api"} 1"#,
+            r#"mcp_proxy_config_reloads_total{result="ok",source="file"} 1"#,
+            r#"mcp_proxy_config_reloads_total{result="stale",source="file"} 2"#,
+            r#"mcp_proxy_config_reloads_total{result="failed",source="api"} 1"#,
+            "mcp_proxy_context_version 4",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn with_the_file_alone_every_valid_change_is_served_as_before() {
+        let applier = Applier::new(proxy(), false);
+        assert_eq!(
+            applier.initial("file", config::load_bytes(&at(5))).await,
+            Outcome::Applied
+        );
+        assert_eq!(
+            applier.offer(Source::File, "f", &at(5)).await,
+            Outcome::Applied
+        );
+        assert_eq!(
+            applier.offer(Source::File, "f", &at(2)).await,
+            Outcome::Applied
+        );
+        assert_eq!(served(&applier), Some(2));
+    }
+
+    #[tokio::test]
+    async fn an_invalid_config_at_start_serves_nothing_until_a_valid_one_comes() {
+        let applier = Applier::new(proxy(), true);
+        assert_eq!(
+            applier
+                .initial("file", config::load_bytes(b"contextVersion: ["))
+                .await,
+            Outcome::Invalid
+        );
+        assert_eq!(served(&applier), None);
+        assert_eq!(
+            applier.offer(Source::Api, "cm", &at(1)).await,
+            Outcome::Applied
+        );
+        assert_eq!(served(&applier), Some(1));
+    }
+}

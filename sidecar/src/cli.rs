@@ -229,6 +229,49 @@ mod tests {
     }
 
     #[test]
+    fn the_api_flags_read_the_env_the_operator_renders() {
+        use clap::CommandFactory;
+        let command = Args::command();
+        for (id, env) in [
+            ("watch_config_map", "MCP_PROXY_WATCH_CONFIG_MAP"),
+            ("served_lease", "MCP_PROXY_SERVED_LEASE"),
+            ("namespace", "MCP_PROXY_NAMESPACE"),
+            ("pod_name", "MCP_PROXY_POD_NAME"),
+        ] {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("no flag {id}"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "{id}");
+        }
+        let args = Args::try_parse_from([
+            "orchestrator-mcp-proxy",
+            "--config",
+            "p.yaml",
+            "--watch-config-map",
+            "task-a-tools",
+            "--served-lease",
+            "task-a-served",
+            "--namespace",
+            "ns",
+            "--pod-name",
+            "task-a-x",
+        ])
+        .expect("the flags parse");
+        let api = args.options().expect("options").api;
+        assert_eq!(api.watch_config_map.as_deref(), Some("task-a-tools"));
+        assert_eq!(api.served_lease.as_deref(), Some("task-a-served"));
+        assert_eq!(api.namespace.as_deref(), Some("ns"));
+        assert_eq!(api.pod_name.as_deref(), Some("task-a-x"));
+        let none = Args::try_parse_from(["orchestrator-mcp-proxy", "--config", "p.yaml"])
+            .expect("the flags parse");
+        assert!(!none.options().expect("options").api.is_used());
+        assert!(
+            Args::try_parse_from(["x", "--config", "p.yaml", "--watch-config-map", ""]).is_err()
+        );
+    }
+
+    #[test]
     fn an_empty_cache_dir_keeps_tool_lists_in_memory_as_the_help_says() {
         assert_eq!(cache_dir(&["--cache-dir", ""]), None);
         assert_eq!(cache_dir(&["--cache-dir="]), None);
