@@ -11,7 +11,7 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
-use crate::{Options, config, telemetry, upstream::guard};
+use crate::{Options, api::ApiOptions, config, telemetry, upstream::guard};
 
 /// MCP proxy sidecar: filters tools, starts upstream servers lazily, hot-reloads its config.
 #[derive(Parser)]
@@ -61,6 +61,21 @@ pub struct Args {
     /// (also how long an idle keep-alive connection stays open).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     header_read_timeout_seconds: u64,
+    /// Also follow this ConfigMap (data key `proxy.yaml`, the same config as the mounted file)
+    /// through the Kubernetes API, so a change is served at once. With two sources only a higher
+    /// `contextVersion` is applied. Uses the in-cluster config (or $KUBECONFIG).
+    #[arg(long, env = "MCP_PROXY_WATCH_CONFIG_MAP", value_parser = nonempty)]
+    watch_config_map: Option<String>,
+    /// Report the `contextVersion` served on this Lease (annotation
+    /// orchestrator.io/served-context-version, holderIdentity, renewTime).
+    #[arg(long, env = "MCP_PROXY_SERVED_LEASE", value_parser = nonempty)]
+    served_lease: Option<String>,
+    /// Namespace of the ConfigMap and the Lease (default: the client's, in a pod its own).
+    #[arg(long, env = "MCP_PROXY_NAMESPACE", value_parser = nonempty)]
+    namespace: Option<String>,
+    /// This pod's name, written as the Lease's holderIdentity.
+    #[arg(long, env = "MCP_PROXY_POD_NAME", value_parser = nonempty)]
+    pod_name: Option<String>,
     /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
     /// serves one agent, and cross-thread wake-ups cost more than they buy.
     #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
@@ -125,6 +140,12 @@ impl Args {
             session_idle: Duration::from_secs(self.session_idle_seconds),
             max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
             header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
+            api: ApiOptions {
+                watch_config_map: self.watch_config_map.clone(),
+                served_lease: self.served_lease.clone(),
+                namespace: self.namespace.clone(),
+                pod_name: self.pod_name.clone(),
+            },
         })
     }
 
@@ -138,6 +159,15 @@ impl Args {
             b
         };
         builder.enable_all().build()
+    }
+}
+
+/// An empty value (an unset env var rendered as "") is an error, not a name.
+fn nonempty(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        Err("must not be empty".to_string())
+    } else {
+        Ok(value.to_string())
     }
 }
 
@@ -196,6 +226,49 @@ mod tests {
         )
         .expect("the flags parse");
         args.options().expect("options").cache_dir
+    }
+
+    #[test]
+    fn the_api_flags_read_the_env_the_operator_renders() {
+        use clap::CommandFactory;
+        let command = Args::command();
+        for (id, env) in [
+            ("watch_config_map", "MCP_PROXY_WATCH_CONFIG_MAP"),
+            ("served_lease", "MCP_PROXY_SERVED_LEASE"),
+            ("namespace", "MCP_PROXY_NAMESPACE"),
+            ("pod_name", "MCP_PROXY_POD_NAME"),
+        ] {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("no flag {id}"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "{id}");
+        }
+        let args = Args::try_parse_from([
+            "orchestrator-mcp-proxy",
+            "--config",
+            "p.yaml",
+            "--watch-config-map",
+            "task-a-tools",
+            "--served-lease",
+            "task-a-served",
+            "--namespace",
+            "ns",
+            "--pod-name",
+            "task-a-x",
+        ])
+        .expect("the flags parse");
+        let api = args.options().expect("options").api;
+        assert_eq!(api.watch_config_map.as_deref(), Some("task-a-tools"));
+        assert_eq!(api.served_lease.as_deref(), Some("task-a-served"));
+        assert_eq!(api.namespace.as_deref(), Some("ns"));
+        assert_eq!(api.pod_name.as_deref(), Some("task-a-x"));
+        let none = Args::try_parse_from(["orchestrator-mcp-proxy", "--config", "p.yaml"])
+            .expect("the flags parse");
+        assert!(!none.options().expect("options").api.is_used());
+        assert!(
+            Args::try_parse_from(["x", "--config", "p.yaml", "--watch-config-map", ""]).is_err()
+        );
     }
 
     #[test]

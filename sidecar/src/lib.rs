@@ -13,9 +13,13 @@
 //! - [`proxy`]: the core: current config + tool table, `tools/list`, `tools/call` (enforcement,
 //!   forwarding, audit), the relayed rest (prompts, resources, ...), reload, drain.
 //! - [`server`]: the MCP front (streamable HTTP at `/mcp`, or stdio) and the HTTP endpoints.
-//! - [`reload`] (hot reload of the mounted config) and [`run`] (wiring and shutdown).
+//! - [`apply`] (the one decision which config is served, for both sources), [`reload`] (hot
+//!   reload of the mounted config), [`api`] (the task's ConfigMap watched through the Kubernetes
+//!   API, the served `contextVersion` reported on its Lease) and [`run`] (wiring and shutdown).
 //! - [`cli`]: the command line, for `main.rs`.
 
+pub mod api;
+pub mod apply;
 pub mod audit;
 pub mod cli;
 pub mod config;

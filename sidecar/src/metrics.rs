@@ -40,6 +40,7 @@ struct StartLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
     result: &'static str,
+    source: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -122,7 +123,7 @@ impl Metrics {
         );
         registry.register(
             "config_reloads",
-            "Config reloads by result (ok, failed)",
+            "Configs offered by a source (file, api), by result: ok (served), failed (invalid, the last good one stays), stale (its contextVersion is not above the one served)",
             reloads.clone(),
         );
         registry.register(
@@ -203,11 +204,10 @@ impl Metrics {
             .inc();
     }
 
-    pub fn reload(&self, ok: bool) {
+    /// A config offered by `source` (`file`, `api`): `result` is `ok`, `failed` or `stale`.
+    pub fn reload(&self, source: &'static str, result: &'static str) {
         self.reloads
-            .get_or_create(&ReloadLabels {
-                result: if ok { "ok" } else { "failed" },
-            })
+            .get_or_create(&ReloadLabels { result, source })
             .inc();
     }
 
@@ -242,14 +242,14 @@ mod tests {
         let m = Metrics::new();
         m.call("gh", "create_issue", "ok", 0.002);
         m.call("gh", "delete_repo", "denied", 0.0);
-        m.reload(false);
+        m.reload("file", "failed");
         m.config_in_use(4);
         m.upstream_started(&ServerName::new("gh"), "tools_call", true);
         let text = m.encode();
         for needle in [
             r#"mcp_proxy_tool_calls_total{server="gh",tool="create_issue",outcome="ok"} 1"#,
             r#"mcp_proxy_tool_calls_total{server="gh",tool="delete_repo",outcome="denied"} 1"#,
-            r#"mcp_proxy_config_reloads_total{result="failed"} 1"#,
+            r#"mcp_proxy_config_reloads_total{result="failed",source="file"} 1"#,
             "mcp_proxy_context_version 4",
             r#"mcp_proxy_upstream_restarts_total{server="gh"} 1"#,
             r#"mcp_proxy_tool_call_duration_seconds_count{server="gh",outcome="ok"} 1"#,

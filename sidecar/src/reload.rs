@@ -1,8 +1,9 @@
 //! Hot reload of the config file, the way Kubernetes updates a mounted ConfigMap: the kubelet
 //! writes a new timestamped directory and atomically swaps the `..data` symlink, so the file's
 //! own inode never changes. We therefore watch the *directory*, debounce, re-read through the
-//! symlinks and act only when the content changed. An invalid file keeps the last good config
-//! (problems logged, `mcp_proxy_config_reloads_total{result="failed"}` counted).
+//! symlinks and act only when the content changed; [`crate::apply`] decides whether it is served
+//! (an invalid file keeps the last good config, problems logged,
+//! `mcp_proxy_config_reloads_total{result="failed",source="file"}` counted).
 //! A slow periodic re-read backs up the watcher (inotify can miss events on some mounts).
 
 use std::{
@@ -15,7 +16,7 @@ use notify::{RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use crate::{config, proxy::Proxy};
+use crate::apply::{Applier, Source};
 
 /// How often the file is re-read even without a watch event.
 const POLL_EVERY: Duration = Duration::from_secs(30);
@@ -36,7 +37,7 @@ pub fn watch(
     path: PathBuf,
     debounce: Duration,
     current: Option<[u8; 32]>,
-    proxy: Arc<Proxy>,
+    applier: Arc<Applier>,
 ) -> anyhow::Result<WatchGuard> {
     let (tx, rx) = mpsc::unbounded_channel::<()>();
     let dir = path
@@ -60,7 +61,7 @@ pub fn watch(
             }
         }
     };
-    tokio::spawn(reload_loop(path, debounce, current, proxy, rx));
+    tokio::spawn(reload_loop(path, debounce, current, applier, rx));
     Ok(WatchGuard { _watcher: watcher })
 }
 
@@ -68,7 +69,7 @@ async fn reload_loop(
     path: PathBuf,
     debounce: Duration,
     mut current: Option<[u8; 32]>,
-    proxy: Arc<Proxy>,
+    applier: Arc<Applier>,
     mut events: mpsc::UnboundedReceiver<()>,
 ) {
     let mut poll = tokio::time::interval(POLL_EVERY);
@@ -97,28 +98,8 @@ async fn reload_loop(
             continue;
         }
         current = Some(print);
-        let loaded = config::load_bytes(&bytes);
-        for p in loaded.problems.warnings() {
-            tracing::warn!(code = %p.code, path = %p.path, "{}", p.message);
-        }
-        match loaded.config {
-            Some(config) => {
-                proxy.metrics.reload(true);
-                if let Some(old) = proxy.snapshot()
-                    && old.config.listen != config.listen
-                {
-                    tracing::warn!(old = %old.config.listen, new = %config.listen, "listen changed; it takes effect only after a restart");
-                }
-                tracing::info!(file = %path.display(), context_version = config.context_version, "config changed; applying it");
-                proxy.apply_config(config).await;
-            }
-            None => {
-                proxy.metrics.reload(false);
-                for p in loaded.problems.errors() {
-                    tracing::error!(code = %p.code, path = %p.path, "{}", p.message);
-                }
-                tracing::error!(file = %path.display(), errors = loaded.problems.errors().count(), "config change rejected; keeping the last good config");
-            }
-        }
+        applier
+            .offer(Source::File, &path.display().to_string(), &bytes)
+            .await;
     }
 }

@@ -9,6 +9,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    api::{self, ApiOptions},
+    apply::Applier,
     audit::Audit,
     config,
     metrics::Metrics,
@@ -41,6 +43,8 @@ pub struct Options {
     pub max_sessions: usize,
     /// An HTTP request's headers must arrive within this, or its connection is closed.
     pub header_read_timeout: Duration,
+    /// The Kubernetes API objects to use (none: the mounted file only).
+    pub api: ApiOptions,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
@@ -66,21 +70,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         ),
         Err(_) => (config::load_file(&opts.config), None),
     };
-    for p in &loaded.problems.0 {
-        if p.is_error() {
-            tracing::error!(code = %p.code, path = %p.path, "{}", p.message);
-        } else {
-            tracing::warn!(code = %p.code, path = %p.path, "{}", p.message);
-        }
-    }
     let config_listen = loaded.config.as_ref().map(|c| c.listen);
-    match loaded.config {
-        Some(config) => proxy.apply_config(config).await,
-        None => {
-            metrics.reload(false);
-            tracing::error!(file = %opts.config.display(), "no valid config; not ready until the file is fixed");
-        }
-    }
+    // With the API watch there are two sources, and only a higher contextVersion wins.
+    let applier = Applier::new(proxy.clone(), opts.api.watch_config_map.is_some());
+    applier
+        .initial(&opts.config.display().to_string(), loaded)
+        .await;
 
     {
         let proxy = proxy.clone();
@@ -95,8 +90,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         opts.config.clone(),
         opts.reload_debounce,
         print,
-        proxy.clone(),
+        applier.clone(),
     )?;
+    let api_tasks = api::start(&opts.api, &applier).await;
 
     let sessions_cancel = CancellationToken::new();
     let accept_cancel = CancellationToken::new();
@@ -145,7 +141,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         tracing::info!(%signal, "shutting down");
     }
 
-    // Stop taking new connections and calls, let calls in flight finish, then stop children.
+    // No config change from the API while stopping; stop taking new connections and calls, let
+    // calls in flight finish, then stop children.
+    drop(api_tasks);
     accept_cancel.cancel();
     proxy.drain(opts.shutdown_grace).await;
     sessions_cancel.cancel();

@@ -83,10 +83,11 @@ pub fn init(format: LogFormat) -> Telemetry {
         fmt,
         prelude::*,
     };
-    // rmcp logs every message at info and every error response at warn; the proxy logs what
-    // matters itself.
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=error"));
+    // rmcp logs every message at info and every error response at warn; kube's client logs
+    // every failed request of a retrying watch at error. The proxy logs what matters itself
+    // (once per state change).
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=error,kube_client=off,kube_runtime=off"));
     let ansi = std::io::stderr().is_terminal();
     let logs = match format {
         LogFormat::Text => fmt::layer()

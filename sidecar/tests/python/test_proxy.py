@@ -309,7 +309,7 @@ async def test_config_swap_sends_list_changed_and_the_new_list(make_proxy, tools
         # The unchanged server kept running; nothing was started eagerly for the swap itself.
         assert proxy.server_pid("every") == everything_pid
         assert proxy.tools()["contextVersion"] == 2
-    assert proxy.metric("mcp_proxy_config_reloads_total", result="ok") == 1
+    assert proxy.metric("mcp_proxy_config_reloads_total", result="ok", source="file") == 1
     assert proxy.metric("mcp_proxy_context_version") == 2
 
 
@@ -340,7 +340,7 @@ async def test_invalid_swap_keeps_the_last_good_config(make_proxy, tools):
     async with Client(proxy.url, mode="legacy", message_handler=on_message) as client:
         before = names(await client.list_tools())
         proxy.swap({"contextVersion": 6, "servers": [{"name": "every", "stdio": {"comand": "typo"}}]})
-        await await_for(lambda: proxy.metric("mcp_proxy_config_reloads_total", result="failed") == 1, what="the rejected reload")
+        await await_for(lambda: proxy.metric("mcp_proxy_config_reloads_total", result="failed", source="file") == 1, what="the rejected reload")
         # Nothing changed: same tools, same contextVersion, calls still work, nobody was told to re-list.
         assert names(await client.list_tools()) == before
         assert proxy.tools()["contextVersion"] == 5
@@ -355,7 +355,7 @@ async def test_invalid_swap_keeps_the_last_good_config(make_proxy, tools):
 async def test_an_invalid_file_at_start_means_not_ready_until_fixed(make_proxy, tools):
     proxy = make_proxy({"servers": [{"name": "every", "stdio": {"comand": "typo"}}]}, wait_ready=False)
     assert proxy.http("/readyz")[0] == 503
-    assert proxy.metric("mcp_proxy_config_reloads_total", result="failed") == 1
+    assert proxy.metric("mcp_proxy_config_reloads_total", result="failed", source="file") == 1
     assert "PROXY.UNKNOWN_KEY" in proxy.log()
     proxy.swap({"servers": [everything_server(tools, tools={"allow": ["echo"]})]})
     await await_for(proxy.ready, what="the fixed config to be loaded")
