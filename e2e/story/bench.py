@@ -62,8 +62,9 @@ class BusyAgent:
         yield text("done")
 
 
-def changes(story: Story, count: int, say) -> list[dict]:
-    samples = []
+def start_busy_task(story: Story) -> BusyAgent:
+    """A TaskRun on the real node whose agent (Claude Code) the model keeps busy (one cheap call a
+    second) until `script.stop` is set: a long task to change tools on."""
     script = BusyAgent()
     story.model = ScriptedModel(script, port=MODEL_PORT).start()
     story.cleanup.callback(story.model.stop)
@@ -86,35 +87,46 @@ def changes(story: Story, count: int, say) -> list[dict]:
     }
     story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
     story.model.wait_for(lambda r: True, timeout=120, what="the agent's first request")
+    return script
+
+
+def change(story: Story, enable: bool) -> dict:
+    """One add-context --wait-synced toggling everything:get-env; when each step happened."""
+    flag = "--enable-tools" if enable else "--disable-tools"
+    started = time.time()
+    cli = story.cli("task", "add-context", "--task-id", "1001", flag, "everything:get-env", "--wait-synced")
+    check(cli.returncode == 0, f"add-context failed: {cli.stdout}{cli.stderr}")
+    synced = time.time()
+    try:
+        offered = story.model.wait_for(
+            lambda r: r.wall > started and ("everything__get-env" in r.mcp_tools()) == enable,
+            timeout=240, what="the change to reach the model")
+    except TimeoutError:
+        last = story.model.conversation()[-1]
+        Path("/tmp/bench-last-request.json").write_text(json.dumps(last.body))
+        print(story.kubectl("logs", "-n", story.work_ns, "job/task-1001", "-c", "mcp-proxy", "--tail", "30"))
+        raise
+    reload_at, notified_at = story.proxy_reload_times(started)
+    return {
+        "wait_synced_s": synced - started,
+        "reload_s": reload_at - started,
+        "list_changed_s": notified_at - started,
+        "offered_s": offered.wall - started,
+    }
+
+
+def changes(story: Story, count: int, say) -> list[dict]:
+    samples = []
+    script = start_busy_task(story)
     enabled = False
     for i in range(count):
         pause = random.uniform(5, 45)
         time.sleep(pause)
         enabled = not enabled
-        flag = "--enable-tools" if enabled else "--disable-tools"
-        started = time.time()
-        cli = story.cli("task", "add-context", "--task-id", "1001", flag, "everything:get-env", "--wait-synced")
-        check(cli.returncode == 0, f"add-context failed: {cli.stdout}{cli.stderr}")
-        synced = time.time()
-        try:
-            offered = story.model.wait_for(
-                lambda r, e=enabled, t=started: r.wall > t and ("everything__get-env" in r.mcp_tools()) == e,
-                timeout=240, what=f"change {i + 1} to reach the model")
-        except TimeoutError:
-            last = story.model.conversation()[-1]
-            Path("/tmp/bench-last-request.json").write_text(json.dumps(last.body))
-            print(story.kubectl("logs", "-n", story.work_ns, "job/task-1001", "-c", "mcp-proxy", "--tail", "30"))
-            raise
-        reload_at, notified_at = story.proxy_reload_times(started)
-        sample = {
-            "wait_synced_s": synced - started,
-            "reload_s": reload_at - started,
-            "list_changed_s": notified_at - started,
-            "offered_s": offered.wall - started,
-        }
+        sample = change(story, enabled)
         samples.append(sample)
-        say(f"   change {i + 1} ({'enable' if enabled else 'disable'} get-env, after a {pause:.0f} s pause): "
-            + ", ".join(f"{k} {v:.2f}" for k, v in sample.items()))
+        say(f"   change {i + 1} ({'enable' if enabled else 'disable'} get-env, after a {pause:.0f} s pause, "
+            f"applied from {story.reload_source}): " + ", ".join(f"{k} {v:.2f}" for k, v in sample.items()))
     script.stop.set()
     return samples
 

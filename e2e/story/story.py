@@ -624,7 +624,9 @@ class Story:
         self.figures["add_context_to_list_changed_s"] = round(notified_at - started, 1)
         self.figures["add_context_to_model_offered_s"] = round(offered.wall - started, 1)
         self.figures["list_changed_to_model_offered_s"] = round(offered.wall - notified_at, 2)
-        self.say(f"   the proxy reloaded {reload_at - started:.1f} s after add-context (kubelet volume update) and sent "
+        source = {"api": "from its ConfigMap watch through the API", "file": "from the kubelet's volume update"}
+        self.say(f"   the proxy reloaded {reload_at - started:.1f} s after add-context "
+                 f"({source.get(self.reload_source, self.reload_source)}) and sent "
                  f"notifications/tools/list_changed {notified_at - reload_at:.2f} s later; the agent re-listed and "
                  f"its next request offered the model the new list {offered.wall - notified_at:.2f} s after that "
                  f"(the model kept the agent busy with {self.script.seen['busy_calls']} get-sum calls meanwhile)")
@@ -644,9 +646,12 @@ class Story:
         self.upstreams = [p for p in descendants(pids["mcp-proxy"])] if "mcp-proxy" in pids else []
 
     def proxy_reload_times(self, after: float) -> tuple[float, float]:
-        """When the proxy applied the new config and sent list_changed (its log, kubelet timestamps)."""
+        """When the proxy applied the new config and sent list_changed (its log, kubelet timestamps);
+        `self.reload_source`: where the config came from (`api`: its ConfigMap watch, `file`: the
+        kubelet's volume update)."""
         logs = self.kubectl("logs", "-n", self.work_ns, "job/task-1001", "-c", "mcp-proxy", "--timestamps")
         reload_at = notified_at = None
+        self.reload_source = "?"
         for line in logs.splitlines():
             stamp, _, message = line.partition(" ")
             t = parse_time(stamp)
@@ -654,6 +659,8 @@ class Story:
                 continue
             if reload_at is None and "config changed" in message:
                 reload_at = t
+                found = re.search(r'source"?[=:]\s*"?(\w+)', message)
+                self.reload_source = found.group(1) if found else "?"
             if reload_at is not None and notified_at is None and "sent list_changed" in message:
                 notified_at = t
         check(reload_at is not None and notified_at is not None,

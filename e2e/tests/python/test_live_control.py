@@ -1,0 +1,62 @@
+"""The live control channel on the real node: the task pod's proxy follows its ConfigMap through
+the API server (with the task's own identity, through the node's portal to the API server) and
+reports what it serves; `add-context --wait-synced` returns once it does. The API server is
+restarted mid-watch: the proxy's watch resumes and the next change still arrives through it.
+
+Needs the cluster with its real node (`e2e/cluster up`); `./test` provides it. The API server
+restart is `e2e/cluster restart-apiserver` (same flags, etcd keeps the state).
+"""
+
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "e2e" / "story"))
+
+from bench import change, start_busy_task  # noqa: E402
+from story import Story, cargo_binaries, check, node_images, wait_until  # noqa: E402
+
+
+def status(story: Story) -> dict:
+    return story.json("get", "taskrun", "task-1001", "-n", story.work_ns).get("status", {})
+
+
+def synced(story: Story) -> str:
+    return next((c["status"] for c in status(story).get("conditions", []) if c["type"] == "ToolsSynced"), "")
+
+
+def test_changes_arrive_through_the_api_watch_also_after_the_api_server_restarts(capsys):
+    lines = []
+    story = Story(say=lines.append)
+    try:
+        with ExitStack() as cleanup:
+            story.cleanup = cleanup
+            story.node = story.real_node()
+            story.binaries = cargo_binaries()
+            story.images = node_images()
+            story.install()
+            script = start_busy_task(story)
+            wait_until("the proxy to report contextVersion 1", lambda: status(story).get("servedContextVersion") == 1
+                       and synced(story) == "True", timeout=60)
+
+            first = change(story, enable=True)
+            check(story.reload_source == "api", f"change 1 was applied from {story.reload_source}, not the API watch")
+            check(status(story).get("servedContextVersion") == 2 and synced(story) == "True",
+                  f"after --wait-synced: {status(story)}")
+            lines.append(f"change 1: {first} (from {story.reload_source})")
+
+            restart = subprocess.run([str(REPO / "e2e/cluster"), "restart-apiserver"], capture_output=True, text=True)
+            check(restart.returncode == 0, f"restart-apiserver failed: {restart.stderr}")
+
+            second = change(story, enable=False)
+            check(story.reload_source == "api",
+                  f"after the API server restart, change 2 was applied from {story.reload_source}, not the API watch")
+            check(status(story).get("servedContextVersion") == 3, f"after --wait-synced: {status(story)}")
+            lines.append(f"change 2 after the API server restart: {second} (from {story.reload_source})")
+            script.stop.set()
+            wait_until("the task to succeed", lambda: status(story).get("phase") == "Succeeded", timeout=120)
+    finally:
+        with capsys.disabled():
+            print("\n".join(["", *lines]))
