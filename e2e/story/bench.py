@@ -95,7 +95,13 @@ def change(story: Story, enable: bool) -> dict:
     flag = "--enable-tools" if enable else "--disable-tools"
     started = time.time()
     cli = story.cli("task", "add-context", "--task-id", "1001", flag, "everything:get-env", "--wait-synced")
-    check(cli.returncode == 0, f"add-context failed: {cli.stdout}{cli.stderr}")
+    if cli.returncode != 0:
+        status = story.json("get", "taskrun", "task-1001", "-n", story.work_ns).get("status", {})
+        status.pop("tools", None)
+        proxy = story.kubectl("logs", "-n", story.work_ns, "job/task-1001", "-c", "mcp-proxy", "--tail", "25")
+        check(False, f"add-context failed: {cli.stdout}{cli.stderr}\nstatus: {json.dumps(status)}\n"
+                     f"the proxy's log:\n{proxy}\nthe operator's log:\n"
+                     + "\n".join(story.operator_log.read_text().splitlines()[-25:]))
     synced = time.time()
     try:
         offered = story.model.wait_for(

@@ -322,6 +322,8 @@ class Story:
     # The proxy watches its ConfigMap through the API and reports what it serves (chart value
     # sidecar.apiWatch); off: the mounted file only (the kubelet's volume update).
     api_watch: bool = True
+    # More `--set` values for the chart.
+    helm_values: list = field(default_factory=list)
 
     def __post_init__(self):
         suffix = secrets.token_hex(3)
@@ -403,6 +405,7 @@ class Story:
             "--set", f"sidecar.image={self.images['mcp-proxy']}",
             "--set", f"sidecar.apiWatch={str(self.api_watch).lower()}",
             "--set", f"sidecar.kubernetesService={POD_API_SERVER}",
+            *[a for v in self.helm_values for a in ("--set", v)],
             "--wait", "--timeout", "90s",
         )
         self.cleanup.callback(self.kubectl, "delete", "namespace", self.system_ns, "--wait=false")
@@ -437,7 +440,7 @@ class Story:
         env["ORCH_BIND"] = f"127.0.0.1:{operator_port}"
         env["ORCH_LOG_JSON"] = "false"
         self.operator_log = workdir / "operator.log"
-        operator = subprocess.Popen(
+        self.operator = operator = subprocess.Popen(
             [str(self.binaries["orchestrator-operator"])], env=env,
             stdout=self.operator_log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )

@@ -29,7 +29,9 @@ def synced(story: Story) -> str:
 
 def test_changes_arrive_through_the_api_watch_also_after_the_api_server_restarts(capsys):
     lines = []
-    story = Story(say=lines.append)
+    # The outage (about 15 s with the API server's graceful stop) must not cost the operator its
+    # leadership: it would exit, and no Deployment restarts it here. The proxy is what is tested.
+    story = Story(say=lines.append, helm_values=["leaderElection.leaseDurationSeconds=120"])
     try:
         with ExitStack() as cleanup:
             story.cleanup = cleanup
@@ -54,6 +56,7 @@ def test_changes_arrive_through_the_api_watch_also_after_the_api_server_restarts
             check(story.reload_source == "api",
                   f"after the API server restart, change 2 was applied from {story.reload_source}, not the API watch")
             check(status(story).get("servedContextVersion") == 3, f"after --wait-synced: {status(story)}")
+            check(story.operator.poll() is None, "the operator exited during the API server restart")
             lines.append(f"change 2 after the API server restart: {second} (from {story.reload_source})")
             script.stop.set()
             wait_until("the task to succeed", lambda: status(story).get("phase") == "Succeeded", timeout=120)
