@@ -9,11 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use http::{Method, Request, Response, StatusCode};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use orchestrator_crds::catalog::Catalog;
@@ -146,7 +145,7 @@ fn path(kind: &str, name: &str) -> String {
 struct Harness {
     fake: Fake,
     ctx: Arc<Context>,
-    jobs: Writer<Job>,
+    jobs: Writer<CachedJob>,
     config_maps: Writer<ConfigMap>,
 }
 
@@ -193,13 +192,11 @@ impl Harness {
             },
             catalog: CatalogStore::with(catalog()),
             metrics: Arc::new(Metrics::default()),
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: MANAGER.into(),
-                    instance: None,
-                },
-            ),
+            reporter: Reporter {
+                controller: MANAGER.into(),
+                instance: None,
+            },
+            retention_seconds: None,
         };
         Self {
             fake,
@@ -215,9 +212,12 @@ impl Harness {
             &path("taskruns", &tr.name_any()),
             serde_json::to_value(tr).expect("a TaskRun serializes"),
         );
+        // As the controller hands it over: from the trimmed cache.
+        let mut cached = tr.clone();
+        trim_taskrun(&mut cached);
         tokio::time::timeout(
             Duration::from_secs(10),
-            reconcile(Arc::new(tr.clone()), self.ctx.clone()),
+            reconcile(Arc::new(cached), self.ctx.clone()),
         )
         .await
         .expect("reconcile finished")
@@ -227,7 +227,7 @@ impl Harness {
     /// What the watches would bring: the server's Job and ConfigMap, trimmed, in the caches.
     fn sync_caches(&mut self, name: &str) {
         if let Some(job) = self.fake.get(&path("jobs", name)) {
-            let mut job: Job = serde_json::from_value(job).expect("a Job");
+            let mut job: CachedJob = serde_json::from_value(job).expect("a Job");
             trim_job(&mut job);
             self.jobs.apply_watcher_event(&watcher::Event::Apply(job));
         }
