@@ -16,7 +16,7 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
+use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus};
 use serde_json::{Value, json};
 use tower_test::mock;
 
@@ -110,6 +110,11 @@ impl Fake {
                 (StatusCode::OK, body)
             }
             Method::POST => (StatusCode::CREATED, body),
+            // The garbage collector is not played: children stay until a test removes them.
+            Method::DELETE => match server.objects.remove(path) {
+                Some(object) => (StatusCode::OK, object),
+                None => (StatusCode::NOT_FOUND, not_found(path)),
+            },
             _ => (StatusCode::METHOD_NOT_ALLOWED, not_found(path)),
         }
     }
@@ -587,4 +592,105 @@ fn a_finished_job_is_deleted_only_after_its_outcome_is_recorded_and_its_ttl_pass
         ttl::decide(Some(10), None, Some(Phase::Succeeded), now),
         Ttl::NotDue
     );
+}
+
+/// The Job as the Job controller leaves it when the agent exited 0 `ago` seconds before.
+fn complete_job(h: &Harness, name: &str, ago: i64) {
+    let done =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ago);
+    let mut job = h
+        .fake
+        .get(&path("jobs", name))
+        .expect("the Job was applied");
+    job["status"] = json!({
+        "succeeded": 1,
+        "startTime": done.to_string(),
+        "completionTime": done.to_string(),
+        "conditions": [{"type": "Complete", "status": "True"}]
+    });
+    h.fake.put(&path("jobs", name), job);
+}
+
+#[tokio::test]
+async fn a_finished_taskrun_is_deleted_after_its_retention_once_its_outcome_is_recorded() {
+    let mut h = Harness::new();
+    let mut tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    tr.spec.retention_seconds_after_finished = Some(60);
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    let running = h.with_written_status(&tr);
+    h.fake.take_writes();
+
+    // The task finished 90 s ago, past its 60 s: first its outcome goes into the status...
+    complete_job(&h, "task-1001", 90);
+    h.sync_caches("task-1001");
+    h.reconcile(&running).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["POST events", "PATCH taskruns/status"]);
+    assert_eq!(written_status(&writes).phase, Some(Phase::Succeeded));
+    assert_eq!(events(&writes), [("Normal".into(), "TaskSucceeded".into())]);
+
+    // ...then the TaskRun is deleted (its ConfigMap and Job follow by owner reference), only if it
+    // is still the same TaskRun (uid), and nothing else is written.
+    let finished = h.with_written_status(&tr);
+    let action = h.reconcile(&finished).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["DELETE taskruns"]);
+    assert_eq!(
+        writes[0].body["preconditions"]["uid"],
+        tr.metadata.uid.clone().expect("a uid")
+    );
+    assert_eq!(writes[0].body["propagationPolicy"], "Background");
+    assert_eq!(action, Action::await_change());
+    assert!(h.fake.get(&path("taskruns", "task-1001")).is_none());
+    let children_owner =
+        h.fake.get(&path("jobs", "task-1001")).expect("the Job")["metadata"]["ownerReferences"][0]
+            ["uid"]
+            .clone();
+    assert_eq!(
+        children_owner,
+        json!(tr.metadata.uid),
+        "the garbage collector's cue"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_taskrun_within_its_retention_is_kept_and_looked_at_when_it_is_due() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    complete_job(&h, "task-1001", 90);
+    h.sync_caches("task-1001");
+    h.reconcile(&h.with_written_status(&tr)).await;
+    let finished = h.with_written_status(&tr);
+    h.fake.take_writes();
+
+    // No retention anywhere: kept, never looked at again without an event.
+    assert_eq!(h.reconcile(&finished).await, Action::await_change());
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+
+    // The operator's default (1 h), 90 s after the task finished: kept, due in 58.5 min.
+    let ctx = Arc::get_mut(&mut h.ctx).expect("no reconcile holds the context");
+    ctx.retention_seconds = Some(3600);
+    let action = h.reconcile(&finished).await;
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+    let due = format!("{action:?}");
+    assert!(
+        due.contains("requeue_after: Some(3509") || due.contains("requeue_after: Some(3510"),
+        "{due}"
+    );
+
+    // Its own retentionSecondsAfterFinished wins over the default (a spec change: one fresh read,
+    // then the full reconcile, which only records the new generation).
+    let mut shorter = finished.clone();
+    shorter.spec.retention_seconds_after_finished = Some(30);
+    shorter.metadata.generation = Some(2);
+    h.reconcile(&shorter).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["PATCH taskruns/status"]);
+    assert_eq!(written_status(&writes).observed_generation, Some(2));
+    let recorded = h.with_written_status(&shorter);
+    h.reconcile(&recorded).await;
+    assert_eq!(kinds(&h.fake.take_writes()), ["DELETE taskruns"]);
 }
