@@ -34,8 +34,12 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
         return Ok(Action::await_change());
     }
 
-    // No read on a cache miss: nothing is created for a finished task, and a Job the cache has
-    // not seen yet brings its own event.
+    // No read on a cache miss: nothing is created for a finished task. But when the operator
+    // starts, the TaskRun cache fills before the Job cache: a miss says the Job is gone only
+    // once the Job cache holds its first list.
+    if ctx.jobs.wait_until_ready().await.is_err() {
+        return Ok(Action::await_change()); // shutting down: the Job watch is gone
+    }
     let job = ctx.jobs.get(&ObjectRef::new(&name).within(&ns));
     let state = job.as_deref().map(status::job_state);
     let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &ns);

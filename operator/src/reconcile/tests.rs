@@ -183,7 +183,9 @@ impl Harness {
             }
         });
         let client = Client::new(service, NS);
-        let (jobs_store, jobs) = reflector::store();
+        let (jobs_store, mut jobs) = reflector::store();
+        // As after the Job watch's first (empty) list.
+        jobs.apply_watcher_event(&watcher::Event::InitDone);
         let (config_maps_store, config_maps) = reflector::store();
         let ctx = Context {
             client: client.clone(),
