@@ -128,6 +128,15 @@ pub struct TaskRunSpec {
     #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i32>,
 
+    /// Seconds after the task finished when the operator deletes the TaskRun itself; its
+    /// ConfigMap and Job go with it (owner references). Unset: the operator's
+    /// `--retention-seconds-after-finished`, and when that is unset too the TaskRun stays until
+    /// it is deleted or its namespace holds more finished TaskRuns than the operator's
+    /// `--max-finished-per-namespace` (the oldest go first). May change at any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub retention_seconds_after_finished: Option<i32>,
+
     /// The tools the agent may use: its own built-in tools and MCP servers behind the proxy.
     /// The only part of the spec that may change while the task runs (add-context).
     #[serde(default)]

@@ -495,8 +495,8 @@ async fn chart_rbac_lets_the_operator_reconcile_and_refuses_what_it_does_not_nee
             vec!["get", "secrets", "-n", work.name.as_str()],
         ),
         (
-            "delete a TaskRun",
-            vec!["delete", "taskrun", name, "-n", work.name.as_str()],
+            "delete a Secret",
+            vec!["delete", "secret", "anything", "-n", work.name.as_str()],
         ),
         (
             "create a Pod",

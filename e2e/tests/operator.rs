@@ -789,6 +789,93 @@ async fn deleted_children_come_back_and_go_with_the_taskrun() -> Result<()> {
 
 #[tokio::test]
 #[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
+async fn finished_taskruns_past_their_retention_go_with_their_children() -> Result<()> {
+    let (client, ns) = setup("op-retention").await?;
+    let op = Operator::start(&client, &ns.name, &["--max-finished-per-namespace", "2"]).await?;
+    let trs: Api<TaskRun> = Api::namespaced(client.clone(), &ns.name);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let succeeded = |t: &TaskRun| t.status.as_ref().and_then(|s| s.phase) == Some(Phase::Succeeded);
+    let all_gone = |name: &'static str| {
+        let (trs, jobs, cms) = (trs.clone(), jobs.clone(), cms.clone());
+        async move {
+            let gone = trs.get_opt(name).await?.is_none()
+                && jobs.get_opt(name).await?.is_none()
+                && cms.get_opt(&format!("{name}-tools")).await?.is_none();
+            Ok(gone.then_some(()))
+        }
+    };
+
+    // An unfinished task is never deleted, whatever the limits.
+    let mut pending = sample("taskrun.yaml", "task-pending")?;
+    keep_pending(&mut pending);
+    pending.spec.retention_seconds_after_finished = Some(0);
+    create(&client, &ns.name, &pending).await?;
+
+    // retentionSecondsAfterFinished: the TaskRun goes 2 s after its task finished, its Job and
+    // ConfigMap with it; its outcome was recorded first.
+    let mut short = sample("taskrun.yaml", "task-short")?;
+    short.spec.retention_seconds_after_finished = Some(2);
+    create(&client, &ns.name, &short).await?;
+    wait_status(
+        &client,
+        &ns.name,
+        "task-short",
+        "task-short Succeeded",
+        succeeded,
+    )
+    .await?;
+    wait_for(
+        "task-short, its Job and its ConfigMap to be deleted",
+        MINUTE,
+        || all_gone("task-short"),
+    )
+    .await?;
+
+    // --max-finished-per-namespace 2: a third finished TaskRun deletes the first to finish.
+    for name in ["task-first", "task-second", "task-third"] {
+        create(&client, &ns.name, &sample("taskrun.yaml", name)?).await?;
+        wait_status(
+            &client,
+            &ns.name,
+            name,
+            &format!("{name} Succeeded"),
+            succeeded,
+        )
+        .await?;
+    }
+    wait_for(
+        "task-first, its Job and its ConfigMap to be deleted",
+        MINUTE,
+        || all_gone("task-first"),
+    )
+    .await?;
+    for name in ["task-second", "task-third"] {
+        let tr = trs.get(name).await?;
+        assert!(succeeded(&tr), "{name} is kept with its outcome");
+        assert!(jobs.get_opt(name).await?.is_some(), "{name}'s Job is kept");
+    }
+    let tr = trs.get("task-pending").await?;
+    assert_ne!(
+        tr.status.and_then(|s| s.phase),
+        Some(Phase::Succeeded),
+        "the pending task is unfinished and kept"
+    );
+
+    let metrics = op.get("/metrics").await?;
+    for line in [
+        "orchestrator_operator_taskruns_deleted_total{reason=\"retention\"} 1",
+        "orchestrator_operator_taskruns_deleted_total{reason=\"max_finished\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+
+    op.stop().await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+#[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
 async fn a_restarted_operator_converges_without_duplicate_jobs() -> Result<()> {
     const N: usize = 30;
     let (client, ns) = setup("op-restart").await?;

@@ -25,12 +25,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -42,7 +41,7 @@ pub use settings::Settings;
 
 use crate::catalog::CatalogStore;
 use crate::metrics::Metrics;
-use crate::reconcile::Context;
+use crate::reconcile::{CachedJob, Context};
 use crate::server::Health;
 
 /// Runs the operator until SIGTERM or Ctrl-C: telemetry, a client from the usual places
@@ -107,7 +106,7 @@ pub async fn run_with(
         let (leases, leases_writer) = reflector::store();
         // Children are cached trimmed to what reconcile reads (see reconcile::trim_*), which keeps
         // the operator small with thousands of tasks and saves two reads per reconcile.
-        let job_events = watcher::watcher(api::<Job>(&client, ns), children.clone())
+        let job_events = watcher::watcher(api::<CachedJob>(&client, ns), children.clone())
             .default_backoff()
             .modify(reconcile::trim_job)
             .reflect(jobs_writer)
@@ -130,22 +129,37 @@ pub async fn run_with(
             client: client.clone(),
             render: settings.render(),
             catalog,
-            metrics,
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: reconcile::MANAGER.into(),
-                    instance: Some(identity.clone()),
-                },
-            ),
+            metrics: metrics.clone(),
+            reporter: Reporter {
+                controller: reconcile::MANAGER.into(),
+                instance: Some(identity.clone()),
+            },
+            retention_seconds: settings.retention_seconds_after_finished,
         });
+        let (taskruns, taskruns_writer) = reflector::store();
+        let sweep = {
+            let (taskruns, client) = (taskruns.clone(), client.clone());
+            async move {
+                match settings.max_finished_per_namespace {
+                    Some(max) => reconcile::retention::sweep(taskruns, client, metrics, max).await,
+                    None => std::future::pending().await,
+                }
+            }
+        };
         let controller = controller(
             client.clone(),
             &settings,
             ctx,
             changed_rx,
+            (taskruns, taskruns_writer),
             (job_events, config_map_events, lease_events),
         );
+        let controller = async {
+            tokio::select! {
+                () = controller => {},
+                () = sweep => {},
+            }
+        };
         let hold = async {
             match elector.as_mut() {
                 Some(e) => e.hold().await,
@@ -176,18 +190,19 @@ fn controller<J, C, L>(
     settings: &Settings,
     ctx: Arc<Context>,
     catalog_changed: mpsc::Receiver<()>,
+    (taskruns, writer): (Store<TaskRun>, reflector::store::Writer<TaskRun>),
     (jobs, config_maps, leases): (J, C, L),
 ) -> impl Future<Output = ()>
 where
-    J: futures::Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
+    J: futures::Stream<Item = Result<CachedJob, watcher::Error>> + Send + 'static,
     C: futures::Stream<Item = Result<ConfigMap, watcher::Error>> + Send + 'static,
     L: futures::Stream<Item = Result<PartialObjectMeta<Lease>, watcher::Error>> + Send + 'static,
 {
     let ns = settings.namespace.as_deref();
-    let (taskruns, writer): (Store<TaskRun>, _) = reflector::store();
+    // Trimmed to what reconcile reads (see reconcile::trim_taskrun).
     let taskrun_events = watcher::watcher(api::<TaskRun>(&client, ns), watcher::Config::default())
         .default_backoff()
-        .modify(|tr| tr.metadata.managed_fields = None)
+        .modify(reconcile::trim_taskrun)
         .reflect(writer)
         .touched_objects();
     Controller::for_stream(taskrun_events, taskruns)

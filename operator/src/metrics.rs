@@ -14,6 +14,13 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why: `retention` (its time after finishing passed) or `max_finished` (its namespace held
+    /// more finished TaskRuns than allowed).
+    pub reason: String,
+}
+
 /// The operator's metrics.
 pub struct Metrics {
     pub registry: Registry,
@@ -21,6 +28,7 @@ pub struct Metrics {
     errors: Family<OutcomeLabels, Counter>,
     duration: Histogram,
     catalog_loads: Family<OutcomeLabels, Counter>,
+    taskruns_deleted: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -52,12 +60,19 @@ impl Default for Metrics {
             "Catalog ConfigMap loads by outcome",
             catalog_loads.clone(),
         );
+        let taskruns_deleted = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "taskruns_deleted",
+            "Finished TaskRuns the operator deleted, by reason",
+            taskruns_deleted.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
             catalog_loads,
+            taskruns_deleted,
         }
     }
 }
@@ -80,6 +95,14 @@ impl Metrics {
         let outcome = if ok { "ok" } else { "invalid" }.to_string();
         self.catalog_loads
             .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    pub fn taskrun_deleted(&self, reason: &str) {
+        self.taskruns_deleted
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
             .inc();
     }
 

@@ -31,8 +31,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         group: "orchestrator.io",
         resource: "taskruns",
-        verbs: &["list", "watch"],
-        why: "the controller's watch of TaskRuns",
+        verbs: &["get", "list", "watch", "delete"],
+        why: "the controller's watch of TaskRuns; a fresh read of a finished one whose spec changed (the cache keeps no task text for it); delete a finished one after its retention or beyond --max-finished-per-namespace (its children go by owner reference)",
         scope: Scope::Tasks,
     },
     Rule {
@@ -101,8 +101,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         group: "events.k8s.io",
         resource: "events",
-        verbs: &["create", "patch"],
-        why: "events on TaskRuns (patch updates the series of a repeated event)",
+        verbs: &["create"],
+        why: "events on TaskRuns (each published once, never patched into a series)",
         scope: Scope::Tasks,
     },
     Rule {

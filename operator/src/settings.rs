@@ -87,6 +87,15 @@ pub struct Settings {
     /// TaskRuns reconciled at the same time.
     #[arg(long, env = "ORCH_CONCURRENCY", default_value_t = 32)]
     pub concurrency: u16,
+    /// Seconds after a task finished when the operator deletes its TaskRun (its ConfigMap and Job
+    /// go with it), for TaskRuns without `spec.retentionSecondsAfterFinished`. Unset: kept.
+    #[arg(long, env = "ORCH_RETENTION_SECONDS_AFTER_FINISHED")]
+    pub retention_seconds_after_finished: Option<u32>,
+    /// The most finished TaskRuns kept per namespace: beyond it the operator deletes the ones that
+    /// finished first (their ConfigMaps and Jobs go with them). Unset: no limit.
+    #[arg(long, env = "ORCH_MAX_FINISHED_PER_NAMESPACE",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_finished_per_namespace: Option<u32>,
     /// Log as JSON lines.
     #[arg(long, env = "ORCH_LOG_JSON")]
     pub log_json: bool,

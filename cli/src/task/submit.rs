@@ -83,6 +83,7 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
         pod_template: None,
         active_deadline_seconds: args.active_deadline_seconds,
         ttl_seconds_after_finished: None,
+        retention_seconds_after_finished: None,
         tool_config,
     };
 

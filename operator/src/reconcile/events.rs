@@ -1,8 +1,14 @@
 //! Events on a TaskRun (through the events API) and the words they use.
+//!
+//! Each event is published by a fresh `Recorder`: a shared one keeps every event it published
+//! for six minutes (to patch a repeat into a series) and scans them all on each publish, which
+//! was about 1 KiB per TaskRun and O(n) per event when thousands of TaskRuns start at once. The
+//! operator does not repeat events (a blocked TaskRun's warning is published when its problem
+//! changes), so there is no series to lose.
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::Context;
@@ -33,7 +39,8 @@ pub async fn publish(
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &tr.object_ref(&())).await {
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&event, &tr.object_ref(&())).await {
         tracing::warn!(error = %e, reason, "publishing an event");
     }
 }

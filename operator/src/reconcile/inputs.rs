@@ -3,13 +3,13 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use orchestrator_crds::taskrun::TaskRun;
 
+use super::cached_job::CachedJob;
 use crate::error::Result;
-use crate::render::{Plan, Problem, job};
+use crate::render::{Plan, Problem};
 
 /// Secrets and task sources a new pod needs, checked before the Job is created.
 pub async fn missing_inputs(
@@ -87,17 +87,8 @@ fn keys(s: &Secret) -> Vec<String> {
 }
 
 /// Secret env the current config needs that the existing pod's proxy container lacks.
-pub fn env_not_in_pod(job: &Job, plan: &Plan) -> Vec<Problem> {
-    let have: BTreeSet<&str> = job
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|p| p.init_containers.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| c.name == job::PROXY_CONTAINER)
-        .flat_map(|c| c.env.iter().flatten().map(|e| e.name.as_str()))
-        .collect();
+pub fn env_not_in_pod(job: &CachedJob, plan: &Plan) -> Vec<Problem> {
+    let have: BTreeSet<&str> = job.proxy_env.iter().map(String::as_str).collect();
     plan.required_secret_env()
         .filter(|b| !have.contains(b.env.as_str()))
         .map(|b| Problem {

@@ -6,9 +6,12 @@
 //! The Job is created once and never written again (its pod template is immutable); a change of
 //! `toolConfig` only re-renders the ConfigMap and bumps `status.contextVersion`.
 
+mod cached_job;
 mod events;
+mod finished;
 mod inputs;
 mod nudge;
+pub mod retention;
 pub mod served;
 pub mod status;
 mod trim;
@@ -18,19 +21,20 @@ mod version;
 #[cfg(test)]
 mod tests;
 
-pub use trim::{trim_config_map, trim_job};
+pub use cached_job::CachedJob;
+pub use trim::{trim_config_map, trim_job, trim_taskrun};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
@@ -58,8 +62,8 @@ const SECRET_RETRY: Duration = Duration::from_secs(10);
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
-    /// The operator's Jobs, trimmed by [`trim_job`].
-    pub jobs: Store<Job>,
+    /// The operator's Jobs, as much as reconcile reads ([`CachedJob`], [`trim_job`]).
+    pub jobs: Store<CachedJob>,
     /// The operator's ConfigMaps, trimmed by [`trim_config_map`].
     pub config_maps: Store<ConfigMap>,
     /// The task Leases' metadata, trimmed by [`served::trim_lease`]: what each proxy serves.
@@ -67,7 +71,11 @@ pub struct Context {
     pub render: RenderSettings,
     pub catalog: CatalogStore,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    /// Who publishes the events (see `events.rs`).
+    pub reporter: Reporter,
+    /// Seconds a finished TaskRun is kept when its spec says nothing
+    /// (`--retention-seconds-after-finished`); `None`: kept.
+    pub retention_seconds: Option<u32>,
 }
 
 /// Reconciles one TaskRun; a span per call (exported over OTLP when configured).
@@ -97,14 +105,28 @@ pub fn error_policy(tr: Arc<TaskRun>, error: &Error, _ctx: Arc<Context>) -> Acti
 async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let ns = tr.namespace().ok_or(Error::MissingField("namespace"))?;
     let name = tr.name_any();
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     let previous = tr.status.clone().unwrap_or_default();
+    let recorded_finished = previous.phase.is_some_and(Phase::is_terminal);
+    if recorded_finished && tr.metadata.generation == previous.observed_generation {
+        return finished::reconcile(tr, ctx, &previous).await;
+    }
+    // A finished task's spec changed: rendered as before, from a fresh read when the cache
+    // dropped its task text.
+    let fresh;
+    let tr = if recorded_finished && trim::task_text_dropped(tr) {
+        let api: Api<TaskRun> = Api::namespaced(ctx.client.clone(), &ns);
+        fresh = api.get(&name).await?;
+        &fresh
+    } else {
+        tr
+    };
+    let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
 
     // The cache first; a miss is confirmed by a read so a Job that the cache has not seen yet
     // is never applied twice.
     let job = match ctx.jobs.get(&ObjectRef::new(&name).within(&ns)) {
-        Some(job) => Some(Job::clone(&job)),
+        Some(job) => Some(CachedJob::clone(&job)),
         None => jobs.get_opt(&name).await?,
     };
     let mut job_state = job.as_ref().map(status::job_state);
@@ -169,13 +191,16 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         None if previous.context_version.is_none() => {
             ctx.config_maps.get(&cm_ref).map(|c| ConfigMap::clone(&c))
         }
-        None => cms.get_opt(&plan.config_map_name()).await?,
+        None => cms.get_opt(&plan.config_map_name()).await?.map(|mut c| {
+            trim_config_map(&mut c);
+            c
+        }),
     };
     let versions = version::context_version(existing.as_ref(), &previous, plan.config_hash());
     let version = versions.current;
     let desired = plan.config_map(version);
     let up_to_date = existing.as_ref().is_some_and(|c| {
-        c.data == desired.data
+        desired.data.as_ref().is_some_and(|d| trim::holds(c, d))
             && c.annotations().get(CONTEXT_VERSION_ANNOTATION)
                 == desired.annotations().get(CONTEXT_VERSION_ANNOTATION)
             && c.metadata.owner_references == desired.metadata.owner_references
@@ -224,27 +249,16 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         }
     };
 
-    // ttlSecondsAfterFinished (see ttl.rs).
-    let mut requeue = if finished { None } else { Some(RESYNC) };
-    let mut ttl_deleted = false;
-    match ttl::decide(
-        tr.spec.ttl_seconds_after_finished,
+    let (ttl_wait, ttl_deleted) = expire_job(
+        tr,
+        ctx,
+        &jobs,
         job_state.as_ref(),
-        previous.phase,
-        status::now().0,
-    ) {
-        Ttl::NotDue => {}
-        Ttl::Wait(left) => requeue = Some(left),
-        Ttl::Delete => {
-            jobs.delete(&name, &DeleteParams::background()).await?;
-            ttl_deleted = true;
-            let ttl = tr.spec.ttl_seconds_after_finished.unwrap_or_default();
-            let note = format!(
-                "deleted Job {name} {ttl}s after the task finished (ttlSecondsAfterFinished)"
-            );
-            events::publish(ctx, tr, EventType::Normal, "JobDeleted", "DeleteJob", note).await;
-        }
-    }
+        &previous,
+        &status::now(),
+    )
+    .await?;
+    let requeue = if finished { ttl_wait } else { Some(RESYNC) };
 
     let mut status = TaskRunStatus {
         observed_generation: tr.metadata.generation,
@@ -267,15 +281,7 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         "contextVersion {version} rendered into ConfigMap {}",
         plan.config_map_name()
     );
-    let job_cond = match (&job, ttl_deleted || (job.is_none() && finished)) {
-        (_, true) => Cond::yes(
-            ct::JOB_CREATED,
-            "DeletedAfterTTL",
-            format!("Job {name} ran and was deleted after ttlSecondsAfterFinished"),
-        ),
-        (Some(_), false) => Cond::yes(ct::JOB_CREATED, "Created", format!("Job {name} exists")),
-        (None, false) => Cond::no(ct::JOB_CREATED, "NotCreated", "the Job does not exist yet"),
-    };
+    let job_cond = job_created_cond(&name, job.is_some() && !ttl_deleted, finished);
     let ready = Cond::yes(
         ct::READY,
         "Ready",
@@ -298,6 +304,52 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     tracing::Span::current().record("context_version", version);
     write_status(tr, ctx, &previous, status).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// `ttlSecondsAfterFinished` (see ttl.rs): deletes the finished Job when it is due. Returns when
+/// to look again for it, and whether it was deleted now.
+async fn expire_job(
+    tr: &TaskRun,
+    ctx: &Context,
+    jobs: &Api<CachedJob>,
+    job: Option<&JobState>,
+    previous: &TaskRunStatus,
+    now: &Time,
+) -> Result<(Option<Duration>, bool)> {
+    let ttl = tr.spec.ttl_seconds_after_finished;
+    match ttl::decide(ttl, job, previous.phase, now.0) {
+        Ttl::NotDue => Ok((None, false)),
+        Ttl::Wait(left) => Ok((Some(left), false)),
+        Ttl::Delete => {
+            let name = tr.name_any();
+            match jobs.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                // Gone already (the cache lags behind a deletion).
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok((None, true)),
+                Err(e) => return Err(e.into()),
+            }
+            let note = format!(
+                "deleted Job {name} {}s after the task finished (ttlSecondsAfterFinished)",
+                ttl.unwrap_or_default()
+            );
+            events::publish(ctx, tr, EventType::Normal, "JobDeleted", "DeleteJob", note).await;
+            Ok((None, true))
+        }
+    }
+}
+
+/// `JobCreated`: the Job exists, or it ran and is gone (deleted after its TTL), or it does not
+/// exist yet.
+fn job_created_cond(name: &str, exists: bool, finished: bool) -> Cond {
+    match (exists, finished) {
+        (false, true) => Cond::yes(
+            ct::JOB_CREATED,
+            "DeletedAfterTTL",
+            format!("Job {name} ran and was deleted after ttlSecondsAfterFinished"),
+        ),
+        (true, _) => Cond::yes(ct::JOB_CREATED, "Created", format!("Job {name} exists")),
+        (false, false) => Cond::no(ct::JOB_CREATED, "NotCreated", "the Job does not exist yet"),
+    }
 }
 
 /// Writes the status of a TaskRun that cannot be (fully) reconciled: `Ready=False` with the
@@ -440,7 +492,6 @@ async fn write_status(
     Ok(())
 }
 
-/// Server-side apply of a rendered object under [`MANAGER`].
 /// The task pod's ServiceAccount (unless the TaskRun names its own), Role and RoleBinding.
 async fn apply_identity(
     client: &Client,
@@ -462,9 +513,12 @@ async fn apply_identity(
     Ok(())
 }
 
-async fn apply<K>(api: &Api<K>, obj: &K) -> Result<K>
+/// Server-side apply of a rendered object under [`MANAGER`]; the answer is read as `K` (for a
+/// Job, only what the operator reads of it).
+async fn apply<K, P>(api: &Api<K>, obj: &P) -> Result<K>
 where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    P: Resource + serde::Serialize + std::fmt::Debug,
 {
     let name = obj
         .meta()

@@ -1,12 +1,12 @@
 //! Status: the phase from the Job, the conditions, and keeping each condition's
 //! `lastTransitionTime` when its status did not change. Pure.
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use orchestrator_crds::taskrun::{Phase, TaskRunStatus};
 
+use super::cached_job::CachedJob;
 use crate::render::job::AGENT_CONTAINER;
 use orchestrator_crds::taskrun::conditions as ct;
 
@@ -95,7 +95,7 @@ pub struct JobState {
 }
 
 /// The task's phase from its Job.
-pub fn job_state(job: &Job) -> JobState {
+pub fn job_state(job: &CachedJob) -> JobState {
     let status = job.status.clone().unwrap_or_default();
     let conditions = status.conditions.clone().unwrap_or_default();
     let holds = |t: &str| {
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn phase_follows_the_job() {
-        let job = |status: serde_json::Value| -> Job {
+        let job = |status: serde_json::Value| -> CachedJob {
             serde_json::from_value(serde_json::json!({"metadata": {"name": "j"}, "status": status}))
                 .expect("job")
         };

@@ -9,15 +9,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use http::{Method, Request, Response, StatusCode};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
+use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus};
 use serde_json::{Value, json};
 use tower_test::mock;
 
@@ -111,6 +110,11 @@ impl Fake {
                 (StatusCode::OK, body)
             }
             Method::POST => (StatusCode::CREATED, body),
+            // The garbage collector is not played: children stay until a test removes them.
+            Method::DELETE => match server.objects.remove(path) {
+                Some(object) => (StatusCode::OK, object),
+                None => (StatusCode::NOT_FOUND, not_found(path)),
+            },
             _ => (StatusCode::METHOD_NOT_ALLOWED, not_found(path)),
         }
     }
@@ -147,7 +151,7 @@ fn path(kind: &str, name: &str) -> String {
 struct Harness {
     fake: Fake,
     ctx: Arc<Context>,
-    jobs: Writer<Job>,
+    jobs: Writer<CachedJob>,
     config_maps: Writer<ConfigMap>,
     leases: Writer<PartialObjectMeta<Lease>>,
 }
@@ -181,7 +185,9 @@ impl Harness {
             }
         });
         let client = Client::new(service, NS);
-        let (jobs_store, jobs) = reflector::store();
+        let (jobs_store, mut jobs) = reflector::store();
+        // As after the Job watch's first (empty) list.
+        jobs.apply_watcher_event(&watcher::Event::InitDone);
         let (config_maps_store, config_maps) = reflector::store();
         let (leases_store, leases) = reflector::store();
         let ctx = Context {
@@ -199,13 +205,11 @@ impl Harness {
             },
             catalog: CatalogStore::with(catalog()),
             metrics: Arc::new(Metrics::default()),
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: MANAGER.into(),
-                    instance: None,
-                },
-            ),
+            reporter: Reporter {
+                controller: MANAGER.into(),
+                instance: None,
+            },
+            retention_seconds: None,
         };
         Self {
             fake,
@@ -235,9 +239,12 @@ impl Harness {
             &path("taskruns", &tr.name_any()),
             serde_json::to_value(tr).expect("a TaskRun serializes"),
         );
+        // As the controller hands it over: from the trimmed cache.
+        let mut cached = tr.clone();
+        trim_taskrun(&mut cached);
         tokio::time::timeout(
             Duration::from_secs(10),
-            reconcile(Arc::new(tr.clone()), self.ctx.clone()),
+            reconcile(Arc::new(cached), self.ctx.clone()),
         )
         .await
         .expect("reconcile finished")
@@ -247,7 +254,7 @@ impl Harness {
     /// What the watches would bring: the server's Job and ConfigMap, trimmed, in the caches.
     fn sync_caches(&mut self, name: &str) {
         if let Some(job) = self.fake.get(&path("jobs", name)) {
-            let mut job: Job = serde_json::from_value(job).expect("a Job");
+            let mut job: CachedJob = serde_json::from_value(job).expect("a Job");
             trim_job(&mut job);
             self.jobs.apply_watcher_event(&watcher::Event::Apply(job));
         }
@@ -671,4 +678,105 @@ async fn tools_synced_follows_what_the_proxy_reports_on_the_tasks_lease() {
     let status = written_status(&h.fake.take_writes());
     assert_eq!(status.served_context_version, Some(2));
     assert_eq!(condition(&status, ct::TOOLS_SYNCED).0, "True");
+}
+
+/// The Job as the Job controller leaves it when the agent exited 0 `ago` seconds before.
+fn complete_job(h: &Harness, name: &str, ago: i64) {
+    let done =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ago);
+    let mut job = h
+        .fake
+        .get(&path("jobs", name))
+        .expect("the Job was applied");
+    job["status"] = json!({
+        "succeeded": 1,
+        "startTime": done.to_string(),
+        "completionTime": done.to_string(),
+        "conditions": [{"type": "Complete", "status": "True"}]
+    });
+    h.fake.put(&path("jobs", name), job);
+}
+
+#[tokio::test]
+async fn a_finished_taskrun_is_deleted_after_its_retention_once_its_outcome_is_recorded() {
+    let mut h = Harness::new();
+    let mut tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    tr.spec.retention_seconds_after_finished = Some(60);
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    let running = h.with_written_status(&tr);
+    h.fake.take_writes();
+
+    // The task finished 90 s ago, past its 60 s: first its outcome goes into the status...
+    complete_job(&h, "task-1001", 90);
+    h.sync_caches("task-1001");
+    h.reconcile(&running).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["POST events", "PATCH taskruns/status"]);
+    assert_eq!(written_status(&writes).phase, Some(Phase::Succeeded));
+    assert_eq!(events(&writes), [("Normal".into(), "TaskSucceeded".into())]);
+
+    // ...then the TaskRun is deleted (its ConfigMap and Job follow by owner reference), only if it
+    // is still the same TaskRun (uid), and nothing else is written.
+    let finished = h.with_written_status(&tr);
+    let action = h.reconcile(&finished).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["DELETE taskruns"]);
+    assert_eq!(
+        writes[0].body["preconditions"]["uid"],
+        tr.metadata.uid.clone().expect("a uid")
+    );
+    assert_eq!(writes[0].body["propagationPolicy"], "Background");
+    assert_eq!(action, Action::await_change());
+    assert!(h.fake.get(&path("taskruns", "task-1001")).is_none());
+    let children_owner =
+        h.fake.get(&path("jobs", "task-1001")).expect("the Job")["metadata"]["ownerReferences"][0]
+            ["uid"]
+            .clone();
+    assert_eq!(
+        children_owner,
+        json!(tr.metadata.uid),
+        "the garbage collector's cue"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_taskrun_within_its_retention_is_kept_and_looked_at_when_it_is_due() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    complete_job(&h, "task-1001", 90);
+    h.sync_caches("task-1001");
+    h.reconcile(&h.with_written_status(&tr)).await;
+    let finished = h.with_written_status(&tr);
+    h.fake.take_writes();
+
+    // No retention anywhere: kept, never looked at again without an event.
+    assert_eq!(h.reconcile(&finished).await, Action::await_change());
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+
+    // The operator's default (1 h), 90 s after the task finished: kept, due in 58.5 min.
+    let ctx = Arc::get_mut(&mut h.ctx).expect("no reconcile holds the context");
+    ctx.retention_seconds = Some(3600);
+    let action = h.reconcile(&finished).await;
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+    let due = format!("{action:?}");
+    assert!(
+        due.contains("requeue_after: Some(3509") || due.contains("requeue_after: Some(3510"),
+        "{due}"
+    );
+
+    // Its own retentionSecondsAfterFinished wins over the default (a spec change: one fresh read,
+    // then the full reconcile, which only records the new generation).
+    let mut shorter = finished.clone();
+    shorter.spec.retention_seconds_after_finished = Some(30);
+    shorter.metadata.generation = Some(2);
+    h.reconcile(&shorter).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["PATCH taskruns/status"]);
+    assert_eq!(written_status(&writes).observed_generation, Some(2));
+    let recorded = h.with_written_status(&shorter);
+    h.reconcile(&recorded).await;
+    assert_eq!(kinds(&h.fake.take_writes()), ["DELETE taskruns"]);
 }

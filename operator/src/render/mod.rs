@@ -240,7 +240,9 @@ pub fn managed_selector() -> String {
     format!("app.kubernetes.io/managed-by={MANAGED_BY}")
 }
 
-fn digest(data: &BTreeMap<String, String>) -> String {
+/// A short digest of a ConfigMap's data (the config hash, and how the cache tells a ConfigMap's
+/// data without keeping it).
+pub fn digest(data: &BTreeMap<String, String>) -> String {
     let mut h = Sha256::new();
     for (k, v) in data {
         // Length-prefix both so no two different maps hash alike.

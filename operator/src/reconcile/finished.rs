@@ -1,0 +1,66 @@
+//! A task whose outcome is recorded in its status (and whose spec has not changed since): its pod
+//! is done, so its config is not rendered or written again; what is left is its retention: the
+//! Job's `ttlSecondsAfterFinished`, the TaskRun's own retention, and `JobCreated` saying when the
+//! Job is gone. Reads only the cache (the task text is not even cached for it, see `trim.rs`).
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
+
+use super::cached_job::CachedJob;
+use super::status;
+use super::ttl::{self, Ttl};
+use super::{Context, expire_job, job_created_cond, retention, write_status};
+use crate::error::{Error, Result};
+
+/// Reconciles a TaskRun whose recorded phase is terminal and whose `observedGeneration` is its
+/// generation.
+pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) -> Result<Action> {
+    let ns = tr.namespace().ok_or(Error::MissingField("namespace"))?;
+    let name = tr.name_any();
+    let now = status::now();
+
+    let retention = tr
+        .spec
+        .retention_seconds_after_finished
+        .map(i64::from)
+        .or(ctx.retention_seconds.map(i64::from));
+    let kept = ttl::decide_taskrun(retention, previous, now.0);
+    if kept == Ttl::Delete {
+        retention::delete(&ctx.client, tr, retention::RETENTION, &ctx.metrics).await?;
+        return Ok(Action::await_change());
+    }
+
+    // No read on a cache miss: nothing is created for a finished task. But when the operator
+    // starts, the TaskRun cache fills before the Job cache: a miss says the Job is gone only
+    // once the Job cache holds its first list.
+    if ctx.jobs.wait_until_ready().await.is_err() {
+        return Ok(Action::await_change()); // shutting down: the Job watch is gone
+    }
+    let job = ctx.jobs.get(&ObjectRef::new(&name).within(&ns));
+    let state = job.as_deref().map(status::job_state);
+    let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &ns);
+    let (wait, deleted) = expire_job(tr, ctx, &jobs, state.as_ref(), previous, &now).await?;
+
+    // Only JobCreated can change: the Job goes after its TTL (or was deleted).
+    let mut conditions = previous.conditions.clone();
+    let wanted = job_created_cond(&name, job.is_some() && !deleted, true);
+    let generation = tr.metadata.generation;
+    if let Some(cond) = status::conditions(vec![wanted], &conditions, generation, &now).pop() {
+        match conditions.iter_mut().find(|c| c.type_ == ct::JOB_CREATED) {
+            Some(old) => *old = cond,
+            None => conditions.push(cond),
+        }
+    }
+    let status = TaskRunStatus {
+        conditions,
+        ..previous.clone()
+    };
+    write_status(tr, ctx, previous, status).await?;
+
+    let next = [wait, kept.wait()].into_iter().flatten().min();
+    Ok(next.map_or_else(Action::await_change, |d: Duration| Action::requeue(d)))
+}
