@@ -172,7 +172,9 @@ pub async fn until_synced(
     generation: i64,
     timeout: Duration,
 ) -> Result<Synced> {
-    let what = format!("the operator to apply generation {generation} of TaskRun {name}");
+    let what = format!(
+        "generation {generation} of TaskRun {name} to be rendered by the operator and served by the task pod's proxy"
+    );
     follow(api, name, Some(timeout), &what, |tr| synced(tr, generation)).await
 }
 
@@ -188,7 +190,11 @@ pub fn synced(tr: &TaskRun, generation: i64) -> Result<Option<Synced>> {
     let rendered = condition(tr, conditions::CONFIG_RENDERED).filter(fresh);
     match rendered {
         Some(c) if c.status == "True" => {
-            let reports = condition(tr, conditions::TOOLS_SYNCED).is_some();
+            // The proxy reports what it serves once it reaches the API server; one that never
+            // has (the API watch off, or the API unreachable from the pod) still applies the
+            // mounted file, so there is nothing to wait for beyond the render.
+            let reports = condition(tr, conditions::TOOLS_SYNCED).is_some()
+                && status.served_context_version.is_some();
             let running = status.phase == Some(Phase::Running);
             let version = status.context_version.unwrap_or(0);
             // A pending pod's proxy starts with the rendered version; a finished one serves none.
@@ -290,6 +296,13 @@ mod tests {
             .expect("no error")
             .expect("live");
         assert_eq!((live.context_version, live.served), (Some(2), Some(2)));
+        // A proxy that never reported (e.g. it cannot reach the API server): the render.
+        let silent = taskrun(
+            serde_json::json!({"observedGeneration": 3, "contextVersion": 2,
+            "phase": "Running", "conditions": [cond("ConfigRendered", "True", 3),
+            cond("ToolsSynced", "Unknown", 3)]}),
+        );
+        assert!(synced(&silent, 3).expect("no error").is_some());
         // Not running: nothing to wait for beyond the render.
         assert!(
             synced(&rendered(1, "Pending"), 3)

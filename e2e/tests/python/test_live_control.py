@@ -1,7 +1,9 @@
 """The live control channel on the real node: the task pod's proxy follows its ConfigMap through
 the API server (with the task's own identity, through the node's portal to the API server) and
 reports what it serves; `add-context --wait-synced` returns once it does. The API server is
-restarted mid-watch: the proxy's watch resumes and the next change still arrives through it.
+restarted mid-watch: the proxy's watch resumes and the next change still arrives through it. With
+the API server unreachable from the pod, the mounted file (the kubelet's volume update, brought
+forward by the operator's pod annotation) still delivers the change, and nothing claims it served.
 
 Needs the cluster with its real node (`e2e/cluster up`); `./test` provides it. The API server
 restart is `e2e/cluster restart-apiserver` (same flags, etcd keeps the state).
@@ -58,6 +60,33 @@ def test_changes_arrive_through_the_api_watch_also_after_the_api_server_restarts
             check(status(story).get("servedContextVersion") == 3, f"after --wait-synced: {status(story)}")
             check(story.operator.poll() is None, "the operator exited during the API server restart")
             lines.append(f"change 2 after the API server restart: {second} (from {story.reload_source})")
+            script.stop.set()
+            wait_until("the task to succeed", lambda: status(story).get("phase") == "Succeeded", timeout=120)
+    finally:
+        with capsys.disabled():
+            print("\n".join(["", *lines]))
+
+
+def test_with_the_api_server_unreachable_from_the_pod_the_mounted_file_still_applies_changes(capsys):
+    lines = []
+    # The proxy is told the API server is at a closed port: its watch and its reports fail.
+    story = Story(say=lines.append, helm_values=["sidecar.kubernetesService=127.0.0.1:1"])
+    try:
+        with ExitStack() as cleanup:
+            story.cleanup = cleanup
+            story.node = story.real_node()
+            story.binaries = cargo_binaries()
+            story.images = node_images()
+            story.install()
+            script = start_busy_task(story)
+            sample = change(story, enable=True)
+            check(story.reload_source == "file", f"the change was applied from {story.reload_source}, not the file")
+            served = status(story)
+            check(served.get("servedContextVersion") is None and synced(story) == "Unknown",
+                  f"a proxy that cannot reach the API server reported something: {served}")
+            log = story.kubectl("logs", "-n", story.work_ns, "job/task-1001", "-c", "mcp-proxy")
+            check("the ConfigMap watch failed" in log, f"the proxy's log does not say its watch fails:\n{log[-3000:]}")
+            lines.append(f"change with the API unreachable: {sample} (from {story.reload_source})")
             script.stop.set()
             wait_until("the task to succeed", lambda: status(story).get("phase") == "Succeeded", timeout=120)
     finally:
