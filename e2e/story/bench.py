@@ -37,9 +37,7 @@ from story import (  # noqa: E402
     ScriptedModel,
     Story,
     StoryError,
-    cargo_binaries,
     check,
-    node_images,
     text,
     tool_use,
     wait_until,
@@ -166,11 +164,7 @@ def main() -> int:
     if args.changes:
         story = Story(say=lambda *_: None, api_watch=api_watch)
         with ExitStack() as cleanup:
-            story.cleanup = cleanup
-            story.node = story.real_node()
-            story.binaries = cargo_binaries()
-            story.images = node_images()
-            story.install()
+            story.prepare(cleanup)
             print(f"one task, {args.changes} add-contexts", flush=True)
             samples = changes(story, args.changes, lambda s: print(s, flush=True))
             wait_until("the bench task to succeed", lambda: story.json(

@@ -374,13 +374,18 @@ class Story:
 
     # --- the story -----------------------------------------------------------------------------
 
+    def prepare(self, cleanup: ExitStack) -> None:
+        """The real node, the binaries and the node's images, the chart installed and the operator
+        running; `cleanup` undoes it all."""
+        self.cleanup = cleanup
+        self.node = self.real_node()
+        self.binaries = cargo_binaries()
+        self.images = node_images()
+        self.install()
+
     def run(self) -> dict:
         with ExitStack() as cleanup:
-            self.cleanup = cleanup
-            self.node = self.real_node()
-            self.binaries = cargo_binaries()
-            self.images = node_images()
-            self.install()
+            self.prepare(cleanup)
             taskrun = self.apply_task()
             pod = self.pod_starts()
             self.agent_works(taskrun, pod)

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "e2e" / "story"))
 
 from bench import change, start_busy_task  # noqa: E402
-from story import Story, cargo_binaries, check, node_images, wait_until  # noqa: E402
+from story import Story, check, wait_until  # noqa: E402
 
 
 def status(story: Story) -> dict:
@@ -36,11 +36,7 @@ def test_changes_arrive_through_the_api_watch_also_after_the_api_server_restarts
     story = Story(say=lines.append, helm_values=["leaderElection.leaseDurationSeconds=120"])
     try:
         with ExitStack() as cleanup:
-            story.cleanup = cleanup
-            story.node = story.real_node()
-            story.binaries = cargo_binaries()
-            story.images = node_images()
-            story.install()
+            story.prepare(cleanup)
             script = start_busy_task(story)
             wait_until("the proxy to report contextVersion 1", lambda: status(story).get("servedContextVersion") == 1
                        and synced(story) == "True", timeout=60)
@@ -73,11 +69,7 @@ def test_with_the_api_server_unreachable_from_the_pod_the_mounted_file_still_app
     story = Story(say=lines.append, helm_values=["sidecar.kubernetesService=127.0.0.1:1"])
     try:
         with ExitStack() as cleanup:
-            story.cleanup = cleanup
-            story.node = story.real_node()
-            story.binaries = cargo_binaries()
-            story.images = node_images()
-            story.install()
+            story.prepare(cleanup)
             script = start_busy_task(story)
             sample = change(story, enable=True)
             check(story.reload_source == "file", f"the change was applied from {story.reload_source}, not the file")

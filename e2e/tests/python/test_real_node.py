@@ -26,9 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 from story import (  # noqa: E402
     REAL_NODE,
     Story,
-    cargo_binaries,
     descendants,
-    node_images,
     wait_until,
 )
 
@@ -40,11 +38,7 @@ def cluster():
     """The chart installed and the operator running (as in the story), for this module's tasks."""
     story = Story(say=lambda *_: None)
     with ExitStack() as cleanup:
-        story.cleanup = cleanup
-        story.node = story.real_node()
-        story.binaries = cargo_binaries()
-        story.images = node_images()
-        story.install()
+        story.prepare(cleanup)
         yield story
 
 

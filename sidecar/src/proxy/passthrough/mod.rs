@@ -211,17 +211,58 @@ impl Proxy {
                     server: server.clone(),
                     timeout,
                 },
-                source if crate::upstream::http::protocol_failure(&source).is_some() => {
-                    Error::UpstreamProtocol {
+                source => match crate::upstream::http::protocol_failure(&source) {
+                    Some(what) => Error::UpstreamProtocol {
                         server: server.clone(),
-                        what: crate::upstream::http::protocol_failure(&source).unwrap_or_default(),
-                    }
-                }
-                source => Error::Upstream {
-                    server: server.clone(),
-                    source,
+                        what,
+                    },
+                    None => Error::Upstream {
+                        server: server.clone(),
+                        source,
+                    },
                 },
             })
+    }
+
+    /// A request for one named thing (`what`: a prompt, a resource, a completion) to `server`,
+    /// started if needed, the client's `_meta` carried as [`Self::relay`] does.
+    async fn relay_named(
+        &self,
+        server: &ServerName,
+        session: &SessionRef,
+        what: &'static str,
+        request: ClientRequest,
+        meta: &RequestMetaObject,
+    ) -> Result<ServerResult> {
+        let conn = self.connection_of(server, session, what).await?;
+        self.relay(&conn, server, request, meta).await
+    }
+
+    /// Every page of a list request (`what`) to `server`: `request` makes the request for a
+    /// cursor, `page` takes a page's items and next cursor out of the result (`None`: another
+    /// kind of result).
+    async fn list_all<T>(
+        &self,
+        conn: &Connection,
+        server: &ServerName,
+        what: &'static str,
+        meta: &RequestMetaObject,
+        request: impl Fn(PaginatedRequestParams) -> ClientRequest,
+        page: impl Fn(ServerResult) -> Option<(Vec<T>, Option<String>)>,
+    ) -> Result<Vec<T>> {
+        let mut items = Vec::new();
+        let mut cursor = None;
+        loop {
+            let result = self
+                .relay(conn, server, request(paginated(cursor.take())), meta)
+                .await?;
+            let (mut batch, next) = page(result).ok_or_else(|| unexpected(server, what))?;
+            items.append(&mut batch);
+            match next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(items),
+            }
+        }
     }
 
     async fn connection_of(

@@ -9,7 +9,7 @@ use rmcp::model::{
     RequestMetaObject, ServerResult,
 };
 
-use super::{Feature, Reach, not_found, paginated, unexpected};
+use super::{Feature, Reach, not_found, unexpected};
 use crate::{
     error::{Error, Result},
     names::ServerName,
@@ -43,26 +43,26 @@ impl Proxy {
         let mut out = Vec::new();
         let mut routes = HashMap::new();
         for (server, conn) in self.connections_for(Feature::Prompts, reach, session).await {
-            let mut cursor = None;
-            loop {
-                let request = ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(
-                    paginated(cursor.take()),
-                ));
-                let ServerResult::ListPromptsResult(page) =
-                    self.relay(&conn, &server.name, request, meta).await?
-                else {
-                    return Err(unexpected(&server.name, "prompts/list"));
-                };
-                for mut prompt in page.prompts {
-                    let exposed = self.exposed_prompt(&server.name, &prompt.name);
-                    routes.insert(exposed.clone(), server.name.clone());
-                    prompt.name = exposed;
-                    out.push(prompt);
-                }
-                match page.next_cursor {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
+            let prompts = self
+                .list_all(
+                    &conn,
+                    &server.name,
+                    "prompts/list",
+                    meta,
+                    |p| ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(p)),
+                    |r| match r {
+                        ServerResult::ListPromptsResult(page) => {
+                            Some((page.prompts, page.next_cursor))
+                        }
+                        _ => None,
+                    },
+                )
+                .await?;
+            for mut prompt in prompts {
+                let exposed = self.exposed_prompt(&server.name, &prompt.name);
+                routes.insert(exposed.clone(), server.name.clone());
+                prompt.name = exposed;
+                out.push(prompt);
             }
         }
         self.passthrough.lock().prompts = routes;
@@ -117,16 +117,11 @@ impl Proxy {
         let (server, name) = self
             .prompt_route(&params.name, "prompts/get", session, meta)
             .await?;
-        let conn = self.connection_of(&server, session, "prompts/get").await?;
         params.name = name;
         params.meta = None;
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         match self
-            .relay(
-                &conn,
-                &server,
-                ClientRequest::GetPromptRequest(GetPromptRequest::new(params)),
-                meta,
-            )
+            .relay_named(&server, session, "prompts/get", request, meta)
             .await?
         {
             ServerResult::GetPromptResult(mut r) => {
@@ -163,17 +158,10 @@ impl Proxy {
                 ));
             }
         };
-        let conn = self
-            .connection_of(&server, session, "completion/complete")
-            .await?;
         params.meta = None;
+        let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
         match self
-            .relay(
-                &conn,
-                &server,
-                ClientRequest::CompleteRequest(CompleteRequest::new(params)),
-                meta,
-            )
+            .relay_named(&server, session, "completion/complete", request, meta)
             .await?
         {
             ServerResult::CompleteResult(r) => Ok(r),

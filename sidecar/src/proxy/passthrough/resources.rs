@@ -12,7 +12,7 @@ use rmcp::model::{
     UnsubscribeRequestParams,
 };
 
-use super::{Feature, Passthrough, Reach, paginated, unexpected};
+use super::{Feature, Passthrough, Reach, unexpected};
 use crate::{
     error::{Error, Result},
     names::{ServerName, clip},
@@ -43,26 +43,26 @@ impl Proxy {
             .connections_for(Feature::Resources, reach, session)
             .await
         {
-            let mut cursor = None;
-            loop {
-                let request = ClientRequest::ListResourcesRequest(
-                    ListResourcesRequest::with_param(paginated(cursor.take())),
-                );
-                let ServerResult::ListResourcesResult(page) =
-                    self.relay(&conn, &server.name, request, meta).await?
-                else {
-                    return Err(unexpected(&server.name, "resources/list"));
-                };
-                for resource in page.resources {
-                    routes
-                        .entry(resource.uri.clone())
-                        .or_insert_with(|| server.name.clone());
-                    out.push(resource);
-                }
-                match page.next_cursor {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
+            let resources = self
+                .list_all(
+                    &conn,
+                    &server.name,
+                    "resources/list",
+                    meta,
+                    |p| ClientRequest::ListResourcesRequest(ListResourcesRequest::with_param(p)),
+                    |r| match r {
+                        ServerResult::ListResourcesResult(page) => {
+                            Some((page.resources, page.next_cursor))
+                        }
+                        _ => None,
+                    },
+                )
+                .await?;
+            for resource in resources {
+                routes
+                    .entry(resource.uri.clone())
+                    .or_insert_with(|| server.name.clone());
+                out.push(resource);
             }
         }
         self.passthrough.lock().resources = routes;
@@ -90,30 +90,34 @@ impl Proxy {
             .connections_for(Feature::Resources, reach, session)
             .await
         {
-            let mut cursor = None;
-            loop {
-                let request = ClientRequest::ListResourceTemplatesRequest(
-                    ListResourceTemplatesRequest::with_param(paginated(cursor.take())),
-                );
-                let ServerResult::ListResourceTemplatesResult(page) =
-                    self.relay(&conn, &server.name, request, meta).await?
-                else {
-                    return Err(unexpected(&server.name, "resources/templates/list"));
-                };
-                for template in page.resource_templates {
-                    let prefix = template
-                        .uri_template
-                        .split('{')
-                        .next()
-                        .unwrap_or_default()
-                        .to_string();
-                    routes.push((prefix, server.name.clone()));
-                    out.push(template);
-                }
-                match page.next_cursor {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
+            let templates = self
+                .list_all(
+                    &conn,
+                    &server.name,
+                    "resources/templates/list",
+                    meta,
+                    |p| {
+                        ClientRequest::ListResourceTemplatesRequest(
+                            ListResourceTemplatesRequest::with_param(p),
+                        )
+                    },
+                    |r| match r {
+                        ServerResult::ListResourceTemplatesResult(page) => {
+                            Some((page.resource_templates, page.next_cursor))
+                        }
+                        _ => None,
+                    },
+                )
+                .await?;
+            for template in templates {
+                let prefix = template
+                    .uri_template
+                    .split('{')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                routes.push((prefix, server.name.clone()));
+                out.push(template);
             }
         }
         // Longest prefix first, so the most specific template wins.
@@ -169,17 +173,10 @@ impl Proxy {
         let server = self
             .resource_route(&params.uri, "resources/read", session, meta)
             .await?;
-        let conn = self
-            .connection_of(&server, session, "resources/read")
-            .await?;
         params.meta = None;
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
         match self
-            .relay(
-                &conn,
-                &server,
-                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params)),
-                meta,
-            )
+            .relay_named(&server, session, "resources/read", request, meta)
             .await?
         {
             ServerResult::ReadResourceResult(mut r) => {
