@@ -41,7 +41,7 @@ pub use settings::Settings;
 
 use crate::catalog::CatalogStore;
 use crate::metrics::Metrics;
-use crate::reconcile::{CachedJob, Context};
+use crate::reconcile::{CachedJob, Context, Index, children};
 use crate::server::Health;
 
 /// Runs the operator until SIGTERM or Ctrl-C: telemetry, a client from the usual places
@@ -100,28 +100,31 @@ pub async fn run_with(
         }
         health.leading.store(true, Ordering::Relaxed);
         let ns = settings.namespace.as_deref();
-        let children = watcher::Config::default().labels(&render::managed_selector());
-        let (jobs, jobs_writer) = reflector::store();
-        let (config_maps, config_maps_writer) = reflector::store();
-        let (leases, leases_writer) = reflector::store();
-        // Children are cached trimmed to what reconcile reads (see reconcile::trim_*), which keeps
-        // the operator small with thousands of tasks and saves two reads per reconcile.
-        let job_events = watcher::watcher(api::<CachedJob>(&client, ns), children.clone())
-            .default_backoff()
-            .modify(reconcile::trim_job)
-            .reflect(jobs_writer)
-            .touched_objects();
-        let config_map_events = watcher::watcher(api::<ConfigMap>(&client, ns), children.clone())
-            .default_backoff()
-            .modify(reconcile::trim_config_map)
-            .reflect(config_maps_writer)
-            .touched_objects();
+        let selector = watcher::Config::default().labels(&render::managed_selector());
+        // Of the children, only what reconcile reads is kept (see reconcile::children), which
+        // keeps the operator small with thousands of tasks and saves reads per reconcile; the
+        // objects themselves go on to the controller, which reconciles their owner.
+        let (jobs, config_maps, leases) = (Index::default(), Index::default(), Index::default());
+        let job_events = children::reflect(
+            watcher::watcher(api::<CachedJob>(&client, ns), selector.clone()).default_backoff(),
+            jobs.clone(),
+            children::job_facts,
+        )
+        .touched_objects();
+        let config_map_events = children::reflect(
+            watcher::watcher(api::<ConfigMap>(&client, ns), selector.clone()).default_backoff(),
+            config_maps.clone(),
+            children::config_map_facts,
+        )
+        .touched_objects();
         // The task Leases, where each proxy reports the version it serves (metadata only).
-        let lease_events = watcher::watcher(api::<PartialObjectMeta<Lease>>(&client, ns), children)
-            .default_backoff()
-            .modify(reconcile::served::trim_lease)
-            .reflect(leases_writer)
-            .touched_objects();
+        let lease_events = children::reflect(
+            watcher::watcher(api::<PartialObjectMeta<Lease>>(&client, ns), selector)
+                .default_backoff(),
+            leases.clone(),
+            reconcile::served::lease_facts,
+        )
+        .touched_objects();
         let ctx = Arc::new(Context {
             jobs,
             config_maps,

@@ -6,14 +6,13 @@
 use std::time::Duration;
 
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
 
 use super::cached_job::CachedJob;
 use super::status;
 use super::ttl::{self, Ttl};
-use super::{Context, expire_job, job_created_cond, retention, write_status};
+use super::{Context, Tools, expire_job, job_created_cond, retention, write_status};
 use crate::error::{Error, Result};
 
 /// Reconciles a TaskRun whose recorded phase is terminal and whose `observedGeneration` is its
@@ -40,8 +39,8 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
     if ctx.jobs.wait_until_ready().await.is_err() {
         return Ok(Action::await_change()); // shutting down: the Job watch is gone
     }
-    let job = ctx.jobs.get(&ObjectRef::new(&name).within(&ns));
-    let state = job.as_deref().map(status::job_state);
+    let job = ctx.jobs.get(&ns, &name);
+    let state = job.as_ref().map(|j| j.state.clone());
     let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &ns);
     let (wait, deleted) = expire_job(tr, ctx, &jobs, state.as_ref(), previous, &now).await?;
 
@@ -59,7 +58,7 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
         conditions,
         ..previous.clone()
     };
-    write_status(tr, ctx, previous, status).await?;
+    write_status(tr, ctx, previous, status, Tools::Carried).await?;
 
     let next = [wait, kept.wait()].into_iter().flatten().min();
     Ok(next.map_or_else(Action::await_change, |d: Duration| Action::requeue(d)))

@@ -1,13 +1,11 @@
 //! What a pod needs before it can start: the Secrets and task sources a new pod reads, and the
 //! Secret env a running pod was created with. Secret values are never read into messages.
 
-use std::collections::BTreeSet;
-
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::cached_job::CachedJob;
+use super::children::JobFacts;
 use crate::error::Result;
 use crate::render::{Plan, Problem};
 
@@ -87,10 +85,9 @@ fn keys(s: &Secret) -> Vec<String> {
 }
 
 /// Secret env the current config needs that the existing pod's proxy container lacks.
-pub fn env_not_in_pod(job: &CachedJob, plan: &Plan) -> Vec<Problem> {
-    let have: BTreeSet<&str> = job.proxy_env.iter().map(String::as_str).collect();
+pub fn env_not_in_pod(job: &JobFacts, plan: &Plan) -> Vec<Problem> {
     plan.required_secret_env()
-        .filter(|b| !have.contains(b.env.as_str()))
+        .filter(|b| !job.has_env(&b.env))
         .map(|b| Problem {
             reason: "SecretEnvNotInPod",
             message: format!(

@@ -7,6 +7,7 @@
 //! `toolConfig` only re-renders the ConfigMap and bumps `status.contextVersion`.
 
 mod cached_job;
+pub mod children;
 mod events;
 mod finished;
 mod inputs;
@@ -22,7 +23,8 @@ mod version;
 mod tests;
 
 pub use cached_job::CachedJob;
-pub use trim::{trim_config_map, trim_job, trim_taskrun};
+pub use children::{ConfigMapFacts, Index, JobFacts};
+pub use trim::trim_taskrun;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,10 +34,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 use serde_json::json;
@@ -44,9 +44,7 @@ use tracing::{Instrument, field};
 use crate::catalog::CatalogStore;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::render::{
-    self, CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, Problem, RenderSettings,
-};
+use crate::render::{self, Problem, RenderSettings};
 use status::{Cond, JobState};
 use ttl::Ttl;
 
@@ -62,12 +60,12 @@ const SECRET_RETRY: Duration = Duration::from_secs(10);
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
-    /// The operator's Jobs, as much as reconcile reads ([`CachedJob`], [`trim_job`]).
-    pub jobs: Store<CachedJob>,
-    /// The operator's ConfigMaps, trimmed by [`trim_config_map`].
-    pub config_maps: Store<ConfigMap>,
-    /// The task Leases' metadata, trimmed by [`served::trim_lease`]: what each proxy serves.
-    pub leases: Store<PartialObjectMeta<Lease>>,
+    /// What reconcile reads of the operator's Jobs (see `children.rs`).
+    pub jobs: Index<JobFacts>,
+    /// What reconcile reads of the operator's ConfigMaps.
+    pub config_maps: Index<ConfigMapFacts>,
+    /// The version each task's proxy reports on its Lease (see `served.rs`).
+    pub leases: Index<i64>,
     pub render: RenderSettings,
     pub catalog: CatalogStore,
     pub metrics: Arc<Metrics>,
@@ -125,11 +123,14 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
 
     // The cache first; a miss is confirmed by a read so a Job that the cache has not seen yet
     // is never applied twice.
-    let job = match ctx.jobs.get(&ObjectRef::new(&name).within(&ns)) {
-        Some(job) => Some(CachedJob::clone(&job)),
-        None => jobs.get_opt(&name).await?,
+    let job = match ctx.jobs.get(&ns, &name) {
+        Some(job) => Some(job),
+        None => jobs
+            .get_opt(&name)
+            .await?
+            .map(|j| Arc::new(JobFacts::of(&j))),
     };
-    let mut job_state = job.as_ref().map(status::job_state);
+    let mut job_state = job.as_ref().map(|j| j.state.clone());
     if let Some(state) = job_state.as_mut()
         && state.phase == Phase::Failed
     {
@@ -177,34 +178,25 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     // more than any version seen. When the cached ConfigMap is not already the rendered one, the
     // ConfigMap is read afresh so a lagging cache or status never yields the same version for two
     // different configs.
-    let cm_ref = ObjectRef::new(&plan.config_map_name()).within(&ns);
-    let cached = ctx.config_maps.get(&cm_ref).filter(|c| {
-        c.annotations()
-            .get(CONFIG_HASH_ANNOTATION)
-            .map(String::as_str)
-            == Some(plan.config_hash())
-    });
+    let cm_name = plan.config_map_name();
+    let cached = ctx
+        .config_maps
+        .get(&ns, &cm_name)
+        .filter(|c| c.config_hash.as_deref() == Some(plan.config_hash()));
     let existing = match cached {
-        Some(c) => Some(ConfigMap::clone(&c)),
+        Some(c) => Some(c),
         // Never rendered before (no version in the status): the ConfigMap can only be missing,
         // or left by a reconcile that crashed before writing the status, at version 1.
-        None if previous.context_version.is_none() => {
-            ctx.config_maps.get(&cm_ref).map(|c| ConfigMap::clone(&c))
-        }
-        None => cms.get_opt(&plan.config_map_name()).await?.map(|mut c| {
-            trim_config_map(&mut c);
-            c
-        }),
+        None if previous.context_version.is_none() => ctx.config_maps.get(&ns, &cm_name),
+        None => cms
+            .get_opt(&cm_name)
+            .await?
+            .map(|c| Arc::new(ConfigMapFacts::of(&c))),
     };
-    let versions = version::context_version(existing.as_ref(), &previous, plan.config_hash());
+    let versions = version::context_version(existing.as_deref(), &previous, plan.config_hash());
     let version = versions.current;
     let desired = plan.config_map(version);
-    let up_to_date = existing.as_ref().is_some_and(|c| {
-        desired.data.as_ref().is_some_and(|d| trim::holds(c, d))
-            && c.annotations().get(CONTEXT_VERSION_ANNOTATION)
-                == desired.annotations().get(CONTEXT_VERSION_ANNOTATION)
-            && c.metadata.owner_references == desired.metadata.owner_references
-    });
+    let up_to_date = existing.as_ref().is_some_and(|c| c.is(&desired));
     if !up_to_date {
         apply(&cms, &desired).await?;
         // Tell the kubelet now rather than at its next periodic sync (see nudge.rs).
@@ -236,7 +228,7 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
             // The pod's identity first: a pod naming a ServiceAccount that does not exist is
             // refused by admission, and the Job controller would only retry with backoff.
             apply_identity(&ctx.client, &ns, plan.identity()).await?;
-            let created = apply(&jobs, plan.job()).await?;
+            let created = JobFacts::of(&apply(&jobs, plan.job()).await?);
             let note = format!(
                 "created Job {} (agent image {}, proxy image {})",
                 plan.job_name(),
@@ -244,8 +236,8 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
                 ctx.render.sidecar_image
             );
             events::publish(ctx, tr, EventType::Normal, "JobCreated", "CreateJob", note).await;
-            let state = status::job_state(&created);
-            (Some(created), Some(state))
+            let state = created.state.clone();
+            (Some(Arc::new(created)), Some(state))
         }
     };
 
@@ -302,7 +294,7 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     );
     tracing::Span::current().record("phase", field::debug(status.phase));
     tracing::Span::current().record("context_version", version);
-    write_status(tr, ctx, &previous, status).await?;
+    write_status(tr, ctx, &previous, status, Tools::Rendered).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
@@ -416,7 +408,7 @@ async fn blocked(
         tr.metadata.generation,
         &status::now(),
     );
-    write_status(tr, ctx, previous, status).await
+    write_status(tr, ctx, previous, status, Tools::Carried).await
 }
 
 /// A failed Job says only that it failed (e.g. BackoffLimitExceeded); when the agent container
@@ -452,14 +444,34 @@ async fn explain_failure(
     }
 }
 
+/// Where a status's `tools` come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tools {
+    /// Rendered now.
+    Rendered,
+    /// Carried over from the TaskRun as reconcile got it: only their digest when the cache
+    /// dropped them (`trim.rs`), in which case they are read afresh if the status is written.
+    Carried,
+}
+
 /// Applies the status when it differs from what the TaskRun shows, and reports phase changes.
 async fn write_status(
     tr: &TaskRun,
     ctx: &Context,
     previous: &TaskRunStatus,
-    status: TaskRunStatus,
+    mut status: TaskRunStatus,
+    tools: Tools,
 ) -> Result<()> {
-    if !status::changed(tr.status.as_ref(), &status) {
+    let api: Api<TaskRun> =
+        Api::namespaced(ctx.client.clone(), &tr.namespace().unwrap_or_default());
+    if tools == Tools::Carried && trim::tools_dropped(tr) {
+        // Both with the cache's digest of the tools in force: the rest decides.
+        if tr.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let fresh = api.get(&tr.name_any()).await?;
+        status.tools = fresh.status.map(|s| s.tools).unwrap_or_default();
+    } else if trim::has_status(tr, &status) {
         return Ok(());
     }
     if status.phase != previous.phase
@@ -476,8 +488,6 @@ async fn write_status(
             .map_or_else(String::new, |c| c.message.clone());
         events::publish(ctx, tr, kind, reason, "Observe", note).await;
     }
-    let api: Api<TaskRun> =
-        Api::namespaced(ctx.client.clone(), &tr.namespace().unwrap_or_default());
     let patch = json!({
         "apiVersion": "orchestrator.io/v1",
         "kind": "TaskRun",

@@ -4,24 +4,17 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
 use orchestrator_crds::taskrun::conditions as ct;
 
+use super::children::Index;
 use super::status::Cond;
 
 /// Annotation on the task's Lease, written by the proxy: the `contextVersion` it serves.
 pub const SERVED_ANNOTATION: &str = "orchestrator.io/served-context-version";
 
 /// The version the proxy of task `name` reports it serves, if it has reported.
-pub fn reported(leases: &Store<PartialObjectMeta<Lease>>, ns: &str, name: &str) -> Option<i64> {
-    let lease = leases.get(&ObjectRef::new(name).within(ns))?;
-    lease
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(SERVED_ANNOTATION)?
-        .parse()
-        .ok()
+pub fn reported(leases: &Index<i64>, ns: &str, name: &str) -> Option<i64> {
+    leases.get(ns, name).map(|v| *v)
 }
 
 /// `ToolsSynced` for the rendered `version` and what the proxy reported.
@@ -45,14 +38,15 @@ pub fn condition(version: u64, served: Option<i64>) -> Cond {
     }
 }
 
-/// What the cache keeps of a Lease: its identity, owner and our annotation.
-pub fn trim_lease(lease: &mut PartialObjectMeta<Lease>) {
-    let meta = &mut lease.metadata;
-    meta.managed_fields = None;
-    meta.labels = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        a.retain(|k, _| k == SERVED_ANNOTATION);
-    }
+/// What the operator keeps of a task Lease: the version its proxy reported, if it did.
+pub fn lease_facts(lease: &PartialObjectMeta<Lease>) -> Option<i64> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(SERVED_ANNOTATION)?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

@@ -192,11 +192,6 @@ pub fn agent_failure(pods: &[Pod]) -> Option<String> {
         })
 }
 
-/// Whether `new` differs from what the TaskRun already shows (so a no-op write is skipped).
-pub fn changed(old: Option<&TaskRunStatus>, new: &TaskRunStatus) -> bool {
-    old != Some(new)
-}
-
 pub fn now() -> Time {
     Time(Timestamp::now())
 }

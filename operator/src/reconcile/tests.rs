@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::client::Body;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus};
@@ -21,7 +22,7 @@ use serde_json::{Value, json};
 use tower_test::mock;
 
 use super::*;
-use crate::render::DEFAULT_SIDECAR_PORT;
+use crate::render::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, DEFAULT_SIDECAR_PORT};
 
 const NS: &str = "team-a";
 
@@ -151,9 +152,9 @@ fn path(kind: &str, name: &str) -> String {
 struct Harness {
     fake: Fake,
     ctx: Arc<Context>,
-    jobs: Writer<CachedJob>,
-    config_maps: Writer<ConfigMap>,
-    leases: Writer<PartialObjectMeta<Lease>>,
+    jobs: Index<JobFacts>,
+    config_maps: Index<ConfigMapFacts>,
+    leases: Index<i64>,
 }
 
 impl Harness {
@@ -185,16 +186,15 @@ impl Harness {
             }
         });
         let client = Client::new(service, NS);
-        let (jobs_store, mut jobs) = reflector::store();
+        let jobs = Index::default();
         // As after the Job watch's first (empty) list.
-        jobs.apply_watcher_event(&watcher::Event::InitDone);
-        let (config_maps_store, config_maps) = reflector::store();
-        let (leases_store, leases) = reflector::store();
+        jobs.apply(&watcher::Event::<CachedJob>::InitDone, children::job_facts);
+        let (config_maps, leases) = (Index::default(), Index::default());
         let ctx = Context {
             client: client.clone(),
-            jobs: jobs_store,
-            config_maps: config_maps_store,
-            leases: leases_store,
+            jobs: jobs.clone(),
+            config_maps: config_maps.clone(),
+            leases: leases.clone(),
             render: RenderSettings {
                 sidecar_image: "orchestrator-mcp-proxy:test".into(),
                 agent_image: "claude-code:test".into(),
@@ -226,11 +226,10 @@ impl Harness {
         let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "namespace": NS,
                          "annotations": {served::SERVED_ANNOTATION: version.to_string()}}});
-        let mut meta: PartialObjectMeta<Lease> =
+        let meta: PartialObjectMeta<Lease> =
             serde_json::from_value(lease).expect("a Lease's metadata");
-        served::trim_lease(&mut meta);
         self.leases
-            .apply_watcher_event(&watcher::Event::Apply(meta));
+            .apply(&watcher::Event::Apply(meta), served::lease_facts);
     }
 
     /// One reconcile; fails instead of hanging if it waits on an unanswered request.
@@ -254,16 +253,15 @@ impl Harness {
     /// What the watches would bring: the server's Job and ConfigMap, trimmed, in the caches.
     fn sync_caches(&mut self, name: &str) {
         if let Some(job) = self.fake.get(&path("jobs", name)) {
-            let mut job: CachedJob = serde_json::from_value(job).expect("a Job");
-            trim_job(&mut job);
-            self.jobs.apply_watcher_event(&watcher::Event::Apply(job));
+            let job: CachedJob = serde_json::from_value(job).expect("a Job");
+            self.jobs
+                .apply(&watcher::Event::Apply(job), children::job_facts);
         }
         let cm_path = path("configmaps", &crate::render::config_map_name(name));
         if let Some(cm) = self.fake.get(&cm_path) {
-            let mut cm: ConfigMap = serde_json::from_value(cm).expect("a ConfigMap");
-            trim_config_map(&mut cm);
+            let cm: ConfigMap = serde_json::from_value(cm).expect("a ConfigMap");
             self.config_maps
-                .apply_watcher_event(&watcher::Event::Apply(cm));
+                .apply(&watcher::Event::Apply(cm), children::config_map_facts);
         }
     }
 
@@ -569,7 +567,8 @@ fn a_lagging_cache_or_status_never_reuses_a_version_for_another_config() {
         ..Default::default()
     };
     let v = |existing: Option<&ConfigMap>, previous: &TaskRunStatus, hash: &str| {
-        let v = version::context_version(existing, previous, hash);
+        let facts = existing.map(ConfigMapFacts::of);
+        let v = version::context_version(facts.as_ref(), previous, hash);
         (v.current, v.is_new())
     };
     // First render.
@@ -784,4 +783,34 @@ async fn a_finished_taskrun_within_its_retention_is_kept_and_looked_at_when_it_i
     let recorded = h.with_written_status(&shorter);
     h.reconcile(&recorded).await;
     assert_eq!(kinds(&h.fake.take_writes()), ["DELETE taskruns"]);
+}
+
+#[tokio::test]
+async fn a_blocked_task_keeps_the_tools_in_force_in_its_status() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    let before = written_status(&h.fake.take_writes());
+    assert!(!before.tools.is_empty());
+    h.sync_caches("task-1001");
+
+    // A server the catalog does not have: nothing is rendered, the last good config stays, and
+    // so do its tools in the status (the cache keeps them only as a digest: read afresh).
+    let mut broken = h.with_written_status(&tr);
+    let mut unknown = broken.spec.tool_config.mcp_servers[0].clone();
+    unknown.name = "no-such-server".into();
+    broken.spec.tool_config.mcp_servers.push(unknown);
+    broken.metadata.generation = Some(2);
+    h.reconcile(&broken).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["POST events", "PATCH taskruns/status"]);
+    let status = written_status(&writes);
+    assert_eq!(condition(&status, ct::READY).0, "False");
+    assert_eq!(status.tools, before.tools);
+    assert_eq!(status.observed_generation, Some(2));
+
+    // Looked at again unchanged: nothing to write.
+    let broken = h.with_written_status(&broken);
+    h.reconcile(&broken).await;
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
 }

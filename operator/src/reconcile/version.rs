@@ -1,11 +1,9 @@
 //! The context version of a rendered config: the number the sidecar, the agent and the status
 //! use to say which config is in force. Pure.
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::ResourceExt;
 use orchestrator_crds::taskrun::TaskRunStatus;
 
-use crate::render::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION};
+use super::children::ConfigMapFacts;
 
 /// The version a rendered config gets, and the highest version seen before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,17 +23,17 @@ impl Version {
 /// annotations, else the status), else one more than any version seen in either: a lagging
 /// cache or status never yields the same version for two different configs.
 pub fn context_version(
-    existing: Option<&ConfigMap>,
+    existing: Option<&ConfigMapFacts>,
     previous: &TaskRunStatus,
     hash: &str,
 ) -> Version {
-    let annotation = |key: &str| existing.and_then(|c| c.annotations().get(key).cloned());
-    let cm_version: u64 = annotation(CONTEXT_VERSION_ANNOTATION)
-        .and_then(|v| v.parse().ok())
+    let cm_version: u64 = existing
+        .and_then(|c| c.context_version.as_deref()?.parse().ok())
         .unwrap_or(0);
     let status_version = u64::try_from(previous.context_version.unwrap_or(0)).unwrap_or(0);
     let seen = cm_version.max(status_version);
-    let current = if annotation(CONFIG_HASH_ANNOTATION).as_deref() == Some(hash) && cm_version > 0 {
+    let cm_hash = existing.and_then(|c| c.config_hash.as_deref());
+    let current = if cm_hash == Some(hash) && cm_version > 0 {
         cm_version
     } else if previous.config_hash.as_deref() == Some(hash) && status_version > 0 {
         status_version
