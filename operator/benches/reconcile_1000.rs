@@ -13,7 +13,9 @@
 //! used until all children existed. `BENCH_N` changes the count, `BENCH_OPERATOR_ARGS` adds
 //! operator flags (e.g. `--concurrency 64`), `BENCH_OPERATOR_BIN` runs another operator binary
 //! (e.g. an older build, for a before-and-after in one sitting), `BENCH_SUCCEEDED_WAIT` changes
-//! the 180 s (0 skips that wait). The namespace is deleted at the end.
+//! the 180 s (0 skips that wait). Then it restarts the operator with everything in place and
+//! reports its peak RSS until it has done N reconciles (each TaskRun's first after the relist;
+//! `BENCH_RESTART=0` skips this). The namespace is deleted at the end (`BENCH_KEEP=1` keeps it).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -134,7 +136,11 @@ async fn main() -> Result<()> {
     )
     .await?;
     let result = run(&client, &ns, n).await;
-    namespaces.delete(&ns, &DeleteParams::background()).await?;
+    if std::env::var("BENCH_KEEP").as_deref() == Ok("1") {
+        println!("namespace {ns} kept (BENCH_KEEP=1)");
+    } else {
+        namespaces.delete(&ns, &DeleteParams::background()).await?;
+    }
     result
 }
 
@@ -142,7 +148,6 @@ async fn run(client: &Client, ns: &str, n: usize) -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let log = std::fs::File::create(std::env::temp_dir().join("orchestrator-operator-bench.log"))?;
     let bin = std::env::var_os("BENCH_OPERATOR_BIN")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_orchestrator-operator").into());
     let succeeded_wait = Duration::from_secs(
@@ -153,42 +158,8 @@ async fn run(client: &Client, ns: &str, n: usize) -> Result<()> {
     );
     // Creating alone takes about 7 s per 1,000 here; the API server bounds the rest.
     let children_timeout = Duration::from_secs(300.max(n as u64 / 10));
-    let child = Command::new(&bin)
-        .env("KUBECONFIG", kubeconfig())
-        .env("RUST_LOG", "warn")
-        .args([
-            "--namespace",
-            ns,
-            "--catalog-namespace",
-            ns,
-            "--lease-namespace",
-            ns,
-        ])
-        .args(["--bind", &format!("127.0.0.1:{port}")])
-        .args(
-            std::env::var("BENCH_OPERATOR_ARGS")
-                .unwrap_or_default()
-                .split_whitespace(),
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()?;
-    let pid = child.id();
-    let _operator = Operator(child);
-    // Wait until it leads (and so runs its controller).
-    let started = Instant::now();
-    loop {
-        let out = Command::new("curl")
-            .args(["-fsS", &format!("http://127.0.0.1:{port}/readyz")])
-            .output();
-        if out.is_ok_and(|o| o.stdout == b"leader\n") {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            return Err("the operator did not become leader within 30 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let operator = start_operator(&bin, ns, port, "bench").await?;
+    let pid = operator.0.id();
     let idle = rss(pid).map_or(0, |r| r.0);
 
     let sample: TaskRun = serde_saphyr::from_str(&std::fs::read_to_string(
@@ -291,19 +262,6 @@ async fn run(client: &Client, ns: &str, n: usize) -> Result<()> {
     }
     let succeeded = done.len();
     let (rss_end, hwm_end) = rss(pid).ok_or("operator gone")?;
-    let metrics = Command::new("curl")
-        .args(["-fsS", &format!("http://127.0.0.1:{port}/metrics")])
-        .output()?;
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
-    let count = |name: &str| {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .unwrap_or("0")
-            .to_string()
-    };
-
     println!("TaskRuns:                          {n}");
     println!(
         "created (64 in flight) in:         {:.2} s",
@@ -349,8 +307,111 @@ async fn run(client: &Client, ns: &str, n: usize) -> Result<()> {
     );
     println!(
         "reconciles ok: {}; reconcile errors: {}",
-        count("orchestrator_operator_reconciles_total{outcome=\"ok\"}"),
-        count("orchestrator_operator_reconcile_errors_total")
+        metric(
+            port,
+            "orchestrator_operator_reconciles_total{outcome=\"ok\"}"
+        ),
+        metric(port, "orchestrator_operator_reconcile_errors_total")
     );
+
+    // The operator restarted with every TaskRun and child in place: it lists them all and
+    // reconciles each once (what a crash or an upgrade costs, and where an operator over its
+    // memory limit would be killed again).
+    if std::env::var("BENCH_RESTART").as_deref() != Ok("0") {
+        drop(operator);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let t0 = Instant::now();
+        let operator = start_operator(&bin, ns, port, "bench-restart").await?;
+        let pid = operator.0.id();
+        let leading = t0.elapsed();
+        let mut ticker = tokio::time::interval(Duration::from_millis(500));
+        let all = loop {
+            ticker.tick().await;
+            let ok: usize = metric(
+                port,
+                "orchestrator_operator_reconciles_total{outcome=\"ok\"}",
+            )
+            .parse()
+            .unwrap_or(0);
+            if ok >= n {
+                break t0.elapsed();
+            }
+            if t0.elapsed() > children_timeout {
+                return Err(format!(
+                    "after a restart only {ok} of {n} reconciled within {} s",
+                    children_timeout.as_secs()
+                )
+                .into());
+            }
+        };
+        let (_, hwm) = rss(pid).ok_or("operator gone")?;
+        println!(
+            "after a restart: leader in {:.2} s, every TaskRun reconciled after {:.2} s; peak RSS (VmHWM) {:.1} MiB ({:.1} KiB per TaskRun over idle); reconcile errors: {}",
+            leading.as_secs_f64(),
+            all.as_secs_f64(),
+            mib(hwm),
+            hwm.saturating_sub(idle) as f64 / n as f64,
+            metric(port, "orchestrator_operator_reconcile_errors_total"),
+        );
+    }
     Ok(())
+}
+
+/// Starts the operator scoped to `ns`, serving metrics on `port`, and waits until it leads (and
+/// so runs its controller).
+async fn start_operator(bin: &std::ffi::OsStr, ns: &str, port: u16, log: &str) -> Result<Operator> {
+    let log = std::fs::File::create(
+        std::env::temp_dir().join(format!("orchestrator-operator-{log}.log")),
+    )?;
+    let child = Command::new(bin)
+        .env("KUBECONFIG", kubeconfig())
+        .env("RUST_LOG", "warn")
+        .args([
+            "--namespace",
+            ns,
+            "--catalog-namespace",
+            ns,
+            "--lease-namespace",
+            ns,
+        ])
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .args(
+            std::env::var("BENCH_OPERATOR_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    let operator = Operator(child);
+    let started = Instant::now();
+    loop {
+        let out = Command::new("curl")
+            .args(["-fsS", &format!("http://127.0.0.1:{port}/readyz")])
+            .output();
+        if out.is_ok_and(|o| o.stdout == b"leader\n") {
+            return Ok(operator);
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("the operator did not become leader within 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A metric's value from the operator's `/metrics` ("0" when absent).
+fn metric(port: u16, name: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-fsS", &format!("http://127.0.0.1:{port}/metrics")])
+        .output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or("0")
+        .to_string()
 }

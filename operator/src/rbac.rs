@@ -32,7 +32,7 @@ pub const RULES: &[Rule] = &[
         group: "orchestrator.io",
         resource: "taskruns",
         verbs: &["get", "list", "watch", "delete"],
-        why: "the controller's watch of TaskRuns; a fresh read of a finished one whose spec changed (the cache keeps no task text for it); delete a finished one after its retention or beyond --max-finished-per-namespace (its children go by owner reference)",
+        why: "the controller's watch of TaskRuns; a fresh read of a finished one whose spec changed (the cache keeps no task text for it), and of the tools in force when a blocked or finished task's status is written (the cache keeps their digest); delete a finished one after its retention or beyond --max-finished-per-namespace (its children go by owner reference)",
         scope: Scope::Tasks,
     },
     Rule {
