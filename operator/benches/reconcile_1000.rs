@@ -276,7 +276,10 @@ async fn run(client: &Client, ns: &str, n: usize) -> Result<()> {
             "all TaskRuns Succeeded after:      {:.2} s",
             t.as_secs_f64()
         ),
-        None => println!("TaskRuns Succeeded within 180 s:   {succeeded} of {n}"),
+        None => println!(
+            "TaskRuns Succeeded within {} s:     {succeeded} of {n}",
+            succeeded_wait.as_secs()
+        ),
     }
     let delta = |a: Option<f64>, b: Option<f64>| {
         a.zip(b)
