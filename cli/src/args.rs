@@ -319,6 +319,18 @@ Examples:
         #[arg(value_name = "SERVER")]
         server: String,
     },
+
+    /// Print a markdown reference of every server and its tools (docs/catalog.md is this).
+    #[command(after_help = "\
+Examples:
+  orchestrator-cli catalog docs --catalog config/catalog.yaml > docs/catalog.md
+  orchestrator-cli catalog docs --catalog config/catalog.yaml --check docs/catalog.md")]
+    Docs {
+        /// Print nothing; fail (exit 1, naming the first differing line) when FILE is not what
+        /// would be printed.
+        #[arg(long, value_name = "FILE")]
+        check: Option<std::path::PathBuf>,
+    },
 }
 
 #[cfg(test)]

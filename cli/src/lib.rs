@@ -3,11 +3,13 @@
 //!
 //! Modules: [`args`] (the command line), [`connect`] (kubeconfig handling like kubectl),
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
-//! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`task`] (one
-//! module per command), [`wait`], [`output`] (table/json/yaml), [`error`] (exit codes).
+//! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
+//! (the markdown reference), [`task`] (one module per command), [`wait`], [`output`]
+//! (table/json/yaml), [`error`] (exit codes).
 
 pub mod args;
 pub mod catalog;
+pub mod catalog_docs;
 pub mod connect;
 pub mod effective;
 pub mod error;
@@ -29,6 +31,9 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Task(task) => run_task(global, task).await,
         Command::Catalog(CatalogCommand::List) => catalog::list(global).await,
         Command::Catalog(CatalogCommand::Show { server }) => catalog::show(global, server).await,
+        Command::Catalog(CatalogCommand::Docs { check }) => {
+            catalog_docs::run(global, check.as_deref()).await
+        }
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "orchestrator-cli", &mut out);

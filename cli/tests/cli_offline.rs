@@ -44,6 +44,7 @@ fn every_command_has_help_with_examples() {
         vec!["catalog"],
         vec!["catalog", "list"],
         vec!["catalog", "show"],
+        vec!["catalog", "docs"],
         vec!["completions"],
     ] {
         let mut args = cmd.clone();
