@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::tools::Risk;
+
 /// The default address the proxy serves MCP on.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -44,6 +46,9 @@ pub struct ProxyConfig {
     /// Audit log settings.
     #[serde(default, skip_serializing_if = "is_default")]
     pub audit: AuditSpec,
+    /// Rules every call is held to, beyond the servers' tool patterns.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub policy: PolicySpec,
     /// The upstream MCP servers.
     #[serde(default)]
     pub servers: Vec<ServerSpec>,
@@ -81,6 +86,17 @@ pub struct AuditSpec {
     pub include_arguments: bool,
 }
 
+/// Rules every call is held to, beyond the servers' tool patterns.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicySpec {
+    /// Tools whose risk class is above this are hidden and refused, whatever the patterns say.
+    /// A tool's class comes from its annotations (`readOnlyHint` -> read, `destructiveHint` ->
+    /// destructive, neither -> write) unless its server's `risk` names it. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_risk: Option<Risk>,
+}
+
 /// One upstream MCP server.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -99,6 +115,9 @@ pub struct ServerSpec {
     /// Which of the server's tools are exposed.
     #[serde(default, skip_serializing_if = "is_default")]
     pub tools: ToolFilter,
+    /// Tool name -> its risk class, instead of what the server's annotations say.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub risk: BTreeMap<String, Risk>,
 }
 
 /// A stdio upstream: a child process.

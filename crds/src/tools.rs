@@ -10,7 +10,49 @@
 use std::fmt;
 
 use globset::{Glob, GlobMatcher};
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How much harm calling a tool can do, in order: `read` < `write` < `destructive`. A policy's
+/// `maxRisk` hides and refuses the tools above it.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Risk {
+    /// Reads only (the server says `readOnlyHint: true` and not `destructiveHint: true`).
+    Read,
+    /// Changes something, but not destructively (no hint says otherwise: the default).
+    Write,
+    /// May destroy or overwrite (the server says `destructiveHint: true`).
+    Destructive,
+}
+
+impl Risk {
+    /// The class from a tool's MCP annotations: `destructiveHint` -> destructive (also with
+    /// `readOnlyHint`), `readOnlyHint` -> read, neither -> write.
+    pub fn from_hints(read_only: Option<bool>, destructive: Option<bool>) -> Risk {
+        match (read_only, destructive) {
+            (_, Some(true)) => Risk::Destructive,
+            (Some(true), _) => Risk::Read,
+            _ => Risk::Write,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Read => "read",
+            Risk::Write => "write",
+            Risk::Destructive => "destructive",
+        }
+    }
+}
+
+impl fmt::Display for Risk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One compiled pattern and its place in its list.
 #[derive(Clone, Debug)]
@@ -34,6 +76,9 @@ pub enum Rule {
     NotAllowed,
     /// The server is disabled (`enabled: false`).
     ServerDisabled,
+    /// The tool's risk class is above the policy's `maxRisk` (whatever the patterns say).
+    #[serde(rename_all = "camelCase")]
+    AboveMaxRisk { risk: Risk, max_risk: Risk },
 }
 
 /// The decision for one tool, with the rule that made it.
@@ -76,6 +121,10 @@ impl<S: fmt::Display> fmt::Display for RuleDisplay<'_, S> {
             }
             Rule::NotAllowed => write!(f, "servers[{s}].tools.allow (no pattern matches)"),
             Rule::ServerDisabled => write!(f, "servers[{s}].enabled: false"),
+            Rule::AboveMaxRisk { risk, max_risk } => write!(
+                f,
+                "policy.maxRisk \"{max_risk}\" (servers[{s}]: the tool is {risk})"
+            ),
         }
     }
 }

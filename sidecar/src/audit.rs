@@ -59,6 +59,9 @@ pub struct Record<'a> {
     pub server: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_tool: Option<&'a str>,
+    /// The tool's risk class (`read`, `write`, `destructive`), when its server's list is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk: Option<&'static str>,
     /// `allowed` or `denied`.
     pub decision: &'static str,
     /// The rule that decided, as a config path.
@@ -259,6 +262,7 @@ mod tests {
                 tool: "gh__create_issue",
                 server: Some("gh"),
                 upstream_tool: Some("create_issue"),
+                risk: Some("write"),
                 decision: "allowed",
                 rule: Some("servers[gh].tools.allow[0] \"create_issue\"".into()),
                 outcome: Outcome::Ok,

@@ -4,5 +4,5 @@
 //! computes add-context changes share one implementation.
 
 pub use orchestrator_crds::tools::{
-    PatternError, Rule, RuleDisplay, ToolFilter, Verdict, has_glob_syntax,
+    PatternError, Risk, Rule, RuleDisplay, ToolFilter, Verdict, has_glob_syntax,
 };

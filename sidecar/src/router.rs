@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use orchestrator_crds::proxy::{PREFIX_SEPARATOR, ToolPrefix};
+use orchestrator_crds::proxy::{PREFIX_SEPARATOR, Risk, ToolPrefix};
 use rmcp::model::Tool;
 
 use crate::{
@@ -18,6 +18,7 @@ use crate::{
 pub struct Route {
     pub server: Arc<Server>,
     pub tool: ToolName,
+    pub risk: Risk,
 }
 
 /// One upstream tool known to the proxy, with its verdict (for `GET /tools`).
@@ -29,6 +30,8 @@ pub struct KnownTool {
     /// The name clients see, when exposed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exposed_as: Option<ExposedToolName>,
+    /// Its risk class (see `Server::risk_of`).
+    pub risk: Risk,
     pub verdict: Verdict,
 }
 
@@ -42,6 +45,8 @@ pub enum Lookup<'a> {
         server: ServerName,
         tool: ToolName,
         rule: Rule,
+        /// Its risk class, when its server's list is known.
+        risk: Option<Risk>,
     },
     /// Would be decided by these servers' tool lists, which are not known yet.
     NeedsLists(Vec<Arc<Server>>),
@@ -85,7 +90,15 @@ impl Router {
                 continue;
             };
             for tool in list.iter() {
-                let verdict = server.filter.verdict(&tool.name);
+                let risk = server.risk_of(tool);
+                let verdict = match (server.filter.verdict(&tool.name), config.max_risk) {
+                    (Verdict::Allowed { .. }, Some(max_risk)) if risk > max_risk => {
+                        Verdict::Denied {
+                            rule: Rule::AboveMaxRisk { risk, max_risk },
+                        }
+                    }
+                    (verdict, _) => verdict,
+                };
                 let name = exposed_name(config.tool_prefix, &server.name, &tool.name);
                 let exposed = verdict.is_allowed() && !routes.contains_key(&name);
                 if verdict.is_allowed() && !exposed {
@@ -101,6 +114,7 @@ impl Router {
                         Route {
                             server: server.clone(),
                             tool: ToolName::new(tool.name.as_ref()),
+                            risk,
                         },
                     );
                 }
@@ -108,6 +122,7 @@ impl Router {
                     server: server.name.clone(),
                     tool: ToolName::new(tool.name.as_ref()),
                     exposed_as: exposed.then_some(name),
+                    risk,
                     verdict,
                 });
             }
@@ -155,6 +170,7 @@ impl Router {
                 server: k.server.clone(),
                 tool: k.tool.clone(),
                 rule: k.verdict.rule().clone(),
+                risk: Some(k.risk),
             };
         }
         // The name may belong to a server whose list is not known yet.
@@ -173,6 +189,7 @@ impl Router {
                         server: s.name.clone(),
                         tool: ToolName::new(tool),
                         rule: verdict.rule().clone(),
+                        risk: None,
                     };
                 }
                 self.missing
@@ -339,5 +356,105 @@ servers:
         let empty = Router::build(&c, &HashMap::new());
         assert!(matches!(empty.lookup("echo"), Lookup::NeedsLists(_)));
         assert!(matches!(empty.lookup("secret"), Lookup::Unknown));
+    }
+
+    fn annotated(name: &str, read_only: Option<bool>, destructive: Option<bool>) -> Tool {
+        let mut t = tool(name);
+        let mut hints = rmcp::model::ToolAnnotations::new();
+        if let Some(r) = read_only {
+            hints = hints.read_only(r);
+        }
+        if let Some(d) = destructive {
+            hints = hints.destructive(d);
+        }
+        t.annotations = Some(hints);
+        t
+    }
+
+    #[test]
+    fn tools_above_max_risk_are_hidden_and_refused_whatever_the_patterns_say() {
+        let c = config(
+            r#"
+task: {name: t}
+policy: {maxRisk: write}
+servers:
+  - {name: fs, stdio: {command: y}, risk: {rename: destructive, wipe: write}}
+"#,
+        );
+        let list = vec![
+            annotated("read", Some(true), None),
+            annotated("write", Some(false), Some(false)),
+            annotated("plain", None, None),
+            annotated("delete", Some(false), Some(true)),
+            annotated("odd", Some(true), Some(true)),
+            annotated("rename", Some(false), Some(false)),
+            annotated("wipe", None, Some(true)),
+        ];
+        let r = Router::build(
+            &c,
+            &[(ServerName::new("fs"), Arc::new(list))]
+                .into_iter()
+                .collect(),
+        );
+        let names: Vec<String> = r.tools().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(
+            names,
+            vec!["fs__read", "fs__write", "fs__plain", "fs__wipe"]
+        );
+        let risks: Vec<(&str, Risk)> = r
+            .known()
+            .iter()
+            .map(|k| (k.tool.as_str(), k.risk))
+            .collect();
+        assert_eq!(
+            risks,
+            vec![
+                ("read", Risk::Read),
+                ("write", Risk::Write),
+                ("plain", Risk::Write),
+                ("delete", Risk::Destructive),
+                ("odd", Risk::Destructive),
+                ("rename", Risk::Destructive),
+                ("wipe", Risk::Write),
+            ]
+        );
+        match r.lookup("fs__delete") {
+            Lookup::Denied { rule, risk, .. } => {
+                assert_eq!(
+                    rule,
+                    Rule::AboveMaxRisk {
+                        risk: Risk::Destructive,
+                        max_risk: Risk::Write
+                    }
+                );
+                assert_eq!(risk, Some(Risk::Destructive));
+                assert_eq!(
+                    crate::filter::RuleDisplay {
+                        server: "fs",
+                        rule: &rule
+                    }
+                    .to_string(),
+                    "policy.maxRisk \"write\" (servers[fs]: the tool is destructive)"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(r.lookup("fs__rename"), Lookup::Denied { .. }));
+        assert_eq!(
+            r.route("fs__read").map(|route| route.risk),
+            Some(Risk::Read)
+        );
+        // Without a policy, every class is on offer.
+        let open = config("task: {name: t}\nservers: [{name: fs, stdio: {command: y}}]");
+        let r = Router::build(
+            &open,
+            &[(
+                ServerName::new("fs"),
+                Arc::new(vec![annotated("delete", None, Some(true))]),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        assert!(matches!(r.lookup("fs__delete"), Lookup::Routed(_)));
     }
 }

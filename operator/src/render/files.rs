@@ -69,6 +69,7 @@ impl Files {
                         allow: s.spec.tools.allow.clone(),
                         deny: s.spec.tools.deny.clone(),
                     },
+                    risk: Default::default(),
                 }
             })
             .collect();
@@ -83,6 +84,7 @@ impl Files {
             allowed_hosts: Vec::new(),
             call_timeout_seconds: None,
             audit: AuditSpec::default(),
+            policy: Default::default(),
             servers,
         };
         Files {

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use orchestrator_crds::proxy::{ProxyConfig, ToolPrefix};
+use orchestrator_crds::proxy::{ProxyConfig, Risk, ToolPrefix};
 pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
 
@@ -35,6 +35,8 @@ pub struct Config {
     pub allowed_hosts: Vec<String>,
     pub call_timeout: Duration,
     pub audit: AuditConfig,
+    /// `policy.maxRisk`: tools above it are hidden and refused.
+    pub max_risk: Option<Risk>,
     /// In file order; names are unique.
     pub servers: Vec<Arc<Server>>,
 }
@@ -59,6 +61,8 @@ pub struct Server {
     pub enabled: bool,
     pub transport: Transport,
     pub filter: ToolFilter,
+    /// Tool name -> risk class, overriding the server's annotations.
+    pub risk: BTreeMap<String, Risk>,
     /// Hash of the transport spec: equal hashes mean "the same server process would be started".
     /// Keys the on-disk tool-list cache and decides whether a reload keeps a running upstream.
     pub spec_hash: SpecHash,
@@ -69,6 +73,18 @@ impl Server {
     /// pass its filter. A server whose tools are all disabled is never started.
     pub fn is_startable(&self) -> bool {
         self.enabled && !self.filter.denies_everything()
+    }
+
+    /// A tool's risk class: this server's `risk` entry for it, else from its annotations.
+    pub fn risk_of(&self, tool: &rmcp::model::Tool) -> Risk {
+        if let Some(risk) = self.risk.get(tool.name.as_ref()) {
+            return *risk;
+        }
+        let hints = tool.annotations.as_ref();
+        Risk::from_hints(
+            hints.and_then(|a| a.read_only_hint),
+            hints.and_then(|a| a.destructive_hint),
+        )
     }
 }
 

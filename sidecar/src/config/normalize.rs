@@ -144,6 +144,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
             path: wire.audit.path.as_ref().map(PathBuf::from),
             include_arguments: wire.audit.include_arguments,
         },
+        max_risk: wire.policy.max_risk,
         servers: servers.into_iter().map(|(_, s)| s).collect(),
     };
     Loaded {
@@ -309,6 +310,13 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
             None
         }
     };
+    for tool in spec.risk.keys().filter(|t| t.trim().is_empty()) {
+        problems.push(Problem::new(
+            Code::BadValue,
+            format!("{at}.risk.{tool:?}"),
+            "an empty tool name; name the upstream tool whose risk class this sets",
+        ));
+    }
     let after = problems.iter().filter(|p| p.is_error()).count();
     if after > before {
         return None;
@@ -319,6 +327,7 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
         enabled: spec.enabled,
         transport,
         filter: filter?,
+        risk: spec.risk.clone(),
         spec_hash,
     })
 }

@@ -1,5 +1,6 @@
 use orchestrator_crds::proxy::{
-    HttpSpec, ProxyConfig, ServerSpec, StdioSpec, TaskRef, ToolFilter as WireFilter, ToolPrefix,
+    HttpSpec, PolicySpec, ProxyConfig, Risk, ServerSpec, StdioSpec, TaskRef,
+    ToolFilter as WireFilter, ToolPrefix,
 };
 
 use super::*;
@@ -422,6 +423,9 @@ fn what_the_operator_renders_round_trips() {
         allowed_hosts: vec!["10.1.2.3".into()],
         call_timeout_seconds: Some(30),
         audit: Default::default(),
+        policy: PolicySpec {
+            max_risk: Some(Risk::Write),
+        },
         servers: vec![
             ServerSpec {
                 name: "fs".into(),
@@ -437,6 +441,7 @@ fn what_the_operator_renders_round_trips() {
                     allow: vec!["read_*".into()],
                     deny: vec!["write_*".into()],
                 },
+                risk: [("move_file".to_string(), Risk::Destructive)].into(),
             },
             ServerSpec {
                 name: "docs".into(),
@@ -447,6 +452,7 @@ fn what_the_operator_renders_round_trips() {
                     ..Default::default()
                 }),
                 tools: Default::default(),
+                risk: Default::default(),
             },
         ],
     };
@@ -461,6 +467,11 @@ fn what_the_operator_renders_round_trips() {
         assert_eq!(config.call_timeout, Duration::from_secs(30));
         assert_eq!(config.allowed_hosts, vec!["10.1.2.3".to_string()]);
         assert_eq!(config.servers.len(), 2);
+        assert_eq!(config.max_risk, Some(Risk::Write));
+        assert_eq!(
+            config.servers[0].risk.get("move_file"),
+            Some(&Risk::Destructive)
+        );
     }
 }
 

@@ -26,7 +26,7 @@ use crate::{
     upstream::{Connection, Revision, StartReason, Upstream},
 };
 
-use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, upstream_meta};
+use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, record::Denial, upstream_meta};
 
 impl Proxy {
     /// `tools/call`: decide, then forward to the upstream that owns the tool. A call that is not
@@ -45,7 +45,12 @@ impl Proxy {
         let route: Route = loop {
             match snap.router.lookup(&req.name) {
                 Lookup::Routed(route) => break route.clone(),
-                Lookup::Denied { server, tool, rule } => {
+                Lookup::Denied {
+                    server,
+                    tool,
+                    rule,
+                    risk,
+                } => {
                     let error = Error::ToolDenied {
                         tool: req.name.clone(),
                         server: server.clone(),
@@ -60,7 +65,12 @@ impl Proxy {
                         &req,
                         started,
                         error,
-                        Some((server, tool.to_string(), rule)),
+                        Some(Denial {
+                            server,
+                            tool: tool.to_string(),
+                            rule,
+                            risk,
+                        }),
                     );
                 }
                 Lookup::NeedsLists(servers) if !fetched => {

@@ -9,11 +9,19 @@ use super::{CallRequest, Proxy, Snapshot};
 use crate::{
     audit::{self, Outcome},
     error::Error,
-    filter::{Rule, RuleDisplay},
+    filter::{Risk, Rule, RuleDisplay},
     names::{ServerName, clip},
     router::Route,
     telemetry,
 };
+
+/// A call the proxy's rules refused: the tool it would have reached and what decided.
+pub(super) struct Denial {
+    pub server: ServerName,
+    pub tool: String,
+    pub rule: Rule,
+    pub risk: Option<Risk>,
+}
 
 impl Proxy {
     /// Records a call refused by the proxy itself and returns its error.
@@ -23,7 +31,7 @@ impl Proxy {
         req: &CallRequest,
         started: Instant,
         error: Error,
-        denied: Option<(ServerName, String, Rule)>,
+        denied: Option<Denial>,
     ) -> Result<CallToolResponse, Error> {
         // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
         // error result it can read (as most MCP servers answer unknown tools). Failures of the
@@ -34,13 +42,20 @@ impl Proxy {
             (None, true) => Outcome::ToolError,
             (None, false) => Outcome::ProtocolError,
         };
-        let (server, upstream_tool, rule) = match &denied {
-            Some((s, t, r)) => (
-                Some(s.as_str()),
-                Some(t.as_str()),
-                Some(RuleDisplay { server: s, rule: r }.to_string()),
+        let (server, upstream_tool, rule, risk) = match &denied {
+            Some(d) => (
+                Some(d.server.as_str()),
+                Some(d.tool.as_str()),
+                Some(
+                    RuleDisplay {
+                        server: &d.server,
+                        rule: &d.rule,
+                    }
+                    .to_string(),
+                ),
+                d.risk,
             ),
-            None => (None, None, None),
+            None => (None, None, None, None),
         };
         let tool = clip(&req.name);
         tracing::info!(%tool, session = %req.session.id, error = %error, "tools/call refused");
@@ -75,6 +90,7 @@ impl Proxy {
             req,
             server,
             upstream_tool,
+            risk,
             if denied.is_some() {
                 "denied"
             } else {
@@ -143,6 +159,7 @@ impl Proxy {
             req,
             Some(route.server.name.as_str()),
             Some(route.tool.as_str()),
+            Some(route.risk),
             "allowed",
             Some(rule),
             outcome,
@@ -158,6 +175,7 @@ impl Proxy {
         req: &CallRequest,
         server: Option<&str>,
         upstream_tool: Option<&str>,
+        risk: Option<Risk>,
         decision: &'static str,
         rule: Option<String>,
         outcome: Outcome,
@@ -186,6 +204,7 @@ impl Proxy {
             tool: &clip(&req.name),
             server,
             upstream_tool,
+            risk: risk.map(Risk::as_str),
             decision,
             rule,
             outcome,

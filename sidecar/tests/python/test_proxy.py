@@ -181,6 +181,65 @@ async def test_denied_call_is_refused_naming_the_rule_and_never_reaches_the_serv
 
 
 @BOTH
+async def test_a_destructive_tool_under_max_risk_write_is_hidden_and_refused(make_proxy, tools, tmp_path, mode):
+    # The real filesystem server annotates its tools: write_file and move_file destructiveHint,
+    # create_directory neither read-only nor destructive, read_text_file readOnlyHint.
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "hello.txt").write_text("hello from disk")
+    stdin_log = tmp_path / "filesystem-stdin.jsonl"
+    proxy = make_proxy(
+        {
+            "policy": {"maxRisk": "write"},
+            "servers": [
+                {
+                    "name": "fs",
+                    "stdio": recorded(tools, stdin_log, str(tools.node), str(tools.filesystem), str(workspace)),
+                    # The glob lets everything through; the policy still holds.
+                    "tools": {"allow": ["*"]},
+                    "risk": {"list_directory": "destructive"},
+                }
+            ],
+        }
+    )
+    target = workspace / "written-by-agent.txt"
+    async with Client(proxy.url, mode=mode) as client:
+        offered = names(await client.list_tools())
+        assert {"fs__read_text_file", "fs__create_directory"} <= set(offered)
+        assert not {"fs__write_file", "fs__move_file", "fs__edit_file", "fs__list_directory"} & set(offered)
+        created = await client.call_tool("fs__create_directory", {"path": str(workspace / "made")})
+        assert not created.is_error, text_of(created)
+        refused = await client.call_tool("fs__write_file", {"path": str(target), "content": "nope"})
+        overridden = await client.call_tool("fs__list_directory", {"path": str(workspace)})
+    assert refused.is_error
+    assert 'policy.maxRisk "write" (servers[fs]: the tool is destructive)' in text_of(refused)
+    assert refused.meta["io.orchestrator/proxy"]["code"] == "PROXY.TOOL_DENIED"
+    assert overridden.is_error and "the tool is destructive" in text_of(overridden)
+    # Upstream side: nothing written, and the server saw only the allowed call.
+    assert not target.exists()
+    assert (workspace / "made").is_dir()
+    received = [json.loads(line) for line in stdin_log.read_text().splitlines()]
+    assert [m["params"]["name"] for m in received if m.get("method") == "tools/call"] == ["create_directory"]
+    # GET /tools: each tool's class, from its annotations or the config's override.
+    known = {t["tool"]: t for t in proxy.tools()["servers"][0]["tools"]}
+    assert known["read_text_file"]["risk"] == "read"
+    assert known["create_directory"]["risk"] == "write"
+    assert known["write_file"]["risk"] == "destructive"
+    assert known["list_directory"]["risk"] == "destructive"
+    assert known["write_file"]["verdict"] == {
+        "decision": "denied",
+        "rule": {"kind": "aboveMaxRisk", "risk": "destructive", "maxRisk": "write"},
+    }
+    # Audit: every record carries the class.
+    records = {r["tool"]: r for r in proxy.audit(at_least=3)}
+    assert records["fs__create_directory"]["risk"] == "write"
+    assert records["fs__create_directory"]["decision"] == "allowed"
+    assert records["fs__write_file"]["risk"] == "destructive"
+    assert records["fs__write_file"]["decision"] == "denied"
+    assert records["fs__write_file"]["rule"] == 'policy.maxRisk "write" (servers[fs]: the tool is destructive)'
+
+
+@BOTH
 async def test_unknown_tool_is_a_clear_tool_error(make_proxy, tools, mode):
     proxy = make_proxy({"servers": [everything_server(tools)]})
     async with Client(proxy.url, mode=mode) as client:
