@@ -171,17 +171,26 @@ pub fn show_text(s: &CatalogServer) -> String {
         out.push_str("Tools:        not listed in the catalog (the server decides)\n");
     } else {
         out.push_str(&format!("Tools ({}):\n", s.tools.len()));
-        let mut t = Table::new(&["NAME", "CATEGORY", "DESCRIPTION"]);
+        let mut t = Table::new(&["NAME", "CATEGORY", "RISK", "DESCRIPTION"]);
         for tool in &s.tools {
             t.row(vec![
                 tool.name.clone(),
                 tool.category.clone().unwrap_or_default(),
+                risk_text(tool.risk),
                 tool.description.clone(),
             ]);
         }
         out.push_str(&indent(&t.render()));
+        out.push_str(
+            "  (RISK \"-\": the class comes from the server's annotations when the proxy lists the tool)\n",
+        );
     }
     out
+}
+
+/// A catalog tool's risk class, `-` when the server's annotations decide it.
+pub fn risk_text(risk: Option<orchestrator_crds::proxy::Risk>) -> String {
+    risk.map_or_else(|| "-".to_string(), |r| r.to_string())
 }
 
 /// At most `max` characters, cut at a word with "..." (the full text is in `catalog show`).
@@ -212,7 +221,7 @@ servers:
     stdio: {command: mcp-server-time, args: ["--local-timezone", "UTC"]}
     tools:
       - {name: get_current_time, description: Now, category: read}
-      - {name: convert_time, description: Convert, category: read}
+      - {name: convert_time, description: Convert, category: read, risk: read}
   - name: github
     description: GitHub API
     stdio: {command: github-mcp-server, args: [stdio]}
@@ -249,9 +258,10 @@ servers:
              Description:  Current time and time zones\n\
              Transport:    stdio: mcp-server-time --local-timezone UTC\n\
              Tools (2):\n  \
-               NAME               CATEGORY   DESCRIPTION\n  \
-               get_current_time   read       Now\n  \
-               convert_time       read       Convert\n"
+               NAME               CATEGORY   RISK   DESCRIPTION\n  \
+               get_current_time   read       -      Now\n  \
+               convert_time       read       read   Convert\n  \
+               (RISK \"-\": the class comes from the server's annotations when the proxy lists the tool)\n"
         );
         let text = show_text(c.get("github").expect("github"));
         assert!(

@@ -7,7 +7,7 @@ use std::path::Path;
 use orchestrator_crds::catalog::{Catalog, CatalogServer};
 
 use crate::args::Global;
-use crate::catalog::load;
+use crate::catalog::{load, risk_text};
 use crate::error::{Error, Result};
 use crate::output;
 
@@ -144,14 +144,16 @@ fn server_section(out: &mut String, s: &CatalogServer) {
         return;
     }
     out.push_str(&format!(
-        "Tools ({}):\n\n| tool | category | description |\n|---|---|---|\n",
+        "Tools ({}); risk `-`: the class comes from the server's annotations:\n\n\
+         | tool | category | risk | description |\n|---|---|---|---|\n",
         s.tools.len()
     ));
     for t in &s.tools {
         out.push_str(&format!(
-            "| {} | {} | {} |\n",
+            "| {} | {} | {} | {} |\n",
             code(&t.name),
             t.category.as_deref().unwrap_or("-"),
+            risk_text(t.risk),
             cell(&t.description),
         ));
     }
@@ -219,7 +221,7 @@ mod tests {
         );
         let doc = render(&c);
         assert!(doc.contains("| a \\| b c |"), "{doc}");
-        assert!(doc.contains("| `t` | - | one two \\| three |"), "{doc}");
+        assert!(doc.contains("| `t` | - | - | one two \\| three |"), "{doc}");
     }
 
     #[test]

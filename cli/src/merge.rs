@@ -127,6 +127,7 @@ fn enable(config: &mut ToolConfig, spec: &ToolSpec, catalog: &Catalog) -> Result
                 deny: Vec::new(),
             },
             secret_refs: Vec::new(),
+            risk: Default::default(),
         });
         return Ok(());
     };

@@ -107,6 +107,11 @@ pub struct CatalogTool {
     /// A coarse grouping, e.g. `read`, `write`, `issues`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
+    /// The tool's risk class (`read`, `write`, `destructive`), instead of what the server's
+    /// annotations say (for a server that gives none, or wrong ones); a TaskRun's server `risk`
+    /// overrides it in turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<crate::tools::Risk>,
 }
 
 /// One thing wrong with a catalog.

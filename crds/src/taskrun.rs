@@ -18,6 +18,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::tools::Risk;
+
 /// API group of every orchestrator resource.
 pub const GROUP: &str = "orchestrator.io";
 
@@ -271,6 +273,25 @@ pub struct ToolConfig {
         ]
     ))]
     pub mcp_servers: Vec<McpServer>,
+    /// Rules the proxy holds every MCP tool call to, beyond each server's patterns.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub policy: ToolPolicy,
+}
+
+/// Rules the proxy holds every MCP tool call to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolPolicy {
+    /// The riskiest tools the agent may see and call: `read`, `write` or `destructive`. A tool's
+    /// class comes from the server's annotations for it (`readOnlyHint` -> read,
+    /// `destructiveHint` -> destructive, neither -> write) unless the catalog or the server's
+    /// `risk` here names it. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_risk: Option<Risk>,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// The agent's built-in tools.
@@ -343,6 +364,11 @@ pub struct McpServer {
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["env"]))]
     pub secret_refs: Vec<SecretEnvRef>,
+    /// Tool name -> its risk class (`read`, `write`, `destructive`), instead of what the catalog
+    /// or the server's annotations say.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 128))]
+    pub risk: BTreeMap<String, Risk>,
 }
 
 impl McpServer {
@@ -356,6 +382,7 @@ impl McpServer {
                 deny: deny.iter().map(|s| s.to_string()).collect(),
             },
             secret_refs: Vec::new(),
+            risk: BTreeMap::new(),
         }
     }
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use orchestrator_crds::proxy::{
-    AuditSpec, HttpSpec, PROXY_CONFIG_FILE, ProxyConfig, ServerSpec, StdioSpec, TaskRef,
-    ToolFilter, ToolPrefix,
+    AuditSpec, HttpSpec, PROXY_CONFIG_FILE, PolicySpec, ProxyConfig, ServerSpec, StdioSpec,
+    TaskRef, ToolFilter, ToolPrefix,
 };
 use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
@@ -69,7 +69,14 @@ impl Files {
                         allow: s.spec.tools.allow.clone(),
                         deny: s.spec.tools.deny.clone(),
                     },
-                    risk: Default::default(),
+                    // The catalog's classes, the TaskRun's over them.
+                    risk: s
+                        .entry
+                        .tools
+                        .iter()
+                        .filter_map(|t| Some((t.name.clone(), t.risk?)))
+                        .chain(s.spec.risk.iter().map(|(t, r)| (t.clone(), *r)))
+                        .collect(),
                 }
             })
             .collect();
@@ -84,7 +91,9 @@ impl Files {
             allowed_hosts: Vec::new(),
             call_timeout_seconds: None,
             audit: AuditSpec::default(),
-            policy: Default::default(),
+            policy: PolicySpec {
+                max_risk: tr.spec.tool_config.policy.max_risk,
+            },
             servers,
         };
         Files {

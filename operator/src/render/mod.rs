@@ -168,7 +168,7 @@ pub fn render(
     let mut tools = Vec::new();
     let mut enabled_tool_count = 0;
     for server in resolved.servers.iter().filter(|s| s.spec.enabled) {
-        let exposed = resolve::exposed_tools(server);
+        let exposed = resolve::exposed_tools(server, tr.spec.tool_config.policy.max_risk);
         enabled_tool_count += exposed.as_ref().map_or(0, |e| e.len() as i64);
         tools.push(EffectiveTools {
             server: server.spec.name.clone(),

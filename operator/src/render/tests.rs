@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::proxy::ProxyConfig;
+use orchestrator_crds::proxy::{ProxyConfig, Risk};
 use orchestrator_crds::taskrun::{McpServer, TaskRun};
 
 use super::*;
@@ -106,6 +106,44 @@ fn rendered_proxy_yaml_round_trips_into_the_sidecar_schema() {
     );
     // Re-serializing the parsed config gives the same text: nothing was dropped or defaulted away.
     assert_eq!(&serde_saphyr::to_string(&parsed).expect("serializes"), text);
+}
+
+#[test]
+fn the_risk_policy_reaches_the_proxy_with_the_taskruns_classes_over_the_catalogs() {
+    let mut tr = task_1002();
+    tr.spec.tool_config.policy.max_risk = Some(Risk::Read);
+    tr.spec.tool_config.mcp_servers[0].risk = [
+        ("push_files".to_string(), Risk::Write),
+        ("create_issue".to_string(), Risk::Read),
+    ]
+    .into();
+    let data = plan(&tr).config_map(1).data.expect("data");
+    let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
+    assert_eq!(parsed.policy.max_risk, Some(Risk::Read));
+    let github = &parsed.servers[0].risk;
+    // The catalog's classes (config/catalog.yaml), the TaskRun's over them.
+    assert_eq!(github.get("search_code"), Some(&Risk::Read));
+    assert_eq!(github.get("merge_pull_request"), Some(&Risk::Destructive));
+    assert_eq!(github.get("push_files"), Some(&Risk::Write));
+    assert_eq!(github.get("create_issue"), Some(&Risk::Read));
+    // No class in the catalog or the TaskRun: the server's annotations decide, so none is sent.
+    assert_eq!(github.get("create_repository"), None);
+    assert!(parsed.servers[1].risk.is_empty());
+    // The status counts what the classes known here let through: of github's allowed list_*,
+    // get_*, search_*, all read in the catalog, all stay; filesystem's have no class here.
+    let status = plan(&tr);
+    let github_exposed = status.tools[0].exposed.as_ref().expect("listed");
+    assert!(github_exposed.iter().any(|t| t == "search_code"));
+    tr.spec.tool_config.mcp_servers[0]
+        .risk
+        .insert("search_code".into(), Risk::Write);
+    let stricter = plan(&tr);
+    let stricter = stricter.tools[0].exposed.as_ref().expect("listed");
+    assert!(!stricter.iter().any(|t| t == "search_code"), "{stricter:?}");
+    assert_eq!(stricter.len() + 1, github_exposed.len());
+    // Without a policy the proxy config carries none (and the sample's snapshot is unchanged).
+    let plain = plan(&task_1002()).config_map(1).data.expect("data");
+    assert!(!plain["proxy.yaml"].contains("policy"));
 }
 
 #[test]
