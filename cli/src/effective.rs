@@ -80,11 +80,27 @@ pub fn effective(
         .mcp_servers
         .iter()
         .map(|s| {
-            let listed: BTreeSet<String> = catalog
-                .and_then(|c| c.get(&s.name))
+            let entry = catalog.and_then(|c| c.get(&s.name));
+            let listed: BTreeSet<String> = entry
                 .map(|c| c.tools.iter().map(|t| t.name.clone()).collect())
                 .unwrap_or_default();
-            (s.name.clone(), server_tools(s, &listed, extra.get(&s.name)))
+            let mut tools = server_tools(s, &listed, extra.get(&s.name));
+            if let (ServerTools::Tools { tools }, Some(max)) = (&mut tools, config.policy.max_risk)
+            {
+                // As the proxy decides, where the class is known here: the TaskRun's, else the
+                // catalog's (a tool with neither is decided by the server's annotations).
+                tools.retain(|t| {
+                    let catalog_risk = entry
+                        .and_then(|e| e.tools.iter().find(|c| c.name == *t))
+                        .and_then(|c| c.risk);
+                    s.risk
+                        .get(t)
+                        .copied()
+                        .or(catalog_risk)
+                        .is_none_or(|r| r <= max)
+                });
+            }
+            (s.name.clone(), tools)
         })
         .collect()
 }
@@ -196,6 +212,7 @@ pub fn diff(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orchestrator_crds::tools::Risk;
 
     fn catalog() -> Catalog {
         Catalog::parse(
@@ -232,6 +249,35 @@ servers:
         let e = effective(&c, Some(&catalog()), &BTreeMap::new());
         assert_eq!(e["filesystem"], tools(&["read_file", "write_file"]));
         assert_eq!(e["memory"], ServerTools::Off);
+    }
+
+    #[test]
+    fn max_risk_hides_the_tools_whose_class_is_known_above_it() {
+        let catalog = Catalog::parse(
+            r#"
+servers:
+  - name: filesystem
+    stdio: {command: fs}
+    tools: [{name: read_file, risk: read}, {name: write_file}, {name: delete_file, risk: destructive}]
+"#,
+        )
+        .expect("valid");
+        let mut c = config(vec![McpServer::new("filesystem", &[], &[])]);
+        c.policy.max_risk = Some(Risk::Write);
+        let e = effective(&c, Some(&catalog), &BTreeMap::new());
+        // write_file has no class here: the server's annotations decide, so it is counted.
+        assert_eq!(e["filesystem"], tools(&["read_file", "write_file"]));
+        // The TaskRun's class wins over the catalog's.
+        c.mcp_servers[0].risk = [
+            ("delete_file".to_string(), Risk::Write),
+            ("write_file".to_string(), Risk::Destructive),
+        ]
+        .into();
+        let e = effective(&c, Some(&catalog), &BTreeMap::new());
+        assert_eq!(e["filesystem"], tools(&["delete_file", "read_file"]));
+        c.policy.max_risk = None;
+        let e = effective(&c, Some(&catalog), &BTreeMap::new());
+        assert_eq!(e["filesystem"].count(), Some(3));
     }
 
     #[test]
