@@ -126,7 +126,8 @@ pub fn list_table(catalog: &Catalog) -> String {
     t.render()
 }
 
-fn transport(s: &CatalogServer) -> &'static str {
+/// `stdio` or `http`: how the proxy reaches the server.
+pub fn transport(s: &CatalogServer) -> &'static str {
     match (&s.stdio, &s.http) {
         (Some(_), _) => "stdio",
         (None, Some(_)) => "http",

@@ -7,7 +7,7 @@ use std::path::Path;
 use orchestrator_crds::catalog::{Catalog, CatalogServer};
 
 use crate::args::Global;
-use crate::catalog::{load, risk_text};
+use crate::catalog::{load, risk_text, transport};
 use crate::error::{Error, Result};
 use crate::output;
 
@@ -156,14 +156,6 @@ fn server_section(out: &mut String, s: &CatalogServer) {
             risk_text(t.risk),
             cell(&t.description),
         ));
-    }
-}
-
-fn transport(s: &CatalogServer) -> &'static str {
-    match (&s.stdio, &s.http) {
-        (Some(_), _) => "stdio",
-        (None, Some(_)) => "http",
-        (None, None) => "-",
     }
 }
 

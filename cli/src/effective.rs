@@ -85,20 +85,9 @@ pub fn effective(
                 .map(|c| c.tools.iter().map(|t| t.name.clone()).collect())
                 .unwrap_or_default();
             let mut tools = server_tools(s, &listed, extra.get(&s.name));
-            if let (ServerTools::Tools { tools }, Some(max)) = (&mut tools, config.policy.max_risk)
-            {
-                // As the proxy decides, where the class is known here: the TaskRun's, else the
-                // catalog's (a tool with neither is decided by the server's annotations).
-                tools.retain(|t| {
-                    let catalog_risk = entry
-                        .and_then(|e| e.tools.iter().find(|c| c.name == *t))
-                        .and_then(|c| c.risk);
-                    s.risk
-                        .get(t)
-                        .copied()
-                        .or(catalog_risk)
-                        .is_none_or(|r| r <= max)
-                });
+            if let ServerTools::Tools { tools } = &mut tools {
+                // As the proxy decides, where the class is known here.
+                tools.retain(|t| config.policy.admits(s.known_risk(t, entry)));
             }
             (s.name.clone(), tools)
         })

@@ -18,7 +18,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::tools::Risk;
+use crate::catalog::CatalogServer;
+pub use crate::tools::{Risk, ToolPolicy};
 
 /// API group of every orchestrator resource.
 pub const GROUP: &str = "orchestrator.io";
@@ -278,18 +279,6 @@ pub struct ToolConfig {
     pub policy: ToolPolicy,
 }
 
-/// Rules the proxy holds every MCP tool call to.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolPolicy {
-    /// The riskiest tools the agent may see and call: `read`, `write` or `destructive`. A tool's
-    /// class comes from the server's annotations for it (`readOnlyHint` -> read,
-    /// `destructiveHint` -> destructive, neither -> write) unless the catalog or the server's
-    /// `risk` here names it. Unset: no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_risk: Option<Risk>,
-}
-
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
@@ -384,6 +373,15 @@ impl McpServer {
             secret_refs: Vec::new(),
             risk: BTreeMap::new(),
         }
+    }
+
+    /// The risk class of `tool` as far as the TaskRun and the server's catalog `entry` say (the
+    /// TaskRun's over the catalog's); `None` when only the server's annotations would.
+    pub fn known_risk(&self, tool: &str, entry: Option<&CatalogServer>) -> Option<Risk> {
+        self.risk
+            .get(tool)
+            .copied()
+            .or_else(|| entry?.tools.iter().find(|t| t.name == tool)?.risk)
     }
 }
 

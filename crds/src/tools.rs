@@ -62,6 +62,28 @@ struct Pattern {
     matcher: GlobMatcher,
 }
 
+/// Rules the proxy holds every MCP tool call to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolPolicy {
+    /// The riskiest tools the agent may see and call: `read`, `write` or `destructive`. A tool's
+    /// class comes from the server's annotations for it (`readOnlyHint` -> read,
+    /// `destructiveHint` -> destructive, neither -> write) unless the catalog or the server's
+    /// `risk` here names it. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_risk: Option<Risk>,
+}
+
+impl ToolPolicy {
+    /// Whether a tool of class `risk` may be offered; `None` (a class only the server's
+    /// annotations give, which only the proxy sees) is admitted.
+    pub fn admits(&self, risk: Option<Risk>) -> bool {
+        self.max_risk
+            .zip(risk)
+            .is_none_or(|(max, risk)| risk <= max)
+    }
+}
+
 /// Why a tool is exposed or hidden.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]

@@ -92,8 +92,7 @@ impl ConfigMapFacts {
 
 fn owners_digest(owners: Option<&[OwnerReference]>) -> String {
     let json = serde_json::to_vec(&owners.unwrap_or_default()).unwrap_or_default();
-    let out = Sha256::digest(json);
-    out.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    render::short_hex(&Sha256::digest(json))
 }
 
 /// Facts of one kind of child, by namespace and name.

@@ -9,6 +9,8 @@
 use orchestrator_crds::taskrun::{EffectiveTools, Phase, TaskRun, TaskRunStatus};
 use sha2::{Digest, Sha256};
 
+use crate::render::short_hex;
+
 /// Only in the operator's cache, never on a stored TaskRun: `status.tools` becomes one entry
 /// whose server is this followed by the digest of the list (a server is a DNS-1123 label, so no
 /// real entry starts so).
@@ -37,12 +39,8 @@ pub fn trim_taskrun(tr: &mut TaskRun) {
 /// The one entry that stands for `tools` in the cache.
 fn tools_digest(tools: &[EffectiveTools]) -> Vec<EffectiveTools> {
     let json = serde_json::to_vec(tools).unwrap_or_default();
-    let mut server = TOOLS_DIGEST.to_string();
-    for b in Sha256::digest(json).iter().take(8) {
-        server.push_str(&format!("{b:02x}"));
-    }
     vec![EffectiveTools {
-        server,
+        server: format!("{TOOLS_DIGEST}{}", short_hex(&Sha256::digest(json))),
         allow: Vec::new(),
         deny: Vec::new(),
         exposed: None,

@@ -168,7 +168,7 @@ pub fn render(
     let mut tools = Vec::new();
     let mut enabled_tool_count = 0;
     for server in resolved.servers.iter().filter(|s| s.spec.enabled) {
-        let exposed = resolve::exposed_tools(server, tr.spec.tool_config.policy.max_risk);
+        let exposed = resolve::exposed_tools(server, &tr.spec.tool_config.policy);
         enabled_tool_count += exposed.as_ref().map_or(0, |e| e.len() as i64);
         tools.push(EffectiveTools {
             server: server.spec.name.clone(),
@@ -251,8 +251,12 @@ pub fn digest(data: &BTreeMap<String, String>) -> String {
         h.update((v.len() as u64).to_le_bytes());
         h.update(v.as_bytes());
     }
-    let out = h.finalize();
-    out.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    short_hex(&h.finalize())
+}
+
+/// The first 8 bytes of a hash as 16 hex digits: how the operator's digests are written.
+pub fn short_hex(hash: &[u8]) -> String {
+    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

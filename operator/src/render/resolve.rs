@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use orchestrator_crds::catalog::{Catalog, CatalogServer, CatalogTool};
-use orchestrator_crds::taskrun::{McpServer, TaskRunSpec, permission_rules};
-use orchestrator_crds::tools::{Risk, ToolFilter};
+use orchestrator_crds::catalog::{Catalog, CatalogServer};
+use orchestrator_crds::taskrun::{McpServer, TaskRunSpec, ToolPolicy, permission_rules};
+use orchestrator_crds::tools::ToolFilter;
 
 /// One thing the operator cannot accept in a TaskRun (the API server could not judge it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,24 +196,24 @@ pub fn resolve<'a>(
 /// and the policy's `maxRisk` lets through, by the classes the catalog and the TaskRun give (a
 /// tool with neither is decided by the server's annotations, which only the proxy sees: it is
 /// counted here), or `None` when the catalog does not list the server's tools.
-pub fn exposed_tools(server: &ResolvedServer<'_>, max_risk: Option<Risk>) -> Option<Vec<String>> {
+pub fn exposed_tools(server: &ResolvedServer<'_>, policy: &ToolPolicy) -> Option<Vec<String>> {
     if server.entry.tools.is_empty() {
         return None;
     }
     // Bad patterns were reported by `resolve`; here they would only hide tools.
     let filter =
         ToolFilter::compile(true, &server.spec.tools.allow, &server.spec.tools.deny).ok()?;
-    let within = |t: &CatalogTool| {
-        let risk = server.spec.risk.get(&t.name).copied().or(t.risk);
-        max_risk.zip(risk).is_none_or(|(max, risk)| risk <= max)
-    };
     Some(
         server
             .entry
             .tools
             .iter()
-            .filter(|t| filter.exposes(&t.name) && within(t))
-            .map(|t| t.name.clone())
+            .map(|t| t.name.as_str())
+            .filter(|name| {
+                filter.exposes(name)
+                    && policy.admits(server.spec.known_risk(name, Some(server.entry)))
+            })
+            .map(str::to_string)
             .collect(),
     )
 }

@@ -420,3 +420,9 @@ def recorded_pids(path: Path) -> list[int]:
 def recorded(tools: Tools, log: Path, command: str, *args: str) -> dict:
     """A stdio server spec whose stdin is recorded in `log` (see support/record_stdin.py)."""
     return {"command": str(tools.python), "args": [str(SUPPORT / "record_stdin.py"), str(log), command, *args]}
+
+
+def recorded_calls(log: Path) -> list[str]:
+    """The tool names of the `tools/call` requests a `recorded` server received, in order."""
+    received = [json.loads(line) for line in log.read_text().splitlines()]
+    return [m["params"]["name"] for m in received if m.get("method") == "tools/call"]

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from conftest import alive, await_for, recorded
+from conftest import alive, await_for, recorded, recorded_calls
 
 pytestmark = pytest.mark.anyio
 
@@ -162,9 +162,7 @@ async def test_denied_call_is_refused_naming_the_rule_and_never_reaches_the_serv
     assert refused.meta["io.orchestrator/proxy"]["code"] == "PROXY.TOOL_DENIED"
     # Upstream side: the file was not written, and the server never received the request.
     assert not target.exists()
-    received = [json.loads(line) for line in stdin_log.read_text().splitlines()]
-    calls = [m["params"]["name"] for m in received if m.get("method") == "tools/call"]
-    assert calls == ["read_text_file"]
+    assert recorded_calls(stdin_log) == ["read_text_file"]
     # GET /tools: every upstream tool known, with its verdict and the deciding rule.
     known = {t["tool"]: t for t in proxy.tools()["servers"][0]["tools"]}
     assert known["write_file"]["verdict"] == {
@@ -218,8 +216,7 @@ async def test_a_destructive_tool_under_max_risk_write_is_hidden_and_refused(mak
     # Upstream side: nothing written, and the server saw only the allowed call.
     assert not target.exists()
     assert (workspace / "made").is_dir()
-    received = [json.loads(line) for line in stdin_log.read_text().splitlines()]
-    assert [m["params"]["name"] for m in received if m.get("method") == "tools/call"] == ["create_directory"]
+    assert recorded_calls(stdin_log) == ["create_directory"]
     # GET /tools: each tool's class, from its annotations or the config's override.
     known = {t["tool"]: t for t in proxy.tools()["servers"][0]["tools"]}
     assert known["read_text_file"]["risk"] == "read"
