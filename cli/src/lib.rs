@@ -5,7 +5,7 @@
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
 //! (the markdown reference), [`task`] (one module per command), [`wait`], [`output`]
-//! (table/json/yaml), [`error`] (exit codes).
+//! (table/json/yaml), [`error`] (exit codes), [`identity`] (who the API server says we are).
 
 pub mod args;
 pub mod catalog;
@@ -13,6 +13,7 @@ pub mod catalog_docs;
 pub mod connect;
 pub mod effective;
 pub mod error;
+pub mod identity;
 pub mod merge;
 pub mod output;
 pub mod task;
