@@ -316,7 +316,11 @@ async fn create(cluster: &Cluster, args: &SubmitArgs, spec: TaskRunSpec) -> Resu
             },
         );
         tr.metadata.annotations = requested_by.clone();
-        match api.create(&PostParams::default(), &tr).await {
+        let params = PostParams {
+            field_manager: Some(super::add_context::FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        match api.create(&params, &tr).await {
             Ok(created) => return Ok(created),
             Err(e) if is_conflict(&e) && auto_id && args.name.is_none() => id += 1,
             Err(e) if is_conflict(&e) => {

@@ -115,7 +115,10 @@ pub fn attribute(meta: &ObjectMeta, previous_generation: Option<i64>) -> (String
 }
 
 /// The manager of the latest `managedFields` entry owning part of `spec.toolConfig` (else of
-/// `spec`: a TaskRun created without a `toolConfig` gets the default one).
+/// `spec`: a TaskRun created without a `toolConfig` gets the default one). Times have seconds
+/// only: on a tie, an entry owning the requested-by annotation loses (the annotation does not
+/// name this generation, so that writer's change with it came before), then the later entry
+/// wins.
 fn last_spec_writer(entries: &[ManagedFieldsEntry]) -> Option<String> {
     let owns = |e: &ManagedFieldsEntry, path: &[&str]| {
         let mut v = e.fields_v1.as_ref().map(|f| &f.0);
@@ -124,13 +127,16 @@ fn last_spec_writer(entries: &[ManagedFieldsEntry]) -> Option<String> {
         }
         v.is_some()
     };
+    let annotation = format!("f:{REQUESTED_BY_ANNOTATION}");
     let latest = |path: &[&str]| {
         entries
             .iter()
             .enumerate()
             .filter(|(_, e)| owns(e, path))
-            // Latest time wins; on a tie (seconds), the later entry.
-            .max_by_key(|(i, e)| (e.time.as_ref().map(|t| t.0), *i))
+            .max_by_key(|(i, e)| {
+                let annotated = owns(e, &["f:metadata", "f:annotations", &annotation]);
+                (e.time.as_ref().map(|t| t.0), !annotated, *i)
+            })
             .and_then(|(_, e)| e.manager.clone())
     };
     latest(&["f:spec", "f:toolConfig"]).or_else(|| latest(&["f:spec"]))
@@ -365,6 +371,19 @@ mod tests {
         // A later change by someone else leaves alice's annotation behind: not hers.
         assert_eq!(
             attribute(&meta(3, Some(&alice), managed.clone()), Some(2)),
+            ("kubectl-edit".into(), Source::FieldManager)
+        );
+        // Both in the same second, the CLI's entry listed last: the one without the stale
+        // annotation made the change.
+        let tied = json!([
+            {"manager": "kubectl-edit", "operation": "Update", "time": "2026-01-01T00:05:00Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:toolConfig": {}}}},
+            {"manager": "orchestrator-cli", "operation": "Update", "time": "2026-01-01T00:05:00Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:toolConfig": {}},
+                "f:metadata": {"f:annotations": {"f:orchestrator.io/requested-by": {}}}}}
+        ]);
+        assert_eq!(
+            attribute(&meta(3, Some(&alice), tied), Some(2)),
             ("kubectl-edit".into(), Source::FieldManager)
         );
         assert_eq!(
