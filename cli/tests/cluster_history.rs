@@ -27,31 +27,12 @@ const CATALOG: &str = "orchestrator-catalog";
 
 /// The CLI as `user` (None: the e2e admin itself), reading the catalog the operator reads.
 fn cli(ns: &str, user: Option<&str>, args: &[&str]) -> cluster_support::Run {
-    let mut cmd = std::process::Command::new(cluster_support::BIN);
-    cmd.arg("--kubeconfig")
-        .arg(orchestrator_e2e::kubeconfig_path())
-        .args([
-            "-n",
-            ns,
-            "--catalog-namespace",
-            ns,
-            "--catalog-name",
-            CATALOG,
-        ]);
+    let mut full = vec!["--catalog-namespace", ns, "--catalog-name", CATALOG];
     if let Some(user) = user {
-        cmd.args(["--as", user]);
+        full.extend(["--as", user]);
     }
-    let out = cmd
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env_remove("ORCH_CATALOG_FILE")
-        .output()
-        .expect("the CLI runs");
-    cluster_support::Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    full.extend_from_slice(args);
+    cluster_support::run_without_catalog_file(ns, &full)
 }
 
 /// Lets `users` read the catalog and change TaskRuns in `ns` (and read their events).
