@@ -200,6 +200,7 @@ async fn the_history_names_who_granted_each_tool_and_when() -> Result<()> {
     )
     .await?;
     let text = &out.stdout;
+    println!("task describe, as alice:\n{text}");
     let line = |version: &str| {
         text.lines()
             .find(|l| l.split_whitespace().next() == Some(version))
