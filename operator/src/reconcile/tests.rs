@@ -871,3 +871,49 @@ async fn a_blocked_task_keeps_the_tools_in_force_in_its_status() {
     h.reconcile(&broken).await;
     assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_version_already_in_the_history_is_not_recorded_again() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    let tr = h.with_written_status(&tr);
+    let mut changed = tr.clone();
+    changed.metadata.generation = Some(2);
+    changed
+        .spec
+        .tool_config
+        .mcp_servers
+        .retain(|s| s.name != "memory");
+    h.reconcile(&changed).await;
+    h.sync_caches("task-1001");
+    let recorded = h.with_written_status(&changed);
+    let history = recorded
+        .status
+        .as_ref()
+        .map(|s| s.context_history.clone())
+        .unwrap_or_default();
+    assert_eq!(history.len(), 2, "{history:?}");
+    h.fake.take_writes();
+
+    // As if the operator stopped after recording version 2 but before the status showed it:
+    // the next reconcile writes the status, and neither a second entry nor a second event.
+    let mut crashed = changed.clone();
+    crashed.status = tr.status.clone();
+    if let Some(status) = crashed.status.as_mut() {
+        status.context_history = history.clone();
+    }
+    h.reconcile(&crashed).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["PATCH taskruns/status"]);
+    assert_eq!(written_status(&writes).context_version, Some(2));
+    let stored = h
+        .fake
+        .get(&path("taskruns", "task-1001"))
+        .expect("the TaskRun");
+    assert_eq!(
+        stored["status"]["contextHistory"],
+        serde_json::to_value(&history).expect("serializes")
+    );
+}
