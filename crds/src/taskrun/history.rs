@@ -93,10 +93,17 @@ impl RequestedBy {
     }
 }
 
-/// Who asked for the change that made `meta`'s generation. `previous_generation`: the
-/// generation of the last recorded entry; the same generation means the spec did not change.
-pub fn attribute(meta: &ObjectMeta, previous_generation: Option<i64>) -> (String, Source) {
-    if previous_generation.is_some() && previous_generation == meta.generation {
+/// Who asked for the change that made generation `rendered`, from the TaskRun's metadata as
+/// read now (`meta`). `previous_generation`: the generation of the last recorded entry; the
+/// same generation means the spec did not change. When the spec changed again since the render
+/// (`meta` has a later generation), its `managedFields` tell the later write, so only an
+/// annotation naming `rendered` counts.
+pub fn attribute(
+    meta: &ObjectMeta,
+    rendered: Option<i64>,
+    previous_generation: Option<i64>,
+) -> (String, Source) {
+    if previous_generation.is_some() && previous_generation == rendered {
         return (OPERATOR.to_string(), Source::Operator);
     }
     let annotated = meta
@@ -104,11 +111,14 @@ pub fn attribute(meta: &ObjectMeta, previous_generation: Option<i64>) -> (String
         .as_ref()
         .and_then(|a| a.get(REQUESTED_BY_ANNOTATION))
         .and_then(|v| RequestedBy::parse(v))
-        .filter(|r| Some(r.generation) == meta.generation && !r.user.is_empty());
+        .filter(|r| Some(r.generation) == rendered && !r.user.is_empty());
     if let Some(r) = annotated {
         return (r.user, Source::Annotation);
     }
-    match last_spec_writer(meta.managed_fields.as_deref().unwrap_or_default()) {
+    let writer = (meta.generation == rendered)
+        .then(|| last_spec_writer(meta.managed_fields.as_deref().unwrap_or_default()))
+        .flatten();
+    match writer {
         Some(manager) => (manager, Source::FieldManager),
         None => ("unknown".to_string(), Source::Unknown),
     }
@@ -365,12 +375,12 @@ mod tests {
         .to_annotation();
         assert_eq!(alice, r#"{"user":"alice","generation":2}"#);
         assert_eq!(
-            attribute(&meta(2, Some(&alice), managed.clone()), Some(1)),
+            attribute(&meta(2, Some(&alice), managed.clone()), Some(2), Some(1)),
             ("alice".into(), Source::Annotation)
         );
         // A later change by someone else leaves alice's annotation behind: not hers.
         assert_eq!(
-            attribute(&meta(3, Some(&alice), managed.clone()), Some(2)),
+            attribute(&meta(3, Some(&alice), managed.clone()), Some(3), Some(2)),
             ("kubectl-edit".into(), Source::FieldManager)
         );
         // Both in the same second, the CLI's entry listed last: the one without the stale
@@ -383,23 +393,33 @@ mod tests {
                 "f:metadata": {"f:annotations": {"f:orchestrator.io/requested-by": {}}}}}
         ]);
         assert_eq!(
-            attribute(&meta(3, Some(&alice), tied), Some(2)),
+            attribute(&meta(3, Some(&alice), tied), Some(3), Some(2)),
             ("kubectl-edit".into(), Source::FieldManager)
         );
         assert_eq!(
-            attribute(&meta(3, Some("not json"), json!([])), Some(2)),
+            attribute(&meta(3, Some("not json"), json!([])), Some(3), Some(2)),
             ("unknown".into(), Source::Unknown)
         );
         // The same generation again: the catalog changed, not the spec.
         assert_eq!(
-            attribute(&meta(2, Some(&alice), managed), Some(2)),
+            attribute(&meta(2, Some(&alice), managed.clone()), Some(2), Some(2)),
             (OPERATOR.into(), Source::Operator)
+        );
+        // Rendered at generation 2, but read at 3 (changed again meanwhile): alice's annotation
+        // of 2 still counts; without it, the later write's field manager does not.
+        assert_eq!(
+            attribute(&meta(3, Some(&alice), managed.clone()), Some(2), Some(1)),
+            ("alice".into(), Source::Annotation)
+        );
+        assert_eq!(
+            attribute(&meta(3, None, managed), Some(2), Some(1)),
+            ("unknown".into(), Source::Unknown)
         );
         // Created without a toolConfig: whoever wrote the spec.
         let created = json!([{"manager": "kubectl-create", "operation": "Update",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:taskId": {}}}}]);
         assert_eq!(
-            attribute(&meta(1, None, created), None),
+            attribute(&meta(1, None, created), Some(1), None),
             ("kubectl-create".into(), Source::FieldManager)
         );
     }

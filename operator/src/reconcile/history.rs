@@ -36,10 +36,12 @@ pub async fn record(ctx: &Context, tr: &TaskRun, version: u64, plan: &Plan) -> R
     // The status's tools are still those of the version before.
     let (added, removed) = history::diff(&recorded.tools, &plan.tools);
     let previous_generation = entries.last().and_then(|e| e.generation);
-    let (requested_by, source) = history::attribute(&fresh.metadata, previous_generation);
+    // `plan` was rendered from `tr`, which may be older than the fresh read.
+    let rendered = tr.metadata.generation;
+    let (requested_by, source) = history::attribute(&fresh.metadata, rendered, previous_generation);
     let entry = ContextChange {
         context_version: version,
-        generation: fresh.metadata.generation,
+        generation: rendered,
         time: status::now(),
         requested_by,
         source,
