@@ -55,6 +55,19 @@ pub struct Global {
     #[arg(short, long, global = true, value_name = "NAME")]
     pub namespace: Option<String>,
 
+    /// Act as this user (impersonation, like kubectl's --as; needs the impersonate permission).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+
+    /// Act as a member of this group (repeatable; with --as).
+    #[arg(
+        long = "as-group",
+        global = true,
+        value_name = "GROUP",
+        requires = "as_user"
+    )]
+    pub as_group: Vec<String>,
+
     /// Output format: table for people; json or yaml print the API objects.
     #[arg(short, long, global = true, value_enum, default_value_t = Format::Table)]
     pub output: Format,

@@ -5,8 +5,8 @@
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
 //! (the markdown reference), [`discover`] (a server's real tools against the catalog), [`task`]
-//! (one module per command), [`wait`], [`output`]
-//! (table/json/yaml), [`error`] (exit codes).
+//! (one module per command), [`wait`], [`output`] (table/json/yaml), [`error`] (exit codes),
+//! [`identity`] (who the API server says we are).
 
 pub mod args;
 pub mod catalog;
@@ -15,6 +15,7 @@ pub mod connect;
 pub mod discover;
 pub mod effective;
 pub mod error;
+pub mod identity;
 pub mod merge;
 pub mod output;
 pub mod task;
