@@ -263,14 +263,8 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::load_bytes;
 
-    fn config(text: &str) -> Config {
-        let loaded = load_bytes(text.as_bytes());
-        loaded
-            .config
-            .unwrap_or_else(|| panic!("{}", loaded.problems))
-    }
+    use crate::config::valid as config;
 
     fn tool(name: &str) -> Tool {
         let mut t = Tool::default();
