@@ -102,7 +102,7 @@ pub const RULES: &[Rule] = &[
         group: "events.k8s.io",
         resource: "events",
         verbs: &["create"],
-        why: "events on TaskRuns (each published once, never patched into a series)",
+        why: "events on TaskRuns (each published once, never patched into a series); the task pods' Roles grant create too, for the proxy's events on its TaskRun",
         scope: Scope::Tasks,
     },
     Rule {

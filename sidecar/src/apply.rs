@@ -65,6 +65,10 @@ impl Applier {
 
     /// The `contextVersion` being served (`None` until a valid config is); only the latest
     /// value is kept.
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
     pub fn served(&self) -> watch::Receiver<Option<u64>> {
         self.served.subscribe()
     }

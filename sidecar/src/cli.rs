@@ -76,6 +76,10 @@ pub struct Args {
     /// This pod's name, written as the Lease's holderIdentity.
     #[arg(long, env = "MCP_PROXY_POD_NAME", value_parser = nonempty)]
     pod_name: Option<String>,
+    /// The uid of the task's TaskRun: with it, a tool definition that changes is also told as an
+    /// Event on the TaskRun (events.k8s.io, in `--namespace`).
+    #[arg(long, env = "MCP_PROXY_TASK_UID", value_parser = nonempty)]
+    task_uid: Option<String>,
     /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
     /// serves one agent, and cross-thread wake-ups cost more than they buy.
     #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
@@ -145,6 +149,7 @@ impl Args {
                 served_lease: self.served_lease.clone(),
                 namespace: self.namespace.clone(),
                 pod_name: self.pod_name.clone(),
+                task_uid: self.task_uid.clone(),
             },
         })
     }
@@ -237,6 +242,7 @@ mod tests {
             ("served_lease", "MCP_PROXY_SERVED_LEASE"),
             ("namespace", "MCP_PROXY_NAMESPACE"),
             ("pod_name", "MCP_PROXY_POD_NAME"),
+            ("task_uid", "MCP_PROXY_TASK_UID"),
         ] {
             let arg = command
                 .get_arguments()

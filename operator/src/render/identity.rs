@@ -85,6 +85,14 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
             resource_names: Some(vec![input.name.to_string()]),
             ..Default::default()
         });
+        // Events on its TaskRun (a tool definition that changed): create only, one new Event
+        // each. RBAC cannot narrow `create` by name.
+        rules.push(PolicyRule {
+            api_groups: Some(vec!["events.k8s.io".into()]),
+            resources: Some(vec!["events".into()]),
+            verbs: vec!["create".into()],
+            ..Default::default()
+        });
     }
     let role = Role {
         metadata: meta(input.name),

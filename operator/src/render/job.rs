@@ -141,6 +141,9 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
             field_env("MCP_PROXY_NAMESPACE", "metadata.namespace"),
             field_env("MCP_PROXY_POD_NAME", "metadata.name"),
         ]);
+        if let Some(uid) = &input.taskrun.metadata.uid {
+            vars.push(env("MCP_PROXY_TASK_UID", uid));
+        }
         if let Some((host, port)) = input
             .settings
             .sidecar_kubernetes_service

@@ -574,7 +574,6 @@ fn the_pod_runs_as_an_identity_that_reads_only_its_own_config_map() {
     assert_eq!(sa.metadata.name.as_deref(), Some("task-1001"));
     assert_eq!(sa.automount_service_account_token, Some(false));
     let rules = id.role.rules.as_ref().expect("rules");
-    assert_eq!(rules.len(), 2);
     assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
     assert_eq!(
         rules[0].resources.as_deref(),
@@ -591,6 +590,13 @@ fn the_pod_runs_as_an_identity_that_reads_only_its_own_config_map() {
         Some(&["coordination.k8s.io".to_string()][..])
     );
     assert_eq!(rules[1].verbs, ["get", "patch"]);
+    // Events on its TaskRun, created only.
+    assert_eq!(
+        rules[2].api_groups.as_deref(),
+        Some(&["events.k8s.io".to_string()][..])
+    );
+    assert_eq!(rules[2].verbs, ["create"]);
+    assert_eq!(rules.len(), 3);
     assert_eq!(
         rules[1].resource_names.as_deref(),
         Some(&["task-1001".to_string()][..])
@@ -692,6 +698,10 @@ fn only_the_proxy_container_gets_the_task_identitys_token() {
         Some("task-1001")
     );
     assert!(env(&proxy, "MCP_PROXY_POD_NAME").is_some_and(|e| e.value_from.is_some()));
+    assert_eq!(
+        value(&proxy, "MCP_PROXY_TASK_UID").as_deref(),
+        Some("0b6a3c9e-1b1e-4c57-9a43-5f1d2d6c1001")
+    );
     assert!(env(&proxy, "KUBERNETES_SERVICE_HOST").is_none());
     assert!(env(agent, "MCP_PROXY_WATCH_CONFIG_MAP").is_none());
 

@@ -4,6 +4,7 @@
 //! mounted file, and `lease` reports the `contextVersion` served on the task's Lease. Neither
 //! blocks the proxy: when the API is unreachable the mounted file still applies changes.
 
+mod events;
 mod lease;
 mod watch;
 
@@ -27,13 +28,16 @@ pub struct ApiOptions {
     pub served_lease: Option<String>,
     /// The namespace of both (default: the client's, i.e. the pod's).
     pub namespace: Option<String>,
-    /// Written as the Lease's `holderIdentity`.
+    /// Written as the Lease's `holderIdentity`, and as the reporting instance of Events.
     pub pod_name: Option<String>,
+    /// The TaskRun's uid: Events about the task (a tool definition that changed) are published
+    /// on it. The TaskRun's name and namespace come from the config.
+    pub task_uid: Option<String>,
 }
 
 impl ApiOptions {
     pub fn is_used(&self) -> bool {
-        self.watch_config_map.is_some() || self.served_lease.is_some()
+        self.watch_config_map.is_some() || self.served_lease.is_some() || self.task_uid.is_some()
     }
 }
 
@@ -78,6 +82,21 @@ pub async fn start(opts: &ApiOptions, applier: &Arc<Applier>) -> ApiTasks {
             name.clone(),
             applier.clone(),
         )));
+    }
+    if let (Some(uid), Some(events)) = (&opts.task_uid, applier.proxy().take_task_events()) {
+        let api: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), &namespace);
+        let reporter = events::Reporter {
+            uid: uid.clone(),
+            namespace: namespace.clone(),
+            instance: opts
+                .pod_name
+                .clone()
+                .unwrap_or_else(|| "orchestrator-mcp-proxy".into()),
+        };
+        tasks
+            .tasks
+            .push(tokio::spawn(events::publish(api, reporter, events)));
     }
     if let Some(name) = &opts.served_lease {
         let api: Api<Lease> = Api::namespaced(client, &namespace);

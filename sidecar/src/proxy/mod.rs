@@ -38,6 +38,22 @@ use crate::{
     upstream::{handler::UpstreamEvent, pool::Pool},
 };
 
+/// Events about the task waiting for the API reporter; more are dropped (the log, the metric and
+/// the audit line still have them).
+const TASK_EVENTS_QUEUED: usize = 64;
+
+/// Something about the task worth an Event on its TaskRun.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskEvent {
+    /// The TaskRun's name (the config's `task.name`).
+    pub task: String,
+    /// `PascalCase`, e.g. `ToolDefinitionChanged`.
+    pub reason: &'static str,
+    /// What the proxy did, e.g. `Quarantine`.
+    pub action: &'static str,
+    pub note: String,
+}
+
 /// Rounds of `input_required` the proxy drives for a client that cannot take them itself.
 pub(crate) const MRTR_MAX_ROUNDS: usize = 10;
 
@@ -75,6 +91,9 @@ pub struct Proxy {
     pub(crate) validators: Validators,
     /// Definition changes already reported (each once).
     pub(crate) reported: std::sync::Mutex<std::collections::HashSet<DefinitionChange>>,
+    /// Events about the task for the API reporter (`api::events`), which takes the receiver.
+    task_events: tokio::sync::mpsc::Sender<TaskEvent>,
+    task_events_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<TaskEvent>>>,
     pub(crate) calls_in_flight: AtomicUsize,
     pub(crate) idle: Notify,
     pub(crate) draining: AtomicBool,
@@ -85,6 +104,7 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn new(pool: Pool, metrics: Arc<Metrics>, audit: Audit) -> Arc<Self> {
+        let (task_events, task_events_rx) = tokio::sync::mpsc::channel(TASK_EVENTS_QUEUED);
         Arc::new(Self {
             snapshot: ArcSwapOption::empty(),
             rebuild: Default::default(),
@@ -97,11 +117,19 @@ impl Proxy {
             limiters: Default::default(),
             validators: Default::default(),
             reported: Default::default(),
+            task_events,
+            task_events_rx: std::sync::Mutex::new(Some(task_events_rx)),
             calls_in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             draining: AtomicBool::new(false),
             cut_off: CancellationToken::new(),
         })
+    }
+
+    /// The stream of events about the task, for the one reporter that publishes them (`None` once
+    /// taken). Without a reporter, events beyond a small queue are dropped.
+    pub fn take_task_events(&self) -> Option<tokio::sync::mpsc::Receiver<TaskEvent>> {
+        sync::lock(&self.task_events_rx).take()
     }
 
     pub fn snapshot(&self) -> Option<Arc<Snapshot>> {

@@ -155,6 +155,15 @@ impl Proxy {
         tracing::warn!(server = %c.server, tool = %c.tool, definition = %c.change.seen(), action, "{what}");
         self.metrics
             .definition_changed(&c.server, c.tool.as_str(), action);
+        let _ = self.task_events.try_send(super::TaskEvent {
+            task: snap.config.task_name.clone(),
+            reason: "ToolDefinitionChanged",
+            action: match c.on_change {
+                OnChange::Block => "Quarantine",
+                OnChange::Alert => "Alert",
+            },
+            note: format!("{what}; policy.onChange {}", c.on_change),
+        });
         let config = &snap.config;
         let exposed = exposed_name(config.tool_prefix, &c.server, c.tool.as_str());
         let record = audit::Record {

@@ -19,7 +19,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from conftest import alive, await_for, free_port, to_yaml, wait_for
+from conftest import SUPPORT, alive, await_for, free_port, to_yaml, wait_for
 from kubeapi import Kube, Relay, kubeconfig_path
 
 SERVED = "orchestrator.io/served-context-version"
@@ -273,3 +273,53 @@ async def test_stopping_a_proxy_that_watches_the_api_leaves_nothing_behind(make_
     assert time.monotonic() - started < 10
     wait_for(lambda: not any(alive(p) for p in children), timeout=10, what="every upstream process to be gone")
     assert "all upstream servers stopped; bye" in proxy.log()
+
+
+@pytest.mark.anyio
+async def test_a_tool_definition_that_changes_is_told_as_an_event_on_the_taskrun(make_proxy, kube, task, tools, tmp_path):
+    # The rug-pull server (support/rug_pull_server.py) rewrites echo's description when asked.
+    uid = str(uuid.uuid4())
+    first = {
+        "task": {"name": "task-a", "namespace": task.namespace},
+        "audit": {"path": str(tmp_path / "audit.jsonl")},
+        "contextVersion": 1,
+        "servers": [
+            {
+                "name": "rug",
+                "stdio": {
+                    "command": str(tools.python),
+                    "args": [str(SUPPORT / "rug_pull_server.py")],
+                    "env": {"RUG_PULL_CALLS": str(tmp_path / "calls.txt")},
+                },
+            }
+        ],
+    }
+    task.create_configmap(to_yaml(first))
+    proxy = make_proxy(first, env={"KUBECONFIG": str(kube.path)}, extra_args=[*task.args(), "--task-uid", uid])
+    async with Client(proxy.url, mode="legacy") as client:
+        assert names(await client.list_tools()) == ["rug__echo", "rug__rewrite"]
+        await client.call_tool("rug__rewrite", {})
+
+        def events() -> list[dict]:
+            listed = kube.ok("GET", f"/apis/events.k8s.io/v1/namespaces/{task.namespace}/events")["items"]
+            return [e for e in listed if e.get("reason") == "ToolDefinitionChanged"]
+
+        found = await await_for(events, timeout=15, what="the ToolDefinitionChanged event")
+    assert len(found) == 1, found
+    event = found[0]
+    assert event["type"] == "Warning" and event["action"] == "Quarantine"
+    assert event["regarding"] == {
+        "apiVersion": "orchestrator.io/v1",
+        "kind": "TaskRun",
+        "name": "task-a",
+        "namespace": task.namespace,
+        "uid": uid,
+    }
+    assert 'servers[rug]: the definition of "echo" changed since first seen' in event["note"], event["note"]
+    assert event["reportingController"] == "orchestrator.io/mcp-proxy" and event["reportingInstance"] == POD
+    # `kubectl describe taskrun` and `orchestrator-cli task describe` read core/v1 events.
+    core = kube.ok(
+        "GET",
+        f"/api/v1/namespaces/{task.namespace}/events?fieldSelector=involvedObject.kind%3DTaskRun,involvedObject.name%3Dtask-a",
+    )["items"]
+    assert [e["reason"] for e in core] == ["ToolDefinitionChanged"]
