@@ -129,6 +129,10 @@ fn parse_limit(value: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::ring::{
+        Ring,
+        tests::{entry, ids, record},
+    };
 
     fn parse(pairs: &[(&str, &str)]) -> Result<Query, BadParameter> {
         let pairs: Vec<(String, String)> = pairs
@@ -193,5 +197,61 @@ mod tests {
             assert!(err.to_string().contains(says), "{pairs:?}: {err}");
             assert!(err.to_string().contains(parameter), "{pairs:?}: {err}");
         }
+    }
+
+    #[test]
+    fn filters_compare_decision_risk_server_tool_and_time() {
+        let ring = Ring::default();
+        let rows = [
+            (
+                "2026-01-01T00:10:00Z",
+                "fs__read_file",
+                Some("fs"),
+                Some("read_file"),
+                "allowed",
+                Some("read"),
+            ),
+            (
+                "2026-01-01T00:20:00Z",
+                "fs__write_file",
+                Some("fs"),
+                Some("write_file"),
+                "denied",
+                Some("write"),
+            ),
+            (
+                "2026-01-01T00:55:00Z",
+                "gh__create_issue",
+                Some("gh"),
+                Some("create_issue"),
+                "rate_limited",
+                Some("write"),
+            ),
+            ("2026-01-01T00:56:00Z", "nope", None, None, "unknown", None),
+        ];
+        for (i, (ts, tool, server, upstream, decision, risk)) in rows.into_iter().enumerate() {
+            let mut r = record(ts, tool, server, upstream, decision, risk);
+            r.request_id = i.to_string();
+            ring.push(entry(&r));
+        }
+        let find = |pairs: &[(&str, &str)]| {
+            let q = parse(pairs).expect("valid");
+            ids(&ring.find(q.limit, |e| q.matches(e)))
+        };
+        assert_eq!(find(&[("decision", "denied")]), ["1"]);
+        // Any decision string: values added later need no change here.
+        assert_eq!(find(&[("decision", "rate_limited")]), ["2"]);
+        assert_eq!(find(&[("risk", "write")]), ["1", "2"]);
+        assert_eq!(find(&[("server", "fs")]), ["0", "1"]);
+        // The name the client called, or the upstream tool's name.
+        assert_eq!(find(&[("tool", "fs__write_file")]), ["1"]);
+        assert_eq!(find(&[("tool", "create_issue")]), ["2"]);
+        assert_eq!(find(&[("tool", "nope")]), ["3"]);
+        // now is 01:00: the last 10 minutes, or from an instant on.
+        assert_eq!(find(&[("since", "10m")]), ["2", "3"]);
+        assert_eq!(find(&[("since", "2026-01-01T00:20:00Z")]), ["1", "2", "3"]);
+        // Filters combine with "and".
+        assert_eq!(find(&[("risk", "write"), ("server", "fs")]), ["1"]);
+        assert!(find(&[("decision", "Denied")]).is_empty(), "exact strings");
     }
 }

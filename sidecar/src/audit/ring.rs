@@ -4,7 +4,7 @@
 
 use std::{collections::VecDeque, sync::Arc, sync::Mutex};
 
-use super::{Record, query::Query};
+use super::Record;
 use crate::sync::lock;
 
 /// Records kept by default.
@@ -121,15 +121,15 @@ impl Ring {
         inner.entries.push_back(Arc::new(entry));
     }
 
-    /// The newest `query.limit` records that match `query`, oldest first.
-    pub fn find(&self, query: &Query) -> Found {
+    /// The newest `limit` records that pass `matches`, oldest first.
+    pub fn find(&self, limit: usize, matches: impl Fn(&Entry) -> bool) -> Found {
         let inner = lock(&self.inner);
-        let mut records = Vec::with_capacity(query.limit.min(inner.entries.len()).min(1024));
+        let mut records = Vec::with_capacity(limit.min(inner.entries.len()).min(1024));
         let mut matched = 0;
         for entry in inner.entries.iter().rev() {
-            if query.matches(entry) {
+            if matches(entry) {
                 matched += 1;
-                if records.len() < query.limit {
+                if records.len() < limit {
                     records.push(entry.clone());
                 }
             }
@@ -152,11 +152,11 @@ impl Ring {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::audit::{Outcome, query::Query};
+    use crate::audit::Outcome;
 
-    fn record<'a>(
+    pub(crate) fn record<'a>(
         ts: &str,
         tool: &'a str,
         server: Option<&'a str>,
@@ -187,13 +187,13 @@ mod tests {
         }
     }
 
-    fn entry(record: &Record<'_>) -> Entry {
+    pub(crate) fn entry(record: &Record<'_>) -> Entry {
         let mut line = serde_json::to_vec(record).expect("json");
         line.push(b'\n');
         Entry::new(record, line.into())
     }
 
-    fn ids(found: &Found) -> Vec<String> {
+    pub(crate) fn ids(found: &Found) -> Vec<String> {
         found
             .records
             .iter()
@@ -212,20 +212,11 @@ mod tests {
         }
     }
 
-    fn query(pairs: &[(&str, &str)]) -> Query {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let now = "2026-01-01T01:00:00Z".parse().expect("ts");
-        Query::parse(&pairs, now).expect("valid query")
-    }
-
     #[test]
     fn keeps_at_most_max_records_dropping_the_oldest_and_counting_them() {
         let ring = Ring::new(3, usize::MAX);
         numbered(&ring, 5);
-        let found = ring.find(&query(&[]));
+        let found = ring.find(usize::MAX, |_| true);
         assert_eq!(ids(&found), ["2", "3", "4"]);
         assert_eq!(found.dropped, 2);
         assert_eq!(found.matched, 3);
@@ -245,7 +236,7 @@ mod tests {
         .bytes();
         let ring = Ring::new(100, one * 2 + one / 2);
         numbered(&ring, 4);
-        let found = ring.find(&query(&[]));
+        let found = ring.find(usize::MAX, |_| true);
         assert_eq!(ids(&found), ["2", "3"]);
         assert_eq!(found.dropped, 2);
         assert!(ring.usage().1 <= one * 2 + one / 2);
@@ -259,7 +250,7 @@ mod tests {
             "allowed",
             None,
         )));
-        let found = ring.find(&query(&[]));
+        let found = ring.find(usize::MAX, |_| true);
         assert_eq!(ids(&found), ["2", "3"], "the oversized record is not kept");
         assert_eq!(found.dropped, 3, "and counts as dropped");
     }
@@ -268,62 +259,9 @@ mod tests {
     fn limit_keeps_the_newest_matches_oldest_first() {
         let ring = Ring::default();
         numbered(&ring, 10);
-        let found = ring.find(&query(&[("limit", "3")]));
+        let found = ring.find(3, |_| true);
         assert_eq!(ids(&found), ["7", "8", "9"]);
         assert_eq!(found.matched, 10);
         assert_eq!(found.dropped, 0);
-    }
-
-    #[test]
-    fn filters_compare_decision_risk_server_tool_and_time() {
-        let ring = Ring::default();
-        let rows = [
-            (
-                "2026-01-01T00:10:00Z",
-                "fs__read_file",
-                Some("fs"),
-                Some("read_file"),
-                "allowed",
-                Some("read"),
-            ),
-            (
-                "2026-01-01T00:20:00Z",
-                "fs__write_file",
-                Some("fs"),
-                Some("write_file"),
-                "denied",
-                Some("write"),
-            ),
-            (
-                "2026-01-01T00:55:00Z",
-                "gh__create_issue",
-                Some("gh"),
-                Some("create_issue"),
-                "rate_limited",
-                Some("write"),
-            ),
-            ("2026-01-01T00:56:00Z", "nope", None, None, "unknown", None),
-        ];
-        for (i, (ts, tool, server, upstream, decision, risk)) in rows.into_iter().enumerate() {
-            let mut r = record(ts, tool, server, upstream, decision, risk);
-            r.request_id = i.to_string();
-            ring.push(entry(&r));
-        }
-        let find = |pairs: &[(&str, &str)]| ids(&ring.find(&query(pairs)));
-        assert_eq!(find(&[("decision", "denied")]), ["1"]);
-        // Any decision string: values added later need no change here.
-        assert_eq!(find(&[("decision", "rate_limited")]), ["2"]);
-        assert_eq!(find(&[("risk", "write")]), ["1", "2"]);
-        assert_eq!(find(&[("server", "fs")]), ["0", "1"]);
-        // The name the client called, or the upstream tool's name.
-        assert_eq!(find(&[("tool", "fs__write_file")]), ["1"]);
-        assert_eq!(find(&[("tool", "create_issue")]), ["2"]);
-        assert_eq!(find(&[("tool", "nope")]), ["3"]);
-        // now is 01:00: the last 10 minutes, or from an instant on.
-        assert_eq!(find(&[("since", "10m")]), ["2", "3"]);
-        assert_eq!(find(&[("since", "2026-01-01T00:20:00Z")]), ["1", "2", "3"]);
-        // Filters combine with "and".
-        assert_eq!(find(&[("risk", "write"), ("server", "fs")]), ["1"]);
-        assert!(find(&[("decision", "Denied")]).is_empty(), "exact strings");
     }
 }

@@ -29,7 +29,10 @@ pub async fn audit(
                 .into_response();
         }
     };
-    let found = proxy.audit.ring().find(&query);
+    let found = proxy
+        .audit
+        .ring()
+        .find(query.limit, |entry| query.matches(entry));
     // The kept lines are JSON objects already: joined, not parsed and serialized again.
     let size: usize = found.records.iter().map(|r| r.json().len() + 1).sum();
     let mut body = Vec::with_capacity(size + 64);
