@@ -5,7 +5,8 @@
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
 //! (the markdown reference), [`task`] (one module per command), [`wait`], [`output`]
-//! (table/json/yaml), [`error`] (exit codes).
+//! (table/json/yaml), [`error`] (exit codes), [`portforward`] (one HTTP request to a port inside
+//! a pod, through the API server).
 
 pub mod args;
 pub mod catalog;
@@ -15,6 +16,7 @@ pub mod effective;
 pub mod error;
 pub mod merge;
 pub mod output;
+pub mod portforward;
 pub mod task;
 pub mod toolspec;
 pub mod wait;
@@ -49,5 +51,6 @@ async fn run_task(global: &args::Global, command: &TaskCommand) -> Result<()> {
         TaskCommand::Get(a) => task::show::get(global, a).await,
         TaskCommand::List(a) => task::show::list(global, a).await,
         TaskCommand::Describe(a) => task::show::describe(global, a).await,
+        TaskCommand::Audit(a) => task::audit::run(global, a).await,
     }
 }
