@@ -162,6 +162,8 @@ mod tests {
         assert_eq!(parse(&[]).expect("valid").limit, DEFAULT_LIMIT);
         let at = parse(&[("since", "2026-01-01T00:59:00+01:00")]).expect("valid");
         assert_eq!(at.since, Some("2025-12-31T23:59:00Z".parse().expect("ts")));
+        let iso = parse(&[("since", "PT10M")]).expect("valid");
+        assert_eq!(iso.since, Some("2026-01-01T00:50:00Z".parse().expect("ts")));
         let days = parse(&[("since", "2d")]).expect("valid");
         assert_eq!(
             days.since,
