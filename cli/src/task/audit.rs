@@ -233,7 +233,11 @@ fn table(records: &[Value]) -> Table {
             .as_f64()
             .map(|ms| format!("{ms:.1}ms"))
             .unwrap_or_default();
+        // A refusal's error only repeats its rule: the rule says it shorter. Other errors say
+        // what went wrong, which a rule that allowed the call does not.
+        let refused = r["outcome"].as_str() == Some("denied");
         let detail = match (r["error"].as_str(), r["rule"].as_str()) {
+            (Some(_), Some(rule)) if refused => rule,
             (Some(error), _) => error,
             (None, Some(rule)) => rule,
             (None, None) => "",
@@ -358,11 +362,19 @@ mod tests {
 
     #[test]
     fn table_rows_read_like_a_log() {
-        let records = vec![serde_json::json!({
-            "ts": "2026-01-01T10:00:00.123456Z", "decision": "denied", "risk": "write",
-            "server": "fs", "tool": "fs__write_file", "outcome": "denied", "durationMs": 0.25,
-            "rule": "servers[fs].policy.maxRisk", "error": format!("refused {}", "x".repeat(100)),
-        })];
+        let records = vec![
+            serde_json::json!({
+                "ts": "2026-01-01T10:00:00.123456Z", "decision": "allowed", "risk": "write",
+                "server": "fs", "tool": "fs__write_file", "outcome": "protocol_error",
+                "durationMs": 0.25, "rule": "servers[fs].tools.allow[0] \"*\"",
+                "error": format!("refused {}", "x".repeat(100)),
+            }),
+            serde_json::json!({
+                "ts": "2026-01-01T10:00:01Z", "decision": "denied", "risk": "destructive",
+                "server": "fs", "tool": "fs__delete", "outcome": "denied", "durationMs": 0.1,
+                "rule": "policy.maxRisk \"write\"", "error": "tool \"fs__delete\" is not allowed",
+            }),
+        ];
         let text = table(&records).render();
         let row = text.lines().nth(1).expect("a row");
         let cells: Vec<&str> = row
@@ -370,21 +382,22 @@ mod tests {
             .map(str::trim)
             .filter(|c| !c.is_empty())
             .collect();
-        assert_eq!(
-            cells[..7],
-            [
-                "2026-01-01T10:00:00.123Z",
-                "denied",
-                "write",
-                "fs",
-                "fs__write_file",
-                "denied",
-                "0.2ms"
-            ],
-            "{row}"
-        );
+        let want = [
+            "2026-01-01T10:00:00.123Z",
+            "allowed",
+            "write",
+            "fs",
+            "fs__write_file",
+            "protocol_error",
+            "0.2ms",
+        ];
+        assert_eq!(cells[..7], want, "{row}");
+        // An error says what went wrong, clipped.
         assert!(cells[7].starts_with("refused xxx"), "{row}");
         assert!(row.ends_with('…'), "{row}");
-        assert!(row.chars().count() < 160, "{row}");
+        assert!(row.chars().count() < 170, "{row}");
+        // A refusal shows its rule rather than the error that repeats it.
+        let refusal = text.lines().nth(2).expect("a second row");
+        assert!(refusal.ends_with("policy.maxRisk \"write\""), "{refusal}");
     }
 }
