@@ -305,7 +305,7 @@ pub struct DescribeArgs {
 ///
 /// Reads the proxy's GET /audit in the task's running pod through the API server
 /// (pods/portforward), so it needs no network path to the pod; newest last. Filters combine:
-/// every one given must hold. Needs RBAC: get and list pods, create pods/portforward.
+/// every one given must hold. Needs RBAC: get and list pods, get and create pods/portforward.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:

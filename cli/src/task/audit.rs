@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::args::{AuditArgs, Global};
 use crate::connect::connect;
@@ -94,7 +95,21 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
             }
             Ok(())
         }
-        f => {
+        Format::Json => {
+            // The records exactly as the proxy wrote them: parsed into numbers and printed again,
+            // a duration such as 445.58079200000003 would come out changed.
+            let raw: RawAnswer = serde_json::from_slice(&answer.body)
+                .map_err(|e| Error::Cluster(format!("the proxy's answer: {e}")))?;
+            let shown = Shown {
+                task: &name,
+                pod: &pod_name,
+                records: &raw.records,
+                matched,
+                dropped,
+            };
+            output::print(&output::render(Format::Json, &shown)?)
+        }
+        Format::Yaml => {
             let value = serde_json::json!({
                 "task": name,
                 "pod": pod_name,
@@ -102,9 +117,25 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
                 "matched": matched,
                 "dropped": dropped,
             });
-            output::print(&output::render(f, &value)?)
+            output::print(&output::render(Format::Yaml, &value)?)
         }
     }
+}
+
+/// The proxy's answer with each record kept as its bytes.
+#[derive(serde::Deserialize)]
+struct RawAnswer {
+    records: Vec<Box<RawValue>>,
+}
+
+/// What `-o json` prints.
+#[derive(serde::Serialize)]
+struct Shown<'a> {
+    task: &'a str,
+    pod: &'a str,
+    records: &'a [Box<RawValue>],
+    matched: u64,
+    dropped: u64,
 }
 
 /// The query string for the proxy's `GET /audit`.

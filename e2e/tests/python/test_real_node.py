@@ -263,7 +263,9 @@ signal.pause()
 AUDIT_ROLE_RULES = [
     {"apiGroups": ["orchestrator.io"], "resources": ["taskruns"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-    {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]},
+    # kube-rs opens the port-forward as a WebSocket (a GET upgrade): "get"; Kubernetes 1.35 also
+    # checks "create" on WebSocket upgrades. Either alone: 403 (tried).
+    {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"]},
 ]
 
 
@@ -279,6 +281,14 @@ def proxy_audit_lines(story: Story, job: str) -> list[dict]:
             if isinstance(record, dict) and "decision" in record and "requestId" in record:
                 records.append(record)
     return records
+
+
+def differences(got: list[dict], want: list[dict]) -> str:
+    """What differs between two lists of records, field by field (pytest truncates whole records)."""
+    out = [f"{len(got)} records, {len(want)} expected"]
+    for i, (g, w) in enumerate(zip(got, want)):
+        out += [f"[{i}] {k}: {g.get(k)!r} != {w.get(k)!r}" for k in sorted(set(g) | set(w)) if g.get(k) != w.get(k)]
+    return "\n".join(out)
 
 
 def kubeconfig_for(story: Story, account: str, path: Path) -> Path:
@@ -339,11 +349,11 @@ def test_task_audit_reads_the_running_proxys_records_through_the_api_server(clus
         return answer
 
     denied = records("--decision", "denied")["records"]
-    assert denied == [r for r in written if r["decision"] == "denied"], denied
+    assert denied == [r for r in written if r["decision"] == "denied"], differences(denied, written)
     assert [r["tool"] for r in denied] == ["everything__get-env", "everything__get-tiny-image"], denied
     # --tool matches the server's name for the tool too; filters combine.
     sums = records("--server", "everything", "--tool", "get-sum", "--decision", "allowed")["records"]
-    assert sums == [written[0], written[4]], sums
+    assert sums == [written[0], written[4]], differences(sums, [written[0], written[4]])
     unknown = records("--decision", "unknown")["records"]
     assert unknown == [written[5]] and "server" not in unknown[0], unknown
     read = records("--risk", "read")["records"]
