@@ -24,7 +24,7 @@
 //! matching it) in one command is refused.
 
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::taskrun::{McpServer, ToolConfig, ToolPatterns};
+use orchestrator_crds::taskrun::{McpServer, ToolConfig};
 
 use crate::error::{Error, Result};
 use crate::toolspec::{ToolSpec, glob_matches, is_literal, is_match_all};
@@ -119,16 +119,9 @@ fn enable(config: &mut ToolConfig, spec: &ToolSpec, catalog: &Catalog) -> Result
         .iter_mut()
         .find(|s| s.name == spec.server)
     else {
-        config.mcp_servers.push(McpServer {
-            name: spec.server.clone(),
-            enabled: true,
-            tools: ToolPatterns {
-                allow: vec![p.to_string()],
-                deny: Vec::new(),
-            },
-            secret_refs: Vec::new(),
-            risk: Default::default(),
-        });
+        config
+            .mcp_servers
+            .push(McpServer::new(spec.server.clone(), &[p], &[]));
         return Ok(());
     };
     let was_enabled = server.enabled;

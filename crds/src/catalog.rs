@@ -112,6 +112,11 @@ pub struct CatalogTool {
     /// overrides it in turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<crate::tools::Risk>,
+    /// The hash of the tool's definition as approved (`sha256:<hex>`, from `orchestrator-cli
+    /// catalog pin`): a server offering a different definition has it quarantined or reported,
+    /// per the TaskRun's `policy.onChange`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
 }
 
 /// One thing wrong with a catalog.
@@ -293,6 +298,15 @@ impl Catalog {
                         code: "CATALOG.DUPLICATE_TOOL",
                         path: at(&format!(".tools[{j}].name")),
                         message: format!("tool {:?} is empty or listed more than once", t.name),
+                    });
+                }
+                if let Some(pin) = t.pin.as_deref().filter(|p| !crate::policy::is_pin(p)) {
+                    out.push(Problem {
+                        code: "CATALOG.BAD_PIN",
+                        path: at(&format!(".tools[{j}].pin")),
+                        message: format!(
+                            "{pin:?} is not a definition hash: `sha256:` and 64 lowercase hex digits, as `orchestrator-cli catalog pin` prints"
+                        ),
                     });
                 }
             }

@@ -4,8 +4,10 @@
 //! - [`proxy`]: the config file the operator renders and the MCP proxy sidecar reads.
 //! - [`catalog`]: the known MCP servers and how to start them.
 //! - [`tools`]: the allow/deny glob semantics of a server's tools, shared by all binaries.
+//! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
 
 pub mod catalog;
+pub mod policy;
 pub mod proxy;
 pub mod taskrun;
 pub mod tools;

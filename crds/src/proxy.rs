@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::tools::Risk;
+pub use crate::{
+    policy::{OnChange, RateLimit, RateLimits},
+    tools::Risk,
+};
 
 /// The default address the proxy serves MCP on.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -87,7 +90,7 @@ pub struct AuditSpec {
 }
 
 /// Rules every call is held to, beyond the servers' tool patterns.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicySpec {
     /// Tools whose risk class is above this are hidden and refused, whatever the patterns say.
@@ -95,6 +98,24 @@ pub struct PolicySpec {
     /// destructive, neither -> write) unless its server's `risk` names it. Unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_risk: Option<Risk>,
+    /// Check each call's arguments against the tool's `inputSchema` before forwarding it
+    /// (default true); invalid ones come back as a tool error naming the field.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub validate_arguments: bool,
+    /// What a tool whose definition changes while the proxy runs, or differs from its server's
+    /// `pins` entry, does: `block` (hidden and refused) or `alert` (offered, reported).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub on_change: OnChange,
+}
+
+impl Default for PolicySpec {
+    fn default() -> Self {
+        Self {
+            max_risk: None,
+            validate_arguments: true,
+            on_change: OnChange::default(),
+        }
+    }
 }
 
 /// One upstream MCP server.
@@ -118,6 +139,13 @@ pub struct ServerSpec {
     /// Tool name -> its risk class, instead of what the server's annotations say.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub risk: BTreeMap<String, Risk>,
+    /// Calls per minute to the server (`perMinute`, `burst`) and to single tools (`tools`);
+    /// a call over a limit is refused with a retryable error.
+    #[serde(default, skip_serializing_if = "RateLimits::is_empty")]
+    pub rate_limit: RateLimits,
+    /// Tool name -> the hash its definition must have (`sha256:<hex>`, see `GET /tools`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pins: BTreeMap<String, String>,
 }
 
 /// A stdio upstream: a child process.
@@ -166,6 +194,10 @@ fn default_listen() -> String {
 
 fn default_true() -> bool {
     true
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {

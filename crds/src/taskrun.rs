@@ -19,7 +19,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::CatalogServer;
-pub use crate::tools::{Risk, ToolPolicy};
+pub use crate::{
+    policy::{RateLimits, ToolPolicy},
+    tools::Risk,
+};
 
 /// API group of every orchestrator resource.
 pub const GROUP: &str = "orchestrator.io";
@@ -358,6 +361,9 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 128))]
     pub risk: BTreeMap<String, Risk>,
+    /// Calls per minute to the server (`perMinute`, `burst`) and to single tools (`tools`).
+    #[serde(default, skip_serializing_if = "RateLimits::is_empty")]
+    pub rate_limit: RateLimits,
 }
 
 impl McpServer {
@@ -372,6 +378,7 @@ impl McpServer {
             },
             secret_refs: Vec::new(),
             risk: BTreeMap::new(),
+            rate_limit: RateLimits::default(),
         }
     }
 

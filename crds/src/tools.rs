@@ -62,28 +62,6 @@ struct Pattern {
     matcher: GlobMatcher,
 }
 
-/// Rules the proxy holds every MCP tool call to.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolPolicy {
-    /// The riskiest tools the agent may see and call: `read`, `write` or `destructive`. A tool's
-    /// class comes from the server's annotations for it (`readOnlyHint` -> read,
-    /// `destructiveHint` -> destructive, neither -> write) unless the catalog or the server's
-    /// `risk` here names it. Unset: no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_risk: Option<Risk>,
-}
-
-impl ToolPolicy {
-    /// Whether a tool of class `risk` may be offered; `None` (a class only the server's
-    /// annotations give, which only the proxy sees) is admitted.
-    pub fn admits(&self, risk: Option<Risk>) -> bool {
-        self.max_risk
-            .zip(risk)
-            .is_none_or(|(max, risk)| risk <= max)
-    }
-}
-
 /// Why a tool is exposed or hidden.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
@@ -101,6 +79,9 @@ pub enum Rule {
     /// The tool's risk class is above the policy's `maxRisk` (whatever the patterns say).
     #[serde(rename_all = "camelCase")]
     AboveMaxRisk { risk: Risk, max_risk: Risk },
+    /// The tool's definition differs from its pin or from the one first seen, and the policy's
+    /// `onChange` is `block`; `what` says which and how (the hashes).
+    DefinitionChanged { what: String },
 }
 
 /// The decision for one tool, with the rule that made it.
@@ -147,6 +128,7 @@ impl<S: fmt::Display> fmt::Display for RuleDisplay<'_, S> {
                 f,
                 "policy.maxRisk \"{max_risk}\" (servers[{s}]: the tool is {risk})"
             ),
+            Rule::DefinitionChanged { what } => write!(f, "policy.onChange \"block\" ({what})"),
         }
     }
 }

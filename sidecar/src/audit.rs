@@ -27,6 +27,8 @@ pub enum Outcome {
     ToolError,
     ProtocolError,
     Denied,
+    /// Not a call: a tool's definition changed (see the record's `decision` and `rule`).
+    DefinitionChanged,
 }
 
 impl Outcome {
@@ -36,6 +38,7 @@ impl Outcome {
             Outcome::ToolError => "tool_error",
             Outcome::ProtocolError => "protocol_error",
             Outcome::Denied => "denied",
+            Outcome::DefinitionChanged => "definition_changed",
         }
     }
 }
@@ -50,13 +53,16 @@ pub struct Record<'a> {
     pub namespace: &'a str,
     pub context_version: u64,
     /// The proxy's id of the session the call came on (`s<n>`): stable for an initialize-era
-    /// session, new for every 2026-07-28 request.
+    /// session, new for every 2026-07-28 request. Empty (left out) in a record that is not a call.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub session: String,
     /// Who made the call, stable across sessions: see [`client_identity`].
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub client: String,
     /// The MCP revision the call was made in (as answered, not as offered).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<&'a str>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub request_id: String,
     /// The name the client called.
     pub tool: &'a str,
@@ -68,7 +74,8 @@ pub struct Record<'a> {
     /// The tool's risk class (`read`, `write`, `destructive`), when its server's list is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub risk: Option<&'static str>,
-    /// `allowed` or `denied`.
+    /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`; in a
+    /// definition-change record, `quarantined` or `alerted`.
     pub decision: &'static str,
     /// The rule that decided, as a config path.
     #[serde(skip_serializing_if = "Option::is_none")]

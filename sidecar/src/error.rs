@@ -23,6 +23,26 @@ pub enum Error {
     #[error("unknown tool {0:?}")]
     UnknownTool(String),
 
+    /// A rate limit refused the call; it can be made again after `retry_after`.
+    #[error("tool {tool:?} is rate limited by {limit} ({rate}); retry in {:.1}s", retry_after.as_secs_f64())]
+    RateLimited {
+        tool: String,
+        server: ServerName,
+        /// The limit's config path.
+        limit: String,
+        /// `6/min, burst 2`.
+        rate: String,
+        retry_after: Duration,
+    },
+
+    /// The arguments do not match the tool's `inputSchema`; the call did not leave the proxy.
+    #[error("invalid arguments for tool {tool:?} (its inputSchema; the server was not called): {}", problems.join("; "))]
+    InvalidArguments {
+        tool: String,
+        server: ServerName,
+        problems: Vec<String>,
+    },
+
     #[error("method {0:?} not found")]
     UnknownMethod(String),
 
@@ -127,6 +147,8 @@ impl Error {
         match self {
             Error::ToolDenied { .. } => "PROXY.TOOL_DENIED",
             Error::UnknownTool(_) => "PROXY.UNKNOWN_TOOL",
+            Error::RateLimited { .. } => "PROXY.RATE_LIMITED",
+            Error::InvalidArguments { .. } => "PROXY.INVALID_ARGUMENTS",
             Error::UnknownMethod(_) => "PROXY.UNKNOWN_METHOD",
             Error::NotFound { .. } | Error::ResourceNotFound(_) => "PROXY.NOT_FOUND",
             Error::StartFailed { .. } => "PROXY.UPSTREAM_START_FAILED",
@@ -154,6 +176,7 @@ impl Error {
         match self {
             Error::ToolDenied { .. }
             | Error::UnknownTool(_)
+            | Error::InvalidArguments { .. }
             | Error::NotFound { .. }
             | Error::InvalidParams(_) => ErrorCode::INVALID_PARAMS,
             Error::ResourceNotFound(_) => ErrorCode::RESOURCE_NOT_FOUND,
@@ -176,9 +199,28 @@ impl Error {
             _ => {}
         }
         let mut data = json!({ "code": self.code() });
-        if let Error::ToolDenied { server, rule, .. } = self {
-            data["server"] = json!(server);
-            data["rule"] = json!(rule);
+        match self {
+            Error::ToolDenied { server, rule, .. } => {
+                data["server"] = json!(server);
+                data["rule"] = json!(rule);
+            }
+            Error::RateLimited {
+                server,
+                limit,
+                retry_after,
+                ..
+            } => {
+                data["server"] = json!(server);
+                data["rule"] = json!(limit);
+                data["retryAfterSeconds"] = json!(retry_after.as_secs_f64());
+            }
+            Error::InvalidArguments {
+                server, problems, ..
+            } => {
+                data["server"] = json!(server);
+                data["problems"] = json!(problems);
+            }
+            _ => {}
         }
         ErrorData::new(self.json_rpc_code(), self.to_string(), Some(data))
     }

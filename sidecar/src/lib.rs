@@ -6,7 +6,8 @@
 //!   codes, normalized [`config::Config`]), [`filter`] (allow/deny globs to a verdict naming the
 //!   deciding rule), [`router`] (exposed tool names <-> upstream server/tool), [`audit`],
 //!   [`metrics`], [`telemetry`] (one JSON line per call, Prometheus, logs and spans), [`reaper`]
-//!   (orphaned grandchildren when the proxy is PID 1), `sync` (a lock helper), [`probe`].
+//!   (orphaned grandchildren when the proxy is PID 1), `sync` (a lock helper), [`probe`],
+//!   [`policy`] (definition hashes and changes, rate limits, argument validation).
 //! - [`session`]: client sessions as the rest of the proxy sees them, `list_changed` fan-out.
 //! - [`upstream`]: lazy-started upstream servers (stdio children, streamable HTTP), their tool
 //!   lists, crash/restart handling and shutdown.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod filter;
 pub mod metrics;
 pub mod names;
+pub mod policy;
 pub mod probe;
 pub mod proxy;
 pub mod reaper;

@@ -32,6 +32,13 @@ struct ServerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    server: String,
+    tool: String,
+    action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StartLabels {
     server: String,
     reason: &'static str,
@@ -68,6 +75,7 @@ pub struct Metrics {
     exits: Family<ServerLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     list_changed: Family<KindLabels, Counter>,
+    definition_changes: Family<ChangeLabels, Counter>,
     context_version: Gauge,
     config_loaded: Gauge,
 }
@@ -89,11 +97,12 @@ impl Metrics {
         let exits = Family::<ServerLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
         let list_changed = Family::<KindLabels, Counter>::default();
+        let definition_changes = Family::<ChangeLabels, Counter>::default();
         let context_version = Gauge::default();
         let config_loaded = Gauge::default();
         registry.register(
             "tool_calls",
-            "tools/call requests by server, tool and outcome (ok, tool_error, protocol_error, denied)",
+            "tools/call requests by server, tool and outcome (ok, tool_error, protocol_error, denied, rate_limited, invalid_arguments)",
             calls.clone(),
         );
         registry.register(
@@ -132,6 +141,11 @@ impl Metrics {
             list_changed.clone(),
         );
         registry.register(
+            "tool_definition_changes",
+            "Tool definitions that differ from their pin or the first seen, by action (block: hidden and refused, alert: still offered)",
+            definition_changes.clone(),
+        );
+        registry.register(
             "context_version",
             "contextVersion of the config in use",
             context_version.clone(),
@@ -151,6 +165,7 @@ impl Metrics {
             exits,
             reloads,
             list_changed,
+            definition_changes,
             context_version,
             config_loaded,
         }
@@ -170,6 +185,16 @@ impl Metrics {
                 outcome,
             })
             .observe(seconds);
+    }
+
+    pub fn definition_changed(&self, server: &ServerName, tool: &str, action: &'static str) {
+        self.definition_changes
+            .get_or_create(&ChangeLabels {
+                server: server.to_string(),
+                tool: tool.to_string(),
+                action,
+            })
+            .inc();
     }
 
     pub fn upstream_started(&self, server: &ServerName, reason: &'static str, restart: bool) {

@@ -4,13 +4,14 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use orchestrator_crds::proxy::{PREFIX_SEPARATOR, Risk, ToolPrefix};
-use rmcp::model::Tool;
+use orchestrator_crds::proxy::{OnChange, PREFIX_SEPARATOR, Risk, ToolPrefix};
+use rmcp::model::{JsonObject, Tool};
 
 use crate::{
     config::{Config, Server},
     filter::{Rule, Verdict},
     names::{ExposedToolName, ServerName, ToolName},
+    policy::definitions::{Change, DefinitionHash, KnownList},
 };
 
 /// Where an exposed tool goes.
@@ -19,6 +20,9 @@ pub struct Route {
     pub server: Arc<Server>,
     pub tool: ToolName,
     pub risk: Risk,
+    /// The hash of the tool's definition (keys its compiled input schema).
+    pub definition: DefinitionHash,
+    pub input_schema: Arc<JsonObject>,
 }
 
 /// One upstream tool known to the proxy, with its verdict (for `GET /tools`).
@@ -32,7 +36,21 @@ pub struct KnownTool {
     pub exposed_as: Option<ExposedToolName>,
     /// Its risk class (see `Server::risk_of`).
     pub risk: Risk,
+    /// The hash of its definition (what a server's `pins` name).
+    pub definition: DefinitionHash,
+    /// How the definition differs from its pin or the first one seen, if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub definition_change: Option<Change>,
     pub verdict: Verdict,
+}
+
+/// A tool whose definition is not the approved one, and what the policy does about it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DefinitionChange {
+    pub server: ServerName,
+    pub tool: ToolName,
+    pub change: Change,
+    pub on_change: OnChange,
 }
 
 /// The answer to "where does this exposed name go?".
@@ -60,6 +78,7 @@ pub struct Router {
     tools: Arc<Vec<Tool>>,
     routes: HashMap<ExposedToolName, Route>,
     known: Vec<KnownTool>,
+    changes: Vec<DefinitionChange>,
     prefix: ToolPrefix,
     /// Servers that are startable and whose list is not known.
     missing: Vec<Arc<Server>>,
@@ -77,10 +96,11 @@ pub fn exposed_name(prefix: ToolPrefix, server: &ServerName, tool: &str) -> Expo
 impl Router {
     /// Builds the table from `config` and the tool lists known per server. `lists` may miss
     /// servers (not started yet); those are reported by [`Router::missing_lists`].
-    pub fn build(config: &Config, lists: &HashMap<ServerName, Arc<Vec<Tool>>>) -> Router {
+    pub fn build(config: &Config, lists: &HashMap<ServerName, KnownList>) -> Router {
         let mut tools = Vec::new();
         let mut routes = HashMap::new();
         let mut known = Vec::new();
+        let mut changes = Vec::new();
         let mut missing = Vec::new();
         for server in &config.servers {
             let Some(list) = lists.get(&server.name) else {
@@ -89,8 +109,9 @@ impl Router {
                 }
                 continue;
             };
-            for tool in list.iter() {
+            for (tool, seen) in list.tools.iter().zip(list.seen.iter()) {
                 let risk = server.risk_of(tool);
+                let change = Change::of(server, &tool.name, seen);
                 let verdict = match (server.filter.verdict(&tool.name), config.max_risk) {
                     (Verdict::Allowed { .. }, Some(max_risk)) if risk > max_risk => {
                         Verdict::Denied {
@@ -99,6 +120,22 @@ impl Router {
                     }
                     (verdict, _) => verdict,
                 };
+                let verdict = match (verdict, &change, config.on_change) {
+                    (Verdict::Allowed { .. }, Some(change), OnChange::Block) => Verdict::Denied {
+                        rule: Rule::DefinitionChanged {
+                            what: change.describe(server.name.as_str(), &tool.name),
+                        },
+                    },
+                    (verdict, ..) => verdict,
+                };
+                if let Some(change) = &change {
+                    changes.push(DefinitionChange {
+                        server: server.name.clone(),
+                        tool: ToolName::new(tool.name.as_ref()),
+                        change: change.clone(),
+                        on_change: config.on_change,
+                    });
+                }
                 let name = exposed_name(config.tool_prefix, &server.name, &tool.name);
                 let exposed = verdict.is_allowed() && !routes.contains_key(&name);
                 if verdict.is_allowed() && !exposed {
@@ -115,6 +152,8 @@ impl Router {
                             server: server.clone(),
                             tool: ToolName::new(tool.name.as_ref()),
                             risk,
+                            definition: seen.hash.clone(),
+                            input_schema: tool.input_schema.clone(),
                         },
                     );
                 }
@@ -123,6 +162,8 @@ impl Router {
                     tool: ToolName::new(tool.name.as_ref()),
                     exposed_as: exposed.then_some(name),
                     risk,
+                    definition: seen.hash.clone(),
+                    definition_change: change,
                     verdict,
                 });
             }
@@ -131,6 +172,7 @@ impl Router {
             tools: Arc::new(tools),
             routes,
             known,
+            changes,
             prefix: config.tool_prefix,
             missing,
             servers: config.servers.clone(),
@@ -145,6 +187,11 @@ impl Router {
     /// Every upstream tool known so far, exposed or not.
     pub fn known(&self) -> &[KnownTool] {
         &self.known
+    }
+
+    /// Tools whose definition is not the approved one (hidden under `onChange: block`).
+    pub fn changes(&self) -> &[DefinitionChange] {
+        &self.changes
     }
 
     /// Startable servers whose tool list is not known yet.
@@ -232,16 +279,19 @@ mod tests {
         t
     }
 
-    fn lists(entries: &[(&str, &[&str])]) -> HashMap<ServerName, Arc<Vec<Tool>>> {
+    fn lists(entries: &[(&str, &[&str])]) -> HashMap<ServerName, KnownList> {
         entries
             .iter()
-            .map(|(s, ts)| {
-                (
-                    ServerName::new(*s),
-                    Arc::new(ts.iter().map(|t| tool(t)).collect()),
-                )
-            })
+            .map(|(s, ts)| (*s, ts.iter().map(|t| tool(t)).collect()))
+            .map(|(s, tools)| one(s, tools))
             .collect()
+    }
+
+    fn one(server: &str, tools: Vec<Tool>) -> (ServerName, KnownList) {
+        (
+            ServerName::new(server),
+            KnownList::first_sight(Arc::new(tools)),
+        )
     }
 
     const TWO: &str = r#"
@@ -390,12 +440,7 @@ servers:
             annotated("rename", Some(false), Some(false)),
             annotated("wipe", None, Some(true)),
         ];
-        let r = Router::build(
-            &c,
-            &[(ServerName::new("fs"), Arc::new(list))]
-                .into_iter()
-                .collect(),
-        );
+        let r = Router::build(&c, &[one("fs", list)].into_iter().collect());
         let names: Vec<String> = r.tools().iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names,
@@ -448,12 +493,9 @@ servers:
         let open = config("task: {name: t}\nservers: [{name: fs, stdio: {command: y}}]");
         let r = Router::build(
             &open,
-            &[(
-                ServerName::new("fs"),
-                Arc::new(vec![annotated("delete", None, Some(true))]),
-            )]
-            .into_iter()
-            .collect(),
+            &[one("fs", vec![annotated("delete", None, Some(true))])]
+                .into_iter()
+                .collect(),
         );
         assert!(matches!(r.lookup("fs__delete"), Lookup::Routed(_)));
     }

@@ -77,6 +77,13 @@ impl Files {
                         .filter_map(|t| Some((t.name.clone(), t.risk?)))
                         .chain(s.spec.risk.iter().map(|(t, r)| (t.clone(), *r)))
                         .collect(),
+                    rate_limit: s.spec.rate_limit.clone(),
+                    pins: s
+                        .entry
+                        .tools
+                        .iter()
+                        .filter_map(|t| Some((t.name.clone(), t.pin.clone()?)))
+                        .collect(),
                 }
             })
             .collect();
@@ -91,8 +98,13 @@ impl Files {
             allowed_hosts: Vec::new(),
             call_timeout_seconds: None,
             audit: AuditSpec::default(),
-            policy: PolicySpec {
-                max_risk: tr.spec.tool_config.policy.max_risk,
+            policy: {
+                let policy = &tr.spec.tool_config.policy;
+                PolicySpec {
+                    max_risk: policy.max_risk,
+                    validate_arguments: policy.validate_arguments.unwrap_or(true),
+                    on_change: policy.on_change.unwrap_or_default(),
+                }
             },
             servers,
         };

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::proxy::{ProxyConfig, Risk};
+use orchestrator_crds::proxy::{OnChange, ProxyConfig, Risk};
 use orchestrator_crds::taskrun::{McpServer, TaskRun};
 
 use super::*;
@@ -106,6 +106,51 @@ fn rendered_proxy_yaml_round_trips_into_the_sidecar_schema() {
     );
     // Re-serializing the parsed config gives the same text: nothing was dropped or defaulted away.
     assert_eq!(&serde_saphyr::to_string(&parsed).expect("serializes"), text);
+}
+
+#[test]
+fn the_call_policy_rate_limits_and_the_catalogs_pins_reach_the_proxy() {
+    let mut tr = task_1002();
+    tr.spec.tool_config.policy.validate_arguments = Some(false);
+    tr.spec.tool_config.policy.on_change = Some(OnChange::Alert);
+    tr.spec.tool_config.mcp_servers[0].rate_limit = serde_json::from_value(serde_json::json!(
+        {"perMinute": 30, "tools": {"create_issue": {"perMinute": 2, "burst": 1}}}
+    ))
+    .expect("limits");
+    let pin = format!("sha256:{}", "ab".repeat(32));
+    let mut catalog = catalog();
+    let github = catalog
+        .servers
+        .iter_mut()
+        .find(|s| s.name == "github")
+        .expect("github");
+    let tool = github
+        .tools
+        .iter_mut()
+        .find(|t| t.name == "search_code")
+        .expect("search_code");
+    tool.pin = Some(pin.clone());
+    let rendered = render(&tr, &catalog, &settings()).unwrap_or_else(|p| panic!("{p:?}"));
+    let data = rendered.config_map(1).data.expect("data");
+    let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
+    assert!(!parsed.policy.validate_arguments);
+    assert_eq!(parsed.policy.on_change, OnChange::Alert);
+    assert_eq!(
+        parsed.servers[0].rate_limit,
+        tr.spec.tool_config.mcp_servers[0].rate_limit
+    );
+    assert_eq!(
+        parsed.servers[0].pins,
+        [("search_code".to_string(), pin)].into()
+    );
+    assert!(parsed.servers[1].pins.is_empty());
+    // The defaults (validate, block) are what the proxy assumes; none is written.
+    let plain = plan(&task_1002()).config_map(1).data.expect("data");
+    assert!(
+        !plain["proxy.yaml"].contains("policy"),
+        "{}",
+        plain["proxy.yaml"]
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use orchestrator_crds::proxy::{ProxyConfig, Risk, ToolPrefix};
+use orchestrator_crds::proxy::{OnChange, ProxyConfig, RateLimits, Risk, ToolPrefix};
 pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
 
@@ -37,6 +37,10 @@ pub struct Config {
     pub audit: AuditConfig,
     /// `policy.maxRisk`: tools above it are hidden and refused.
     pub max_risk: Option<Risk>,
+    /// `policy.validateArguments`: check arguments against the tool's input schema.
+    pub validate_arguments: bool,
+    /// `policy.onChange`: what a changed or mis-pinned tool definition does.
+    pub on_change: OnChange,
     /// In file order; names are unique.
     pub servers: Vec<Arc<Server>>,
 }
@@ -63,6 +67,10 @@ pub struct Server {
     pub filter: ToolFilter,
     /// Tool name -> risk class, overriding the server's annotations.
     pub risk: BTreeMap<String, Risk>,
+    /// `rateLimit`: the server-wide and per-tool call rates.
+    pub rate_limit: RateLimits,
+    /// Tool name -> the definition hash it must have (`sha256:<hex>`).
+    pub pins: BTreeMap<String, String>,
     /// Hash of the transport spec: equal hashes mean "the same server process would be started".
     /// Keys the on-disk tool-list cache and decides whether a reload keeps a running upstream.
     pub spec_hash: SpecHash,

@@ -3,14 +3,20 @@
 
 use std::{collections::HashMap, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use orchestrator_crds::proxy::{PREFIX_SEPARATOR, ProxyConfig, ServerSpec, ToolPrefix};
+use orchestrator_crds::{
+    policy::is_pin,
+    proxy::{PREFIX_SEPARATOR, ProxyConfig, ServerSpec, ToolPrefix},
+};
 use sha2::{Digest, Sha256};
 
 use super::{
     AuditConfig, Code, Config, DEFAULT_CALL_TIMEOUT, HttpTransport, Loaded, Problem, Problems,
     Server, SpecHash, StdioTransport, Transport,
 };
-use crate::{filter::ToolFilter, names::ServerName};
+use crate::{
+    filter::ToolFilter,
+    names::{ServerName, clip},
+};
 
 /// Longest accepted server name: it prefixes every exposed tool name, and clients limit those.
 const MAX_SERVER_NAME: usize = 64;
@@ -145,6 +151,8 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
             include_arguments: wire.audit.include_arguments,
         },
         max_risk: wire.policy.max_risk,
+        validate_arguments: wire.policy.validate_arguments,
+        on_change: wire.policy.on_change,
         servers: servers.into_iter().map(|(_, s)| s).collect(),
     };
     Loaded {
@@ -317,6 +325,7 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
             "an empty tool name; name the upstream tool whose risk class this sets",
         ));
     }
+    check_policy(spec, at, problems);
     let after = problems.iter().filter(|p| p.is_error()).count();
     if after > before {
         return None;
@@ -328,8 +337,45 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
         transport,
         filter: filter?,
         risk: spec.risk.clone(),
+        rate_limit: spec.rate_limit.clone(),
+        pins: spec.pins.clone(),
         spec_hash,
     })
+}
+
+/// A server's rate limits and pins: a burst needs a rate, tool names, the hash format.
+fn check_policy(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) {
+    // Rates and bursts of 0 are refused by the shape check (minimum 1).
+    let limits = &spec.rate_limit;
+    if limits.per_minute.is_none() && limits.burst.is_some() {
+        problems.push(Problem::new(
+            Code::BadValue,
+            format!("{at}.rateLimit.burst"),
+            "a burst without perMinute limits nothing; set rateLimit.perMinute too",
+        ));
+    }
+    let empty_names = limits
+        .tools
+        .keys()
+        .map(|t| (t, "rateLimit.tools"))
+        .chain(spec.pins.keys().map(|t| (t, "pins")));
+    for (tool, field) in empty_names.filter(|(t, _)| t.trim().is_empty()) {
+        problems.push(Problem::new(
+            Code::BadValue,
+            format!("{at}.{field}.{tool:?}"),
+            "an empty tool name; name the upstream tool",
+        ));
+    }
+    for (tool, pin) in spec.pins.iter().filter(|(_, p)| !is_pin(p)) {
+        problems.push(Problem::new(
+            Code::BadValue,
+            format!("{at}.pins.{tool:?}"),
+            format!(
+                "{:?} is not a definition hash: `sha256:` and 64 lowercase hex digits (see GET /tools or `orchestrator-cli catalog pin`)",
+                clip(pin)
+            ),
+        ));
+    }
 }
 
 fn check_server_name(name: &str, at: &str, problems: &mut Vec<Problem>) {

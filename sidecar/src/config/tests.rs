@@ -1,6 +1,6 @@
 use orchestrator_crds::proxy::{
-    HttpSpec, PolicySpec, ProxyConfig, Risk, ServerSpec, StdioSpec, TaskRef,
-    ToolFilter as WireFilter, ToolPrefix,
+    HttpSpec, OnChange, PolicySpec, ProxyConfig, RateLimit, RateLimits, Risk, ServerSpec,
+    StdioSpec, TaskRef, ToolFilter as WireFilter, ToolPrefix,
 };
 
 use super::*;
@@ -425,6 +425,8 @@ fn what_the_operator_renders_round_trips() {
         audit: Default::default(),
         policy: PolicySpec {
             max_risk: Some(Risk::Write),
+            validate_arguments: false,
+            on_change: OnChange::Alert,
         },
         servers: vec![
             ServerSpec {
@@ -442,6 +444,23 @@ fn what_the_operator_renders_round_trips() {
                     deny: vec!["write_*".into()],
                 },
                 risk: [("move_file".to_string(), Risk::Destructive)].into(),
+                rate_limit: RateLimits {
+                    per_minute: Some(60),
+                    burst: None,
+                    tools: [(
+                        "write_file".to_string(),
+                        RateLimit {
+                            per_minute: 6,
+                            burst: Some(2),
+                        },
+                    )]
+                    .into(),
+                },
+                pins: [(
+                    "read_file".to_string(),
+                    format!("sha256:{}", "ab".repeat(32)),
+                )]
+                .into(),
             },
             ServerSpec {
                 name: "docs".into(),
@@ -453,6 +472,8 @@ fn what_the_operator_renders_round_trips() {
                 }),
                 tools: Default::default(),
                 risk: Default::default(),
+                rate_limit: Default::default(),
+                pins: Default::default(),
             },
         ],
     };
@@ -468,11 +489,70 @@ fn what_the_operator_renders_round_trips() {
         assert_eq!(config.allowed_hosts, vec!["10.1.2.3".to_string()]);
         assert_eq!(config.servers.len(), 2);
         assert_eq!(config.max_risk, Some(Risk::Write));
+        assert!(!config.validate_arguments);
+        assert_eq!(config.on_change, OnChange::Alert);
+        assert_eq!(config.servers[0].rate_limit, wire.servers[0].rate_limit);
+        assert_eq!(config.servers[0].pins, wire.servers[0].pins);
         assert_eq!(
             config.servers[0].risk.get("move_file"),
             Some(&Risk::Destructive)
         );
     }
+}
+
+#[test]
+fn policy_defaults_to_validating_and_blocking_and_bad_limits_and_pins_are_named() {
+    let config = load("task: {name: t}\nservers: [{name: a, stdio: {command: x}}]")
+        .config
+        .expect("config");
+    assert!(config.validate_arguments);
+    assert_eq!(config.on_change, OnChange::Block);
+    let text = r#"
+task: {name: t}
+servers:
+  - name: a
+    stdio: {command: x}
+    rateLimit: {burst: 2, tools: {"": {perMinute: 1}}}
+    pins: {r: "sha256:ABC", s: "0123"}
+"#;
+    let loaded = load(text);
+    assert!(loaded.config.is_none());
+    let got: Vec<(&str, &str)> = loaded
+        .problems
+        .0
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("PROXY.BAD_VALUE", "servers[0].rateLimit.burst"),
+            ("PROXY.BAD_VALUE", "servers[0].rateLimit.tools.\"\""),
+            ("PROXY.BAD_VALUE", "servers[0].pins.\"r\""),
+            ("PROXY.BAD_VALUE", "servers[0].pins.\"s\""),
+        ]
+    );
+    assert!(
+        loaded
+            .problems
+            .to_string()
+            .contains("64 lowercase hex digits"),
+        "{}",
+        loaded.problems
+    );
+    let zeros = load(
+        "task: {name: t}\nservers: [{name: a, stdio: {command: x}, rateLimit: {perMinute: 0, tools: {w: {perMinute: 1, burst: 0}}}}]",
+    );
+    let got: Vec<&str> = zeros.problems.0.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(
+        got,
+        vec![
+            "servers[0].rateLimit.perMinute",
+            "servers[0].rateLimit.tools.w.burst"
+        ],
+        "{}",
+        zeros.problems
+    );
 }
 
 #[test]

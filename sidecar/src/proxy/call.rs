@@ -18,7 +18,6 @@ use tracing::Instrument;
 use crate::{
     config::Server,
     error::Error,
-    filter::RuleDisplay,
     names::{ServerName, clip},
     router::{Lookup, Route},
     session::ListKind,
@@ -26,7 +25,7 @@ use crate::{
     upstream::{Connection, Revision, StartReason, Upstream},
 };
 
-use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, record::Denial, upstream_meta};
+use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, Snapshot, record::Denial, upstream_meta};
 
 impl Proxy {
     /// `tools/call`: decide, then forward to the upstream that owns the tool. A call that is not
@@ -51,27 +50,13 @@ impl Proxy {
                     rule,
                     risk,
                 } => {
+                    let denial = Denial::by_rule(server, tool.to_string(), &rule, risk);
                     let error = Error::ToolDenied {
                         tool: req.name.clone(),
-                        server: server.clone(),
-                        rule: RuleDisplay {
-                            server: &server,
-                            rule: &rule,
-                        }
-                        .to_string(),
+                        server: denial.server.clone(),
+                        rule: denial.rule.clone(),
                     };
-                    return self.refuse(
-                        &snap,
-                        &req,
-                        started,
-                        error,
-                        Some(Denial {
-                            server,
-                            tool: tool.to_string(),
-                            rule,
-                            risk,
-                        }),
-                    );
+                    return self.refuse(&snap, &req, started, error, Some(denial));
                 }
                 Lookup::NeedsLists(servers) if !fetched => {
                     fetched = true;
@@ -97,6 +82,10 @@ impl Proxy {
                 }
             }
         };
+        if let Err(refused) = self.check_policy(&snap, &route, &req) {
+            let (error, denial) = *refused;
+            return self.refuse(&snap, &req, started, error, Some(denial));
+        }
         let timeout = snap.config.call_timeout;
         let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
         let result = tokio::select! {
@@ -106,6 +95,53 @@ impl Proxy {
         };
         self.finish(&snap, &req, &route, started, &result, &span);
         result
+    }
+
+    /// The call policy for an exposed tool: its arguments must fit its input schema (unless
+    /// `policy.validateArguments` is off), then the call must fit its rate limits (so a refused
+    /// call costs no token).
+    fn check_policy(
+        &self,
+        snap: &Snapshot,
+        route: &Route,
+        req: &CallRequest,
+    ) -> Result<(), Box<(Error, Denial)>> {
+        if snap.config.validate_arguments
+            && let Err(problems) = self.validators.check(
+                &route.definition,
+                &route.input_schema,
+                req.arguments.as_ref(),
+            )
+        {
+            let rule = format!(
+                "policy.validateArguments (servers[{}]: the inputSchema of {:?})",
+                route.server.name, route.tool
+            );
+            let error = Error::InvalidArguments {
+                tool: req.name.clone(),
+                server: route.server.name.clone(),
+                problems,
+            };
+            return Err(Box::new((
+                error,
+                Denial::by_policy(route, rule, "invalid_arguments"),
+            )));
+        }
+        if let Err(limited) = self.limiters.check(&route.server, route.tool.as_str()) {
+            let error = Error::RateLimited {
+                tool: req.name.clone(),
+                server: route.server.name.clone(),
+                limit: limited.path.clone(),
+                rate: limited.limit.to_string(),
+                retry_after: limited.retry_after,
+            };
+            let rule = format!("{} ({})", limited.path, limited.limit);
+            return Err(Box::new((
+                error,
+                Denial::by_policy(route, rule, "rate_limited"),
+            )));
+        }
+        Ok(())
     }
 
     /// Starts (or waits for) the call's server. The start runs on its own, bounded by the start

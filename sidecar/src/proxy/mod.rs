@@ -31,8 +31,10 @@ use crate::{
     error::Error,
     metrics::Metrics,
     names::ServerName,
-    router::Router,
+    policy::{arguments::Validators, limits::Limiters},
+    router::{DefinitionChange, Router},
     session::{ListKind, Registry, SessionRef},
+    sync,
     upstream::{handler::UpstreamEvent, pool::Pool},
 };
 
@@ -67,6 +69,12 @@ pub struct Proxy {
     pub sessions: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub(crate) audit: Audit,
+    /// Rate limit buckets, kept across reloads.
+    pub(crate) limiters: Limiters,
+    /// Compiled input schemas, by definition hash.
+    pub(crate) validators: Validators,
+    /// Definition changes already reported (each once).
+    pub(crate) reported: std::sync::Mutex<std::collections::HashSet<DefinitionChange>>,
     pub(crate) calls_in_flight: AtomicUsize,
     pub(crate) idle: Notify,
     pub(crate) draining: AtomicBool,
@@ -86,6 +94,9 @@ impl Proxy {
             sessions: Default::default(),
             metrics,
             audit,
+            limiters: Default::default(),
+            validators: Default::default(),
+            reported: Default::default(),
             calls_in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             draining: AtomicBool::new(false),
@@ -108,12 +119,13 @@ impl Proxy {
             let changed = before
                 .as_ref()
                 .is_none_or(|b| surface_changed(&b.router, &router));
-            self.snapshot.store(Some(Arc::new(Snapshot {
+            self.install(Snapshot {
                 config: config.clone(),
                 router,
-            })));
+            });
             changed
         };
+        self.limiters.retain(&config);
         self.metrics.config_in_use(config.context_version);
         tracing::info!(
             context_version = config.context_version,
@@ -136,11 +148,30 @@ impl Proxy {
         };
         let router = Router::build(&current.config, &self.pool.known_lists(&current.config));
         let changed = surface_changed(&current.router, &router);
-        self.snapshot.store(Some(Arc::new(Snapshot {
+        self.install(Snapshot {
             config: current.config.clone(),
             router,
-        })));
+        });
         changed
+    }
+
+    /// Puts a snapshot in use and reports its new definition changes (each once).
+    fn install(&self, snapshot: Snapshot) {
+        let snapshot = Arc::new(snapshot);
+        self.snapshot.store(Some(snapshot.clone()));
+        let new: Vec<_> = {
+            let mut reported = sync::lock(&self.reported);
+            snapshot
+                .router
+                .changes()
+                .iter()
+                .filter(|c| reported.insert((*c).clone()))
+                .cloned()
+                .collect()
+        };
+        for change in new {
+            self.report_definition_change(&snapshot, &change);
+        }
     }
 
     pub async fn notify(&self, kind: ListKind) {

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use orchestrator_crds::proxy::OnChange;
 use rmcp::model::CallToolResponse;
 
 use super::{CallRequest, Proxy, Snapshot};
@@ -11,7 +12,7 @@ use crate::{
     error::Error,
     filter::{Risk, Rule, RuleDisplay},
     names::{ServerName, clip},
-    router::Route,
+    router::{DefinitionChange, Route, exposed_name},
     telemetry,
 };
 
@@ -19,8 +20,40 @@ use crate::{
 pub(super) struct Denial {
     pub server: ServerName,
     pub tool: String,
-    pub rule: Rule,
+    /// What decided, as a config path (`servers[fs].tools.deny[0] "write_*"`).
+    pub rule: String,
     pub risk: Option<Risk>,
+    /// The audit record's `decision`: `denied`, `rate_limited` or `invalid_arguments`.
+    pub decision: &'static str,
+}
+
+impl Denial {
+    /// A tool hidden by a rule (patterns, `maxRisk`, a changed definition).
+    pub fn by_rule(server: ServerName, tool: String, rule: &Rule, risk: Option<Risk>) -> Self {
+        let rule = RuleDisplay {
+            server: &server,
+            rule,
+        }
+        .to_string();
+        Self {
+            server,
+            tool,
+            rule,
+            risk,
+            decision: "denied",
+        }
+    }
+
+    /// An exposed tool's call refused by the call policy (rate limit, argument validation).
+    pub fn by_policy(route: &Route, rule: String, decision: &'static str) -> Self {
+        Self {
+            server: route.server.name.clone(),
+            tool: route.tool.as_str().to_string(),
+            rule,
+            risk: Some(route.risk),
+            decision,
+        }
+    }
 }
 
 impl Proxy {
@@ -36,40 +69,34 @@ impl Proxy {
         // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
         // error result it can read (as most MCP servers answer unknown tools). Failures of the
         // proxy itself stay JSON-RPC errors.
-        let as_result = matches!(error, Error::ToolDenied { .. } | Error::UnknownTool(_));
+        let as_result = matches!(
+            error,
+            Error::ToolDenied { .. }
+                | Error::UnknownTool(_)
+                | Error::RateLimited { .. }
+                | Error::InvalidArguments { .. }
+        );
         let outcome = match (&denied, as_result) {
             (Some(_), _) => Outcome::Denied,
             (None, true) => Outcome::ToolError,
             (None, false) => Outcome::ProtocolError,
         };
-        let (server, upstream_tool, rule, risk) = match &denied {
+        let (server, upstream_tool, rule, risk, decision) = match &denied {
             Some(d) => (
                 Some(d.server.as_str()),
                 Some(d.tool.as_str()),
-                Some(
-                    RuleDisplay {
-                        server: &d.server,
-                        rule: &d.rule,
-                    }
-                    .to_string(),
-                ),
+                Some(d.rule.clone()),
                 d.risk,
+                d.decision,
             ),
-            None => (None, None, None, None),
+            None => (None, None, None, None, "unknown"),
         };
         let tool = clip(&req.name);
         tracing::info!(%tool, session = %req.session.id, error = %error, "tools/call refused");
         let span = telemetry::call_span(&tool, req.session.id, &req.meta);
         if !span.is_none() {
             span.record("mcp.server", server.unwrap_or(""));
-            span.record(
-                "mcp.decision",
-                if denied.is_some() {
-                    "denied"
-                } else {
-                    "unknown"
-                },
-            );
+            span.record("mcp.decision", decision);
             span.record("mcp.outcome", outcome.as_str());
             span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
         }
@@ -79,10 +106,15 @@ impl Proxy {
         } else {
             "(unknown)"
         };
+        // Refusals by the call policy count under their own outcome (`rate_limited`, ...).
+        let label_outcome = match outcome {
+            Outcome::Denied => decision,
+            other => other.as_str(),
+        };
         self.metrics.call(
             server.unwrap_or("(none)"),
             label_tool,
-            outcome.as_str(),
+            label_outcome,
             started.elapsed().as_secs_f64(),
         );
         self.write_audit(
@@ -91,11 +123,7 @@ impl Proxy {
             server,
             upstream_tool,
             risk,
-            if denied.is_some() {
-                "denied"
-            } else {
-                "unknown"
-            },
+            decision,
             rule,
             outcome,
             Some(error.to_string()),
@@ -114,6 +142,43 @@ impl Proxy {
         )])
         .with_meta(Some(meta));
         Ok(CallToolResponse::Complete(result))
+    }
+
+    /// A tool definition that is not the approved one: a warning, a metric and an audit record
+    /// (decision `quarantined` under `onChange: block`, `alerted` under `alert`).
+    pub(super) fn report_definition_change(&self, snap: &Snapshot, c: &DefinitionChange) {
+        let what = c.change.describe(c.server.as_str(), c.tool.as_str());
+        let (decision, action) = match c.on_change {
+            OnChange::Block => ("quarantined", "block"),
+            OnChange::Alert => ("alerted", "alert"),
+        };
+        tracing::warn!(server = %c.server, tool = %c.tool, definition = %c.change.seen(), action, "{what}");
+        self.metrics
+            .definition_changed(&c.server, c.tool.as_str(), action);
+        let config = &snap.config;
+        let exposed = exposed_name(config.tool_prefix, &c.server, c.tool.as_str());
+        let record = audit::Record {
+            ts: audit::timestamp(),
+            task: &config.task_name,
+            namespace: &config.task_namespace,
+            context_version: config.context_version,
+            session: String::new(),
+            client: String::new(),
+            protocol: None,
+            request_id: String::new(),
+            tool: exposed.as_str(),
+            server: Some(c.server.as_str()),
+            upstream_tool: Some(c.tool.as_str()),
+            risk: None,
+            decision,
+            rule: Some(format!("policy.onChange \"{}\" ({what})", c.on_change)),
+            outcome: Outcome::DefinitionChanged,
+            error: None,
+            duration_ms: 0.0,
+            argument_bytes: 0,
+            arguments: None,
+        };
+        self.audit.record(config.audit.path.as_ref(), &record);
     }
 
     pub(super) fn finish(

@@ -15,19 +15,22 @@ use crate::{
     config::{Config, Server, SpecHash},
     error::{Error, Result},
     names::ServerName,
+    policy::definitions::{FirstSeen, KnownList},
     session::SessionRef,
     sync::lock,
 };
 
 struct ListEntry {
     hash: SpecHash,
-    tools: Arc<Vec<Tool>>,
+    list: KnownList,
 }
 
 pub struct Pool {
     deps: Deps,
     upstreams: Mutex<HashMap<ServerName, Arc<Upstream>>>,
     lists: Mutex<HashMap<ServerName, ListEntry>>,
+    /// Per server (and its spec: a new spec starts afresh), the tool definitions first seen.
+    first_seen: Mutex<HashMap<ServerName, (SpecHash, FirstSeen)>>,
 }
 
 impl Pool {
@@ -36,6 +39,7 @@ impl Pool {
             deps,
             upstreams: Default::default(),
             lists: Default::default(),
+            first_seen: Default::default(),
         }
     }
 
@@ -88,7 +92,7 @@ impl Pool {
 
     /// Tool lists known for the startable servers of `config`: from memory, else from the disk
     /// cache (which is how a restarted proxy answers without starting anything).
-    pub fn known_lists(&self, config: &Config) -> HashMap<ServerName, Arc<Vec<Tool>>> {
+    pub fn known_lists(&self, config: &Config) -> HashMap<ServerName, KnownList> {
         let mut out = HashMap::new();
         let mut lists = lock(&self.lists);
         for server in config.servers.iter().filter(|s| s.is_startable()) {
@@ -96,22 +100,35 @@ impl Pool {
                 .get(&server.name)
                 .filter(|e| e.hash == server.spec_hash)
             {
-                out.insert(server.name.clone(), entry.tools.clone());
+                out.insert(server.name.clone(), entry.list.clone());
                 continue;
             }
             if let Some(tools) = self.cache().and_then(|c| c.load(&server.spec_hash)) {
                 tracing::info!(server = %server.name, tools = tools.len(), "tool list loaded from the cache directory");
+                let list = self.observe(server, tools);
                 lists.insert(
                     server.name.clone(),
                     ListEntry {
                         hash: server.spec_hash.clone(),
-                        tools: tools.clone(),
+                        list: list.clone(),
                     },
                 );
-                out.insert(server.name.clone(), tools);
+                out.insert(server.name.clone(), list);
             }
         }
         out
+    }
+
+    /// Hashes a list's tool definitions and compares them with the first seen for the server.
+    fn observe(&self, server: &Server, tools: Arc<Vec<Tool>>) -> KnownList {
+        let mut first_seen = lock(&self.first_seen);
+        let entry = first_seen
+            .entry(server.name.clone())
+            .or_insert_with(|| (server.spec_hash.clone(), FirstSeen::default()));
+        if entry.0 != server.spec_hash {
+            *entry = (server.spec_hash.clone(), FirstSeen::default());
+        }
+        entry.1.observe(tools)
     }
 
     /// Starts the server if needed and fetches its tool list (for `tools/list`, so it does not
@@ -164,7 +181,7 @@ impl Pool {
         let before = lock(&self.lists)
             .get(&server.name)
             .filter(|e| e.hash == server.spec_hash)
-            .map(|e| e.tools.clone());
+            .map(|e| e.list.tools.clone());
         let after = self.list_from(server, &conn).await?;
         // No list before means none was served yet: nobody has anything to re-list.
         Ok(before.is_some_and(|b| b != after).then_some(after))
@@ -175,11 +192,12 @@ impl Pool {
             cache.store(server.name.as_str(), &server.spec_hash, &tools);
         }
         let tools = Arc::new(tools);
+        let list = self.observe(server, tools.clone());
         lock(&self.lists).insert(
             server.name.clone(),
             ListEntry {
                 hash: server.spec_hash.clone(),
-                tools: tools.clone(),
+                list,
             },
         );
         tools

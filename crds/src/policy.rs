@@ -1,0 +1,227 @@
+//! The per-call policy a TaskRun sets for its tools (`toolConfig.policy`, a server's
+//! `rateLimit`, the catalog's definition pins) and the proxy enforces: the riskiest class
+//! offered, argument validation, what a changed tool definition does, rate limits.
+
+use std::{collections::BTreeMap, fmt};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::tools::Risk;
+
+/// Rules the proxy holds every MCP tool call to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolPolicy {
+    /// The riskiest tools the agent may see and call: `read`, `write` or `destructive`. A tool's
+    /// class comes from the server's annotations for it (`readOnlyHint` -> read,
+    /// `destructiveHint` -> destructive, neither -> write) unless the catalog or the server's
+    /// `risk` here names it. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_risk: Option<Risk>,
+    /// Check each call's arguments against the tool's `inputSchema` before it leaves the pod
+    /// (default true): invalid arguments come back as a tool error naming the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validate_arguments: Option<bool>,
+    /// What a tool whose definition (name, description, input schema, annotations) changes
+    /// during the task, or differs from its catalog pin, does: `block` (the default: hidden and
+    /// refused) or `alert` (still offered; reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_change: Option<OnChange>,
+}
+
+impl ToolPolicy {
+    /// Whether a tool of class `risk` may be offered; `None` (a class only the server's
+    /// annotations give, which only the proxy sees) is admitted.
+    pub fn admits(&self, risk: Option<Risk>) -> bool {
+        self.max_risk
+            .zip(risk)
+            .is_none_or(|(max, risk)| risk <= max)
+    }
+}
+
+/// What the proxy does with a tool whose definition changed while the task ran, or differs from
+/// its catalog pin: `block` (the default: hidden and refused) or `alert` (offered, reported).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default, Hash)]
+#[serde(rename_all = "camelCase")]
+pub enum OnChange {
+    /// Quarantine it: hidden from tools/list and refused, until a pin names the new definition
+    /// (or the server's command changes).
+    #[default]
+    Block,
+    /// Keep offering it; record the change (audit, metric, log).
+    Alert,
+}
+
+impl OnChange {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnChange::Block => "block",
+            OnChange::Alert => "alert",
+        }
+    }
+}
+
+impl fmt::Display for OnChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A token bucket: `perMinute` calls per minute on average, at most `burst` at once.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimit {
+    /// Calls per minute (at least 1).
+    #[schemars(range(min = 1))]
+    pub per_minute: u32,
+    /// Calls allowed at once before the rate applies (default: `perMinute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub burst: Option<u32>,
+}
+
+impl RateLimit {
+    /// The burst in force (`perMinute` when unset).
+    pub fn burst(&self) -> u32 {
+        self.burst.unwrap_or(self.per_minute)
+    }
+}
+
+impl fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/min, burst {}", self.per_minute, self.burst())
+    }
+}
+
+/// A server's rate limits: one bucket for all its tools together, and one per named tool.
+/// A call must fit both.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimits {
+    /// Calls per minute to any of the server's tools (unset: no server-wide limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub per_minute: Option<u32>,
+    /// The server-wide burst (default: `perMinute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub burst: Option<u32>,
+    /// Upstream tool name -> its own limit.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 128))]
+    pub tools: BTreeMap<String, RateLimit>,
+}
+
+impl RateLimits {
+    /// The server-wide limit, when set.
+    pub fn server(&self) -> Option<RateLimit> {
+        self.per_minute.map(|per_minute| RateLimit {
+            per_minute,
+            burst: self.burst,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == RateLimits::default()
+    }
+}
+
+/// The prefix of a tool definition hash: `sha256:` and 64 lowercase hex digits.
+pub const PIN_PREFIX: &str = "sha256:";
+
+/// Whether `pin` is a well-formed definition hash (`sha256:` + 64 lowercase hex digits).
+pub fn is_pin(pin: &str) -> bool {
+    pin.strip_prefix(PIN_PREFIX).is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// The parts of a tool's definition its hash covers.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Definition<'a, S: Serialize, A: Serialize> {
+    pub name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<&'a str>,
+    pub input_schema: &'a S,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<&'a A>,
+}
+
+impl<S: Serialize, A: Serialize> Definition<'_, S, A> {
+    /// `sha256:` and the SHA-256 of the RFC 8785 (JCS) canonical JSON of the name, description,
+    /// input schema and annotations: the same for the same definition whatever the key order,
+    /// different when any of them changes. What `pins` and `catalog pin` hold.
+    pub fn hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        if let Err(e) = serde_json_canonicalizer::to_writer(self, &mut hasher) {
+            // Only a non-finite number could fail, which JSON cannot carry: hash its message
+            // so the value stays a hash and still differs from any good definition.
+            hasher.update(e.to_string().as_bytes());
+        }
+        let digest = hasher.finalize();
+        let mut out = String::with_capacity(PIN_PREFIX.len() + 64);
+        out.push_str(PIN_PREFIX);
+        for b in digest {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_are_sha256_and_64_lowercase_hex_digits() {
+        let good = format!("sha256:{}", "0a".repeat(32));
+        assert!(is_pin(&good));
+        assert!(!is_pin(&good.to_uppercase()));
+        assert!(!is_pin(&good[..good.len() - 1]));
+        assert!(!is_pin(&format!("sha1:{}", "0a".repeat(32))));
+    }
+
+    #[test]
+    fn a_definition_hash_ignores_key_order_and_sees_every_part() {
+        let schema: serde_json::Value = serde_json::from_str(
+            r#"{"type":"object","properties":{"a":{"type":"string"},"b":{}}}"#,
+        )
+        .expect("json");
+        let reordered: serde_json::Value = serde_json::from_str(
+            r#"{"properties":{"b":{},"a":{"type":"string"}},"type":"object"}"#,
+        )
+        .expect("json");
+        let annotations = serde_json::json!({"readOnlyHint": true});
+        let def = |description, schema, annotations| {
+            Definition {
+                name: "read",
+                description,
+                input_schema: schema,
+                annotations,
+            }
+            .hash()
+        };
+        let base = def(Some("Reads."), &schema, Some(&annotations));
+        assert!(is_pin(&base), "{base}");
+        assert_eq!(base, def(Some("Reads."), &reordered, Some(&annotations)));
+        assert_ne!(base, def(Some("Reads!"), &schema, Some(&annotations)));
+        assert_ne!(base, def(Some("Reads."), &schema, None));
+        let changed = serde_json::json!({"readOnlyHint": false});
+        assert_ne!(base, def(Some("Reads."), &schema, Some(&changed)));
+        assert_ne!(base, def(None, &schema, Some(&annotations)));
+    }
+
+    #[test]
+    fn a_limit_without_burst_bursts_its_rate() {
+        let limits: RateLimits = serde_json::from_str(
+            r#"{"perMinute": 30, "tools": {"write_file": {"perMinute": 6, "burst": 2}}}"#,
+        )
+        .expect("json");
+        assert_eq!(limits.server().map(|l| l.burst()), Some(30));
+        assert_eq!(limits.tools["write_file"].burst(), 2);
+        assert_eq!(limits.tools["write_file"].to_string(), "6/min, burst 2");
+    }
+}
