@@ -55,8 +55,8 @@ def get_audit(proxy, **params) -> tuple[int, dict]:
 
 
 async def test_get_audit_returns_exactly_the_records_each_filter_matches(make_proxy, tools, tmp_path):
-    """GET /audit against real servers: allowed, denied (by a glob and by maxRisk) and unknown
-    calls; each filter answers exactly the audit file's records that match it, newest last."""
+    """GET /audit against real servers: allowed, denied (by a glob and by maxRisk), rate-limited
+    and unknown calls; each filter answers exactly the audit file's records that match it, newest last."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "hello.txt").write_text("hello")
@@ -65,7 +65,8 @@ async def test_get_audit_returns_exactly_the_records_each_filter_matches(make_pr
             "policy": {"maxRisk": "write"},
             "servers": [
                 {"name": "fs", "stdio": {"command": str(tools.node), "args": [str(tools.filesystem), str(workspace)]}, "tools": {"allow": ["*"]}},
-                {"name": "every", "stdio": tools.everything_stdio(), "tools": {"allow": ["get-sum", "echo"], "deny": ["get-env"]}},
+                {"name": "every", "stdio": tools.everything_stdio(), "tools": {"allow": ["get-sum", "echo"], "deny": ["get-env"]},
+                 "rateLimit": {"tools": {"echo": {"perMinute": 1, "burst": 1}}}},
             ],
         }
     )
@@ -83,10 +84,11 @@ async def test_get_audit_returns_exactly_the_records_each_filter_matches(make_pr
             ("fs__create_directory", {"path": str(workspace / "made")}),
             ("nobody__x", {}),  # no such server: unknown
             ("every__echo", {"message": "hi"}),
+            ("every__echo", {"message": "again"}),  # over its rate limit: a decision added after GET /audit
         ]
         for name, arguments in second:
             await client.call_tool(name, arguments)
-    written = proxy.audit(at_least=7)
+    written = proxy.audit(at_least=8)
     assert [r["tool"] for r in written] == [n for n, _ in first + second]
 
     def expect(params: dict, predicate, tools_expected: list[str]) -> None:
@@ -102,9 +104,10 @@ async def test_get_audit_returns_exactly_the_records_each_filter_matches(make_pr
     expect({"decision": "allowed"}, lambda r: r["decision"] == "allowed",
            ["fs__read_text_file", "every__get-sum", "fs__create_directory", "every__echo"])
     expect({"decision": "unknown"}, lambda r: r["decision"] == "unknown", ["nobody__x"])
+    expect({"decision": "rate_limited"}, lambda r: r["decision"] == "rate_limited", ["every__echo"])
     expect({"risk": "destructive"}, lambda r: r.get("risk") == "destructive", ["fs__write_file"])
     expect({"risk": "read"}, lambda r: r.get("risk") == "read",
-           ["fs__read_text_file", "every__get-sum", "every__get-env", "every__echo"])
+           ["fs__read_text_file", "every__get-sum", "every__get-env", "every__echo", "every__echo"])
     expect({"server": "fs"}, lambda r: r.get("server") == "fs",
            ["fs__read_text_file", "fs__write_file", "fs__create_directory"])
     # The name the client called, or the server's name for the tool.
@@ -115,7 +118,7 @@ async def test_get_audit_returns_exactly_the_records_each_filter_matches(make_pr
     expect({"since": mid}, lambda r: written.index(r) >= 2, [first[-1][0]] + [n for n, _ in second])
     expect({"since": "1h"}, lambda r: True, [n for n, _ in first + second])
     status, body = get_audit(proxy, limit=2)
-    assert status == 200 and body["records"] == written[-2:] and body["matched"] == 7, body
+    assert status == 200 and body["records"] == written[-2:] and body["matched"] == 8, body
 
     # Bad parameters: 400 naming the parameter and what it takes.
     for params, parameter, says in [
