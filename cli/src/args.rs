@@ -55,6 +55,19 @@ pub struct Global {
     #[arg(short, long, global = true, value_name = "NAME")]
     pub namespace: Option<String>,
 
+    /// Act as this user (impersonation, like kubectl's --as; needs the impersonate permission).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+
+    /// Act as a member of this group (repeatable; with --as).
+    #[arg(
+        long = "as-group",
+        global = true,
+        value_name = "GROUP",
+        requires = "as_user"
+    )]
+    pub as_group: Vec<String>,
+
     /// Output format: table for people; json or yaml print the API objects.
     #[arg(short, long, global = true, value_enum, default_value_t = Format::Table)]
     pub output: Format,
@@ -371,6 +384,47 @@ Examples:
         /// would be printed.
         #[arg(long, value_name = "FILE")]
         check: Option<std::path::PathBuf>,
+    },
+
+    /// Start a server the way the proxy would (here, with its catalog command, or at its URL),
+    /// list its real tools (annotations, risk class, definition hash) and compare them with the
+    /// catalog: tools it no longer has, tools the catalog does not list, pins that differ.
+    #[command(after_help = "\
+The server runs on this machine with this process's environment (a Secret it needs comes from
+the variable of the same name) and the catalog's env; `/workspace` in its arguments is mapped to
+--workspace (default: a fresh temporary directory).
+
+Examples:
+  orchestrator-cli catalog discover filesystem
+  orchestrator-cli catalog discover github --check -o json")]
+    Discover {
+        /// The server's name.
+        #[arg(value_name = "SERVER")]
+        server: String,
+        /// The directory standing in for the pod's /workspace.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<std::path::PathBuf>,
+        /// Fail (exit 5) when the catalog entry does not match the server.
+        #[arg(long)]
+        check: bool,
+    },
+
+    /// Print each tool's definition hash as the server offers it now, as catalog `pin` entries
+    /// (started like `catalog discover`).
+    #[command(after_help = "\
+A TaskRun's proxy quarantines (policy.onChange: block) or reports (alert) a tool whose
+definition differs from its pin.
+
+Examples:
+  orchestrator-cli catalog pin filesystem
+  orchestrator-cli catalog pin everything -o json")]
+    Pin {
+        /// The server's name.
+        #[arg(value_name = "SERVER")]
+        server: String,
+        /// The directory standing in for the pod's /workspace.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<std::path::PathBuf>,
     },
 }
 

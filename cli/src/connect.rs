@@ -1,6 +1,7 @@
 //! Connecting to the cluster the way kubectl does: `--kubeconfig`, else `$KUBECONFIG` (a list of
 //! files, merged), else `~/.kube/config`, else the pod's service account; `--context` picks the
-//! context; the namespace is `-n`, else the context's, else `default`.
+//! context; the namespace is `-n`, else the context's, else `default`; `--as`/`--as-group`
+//! impersonate.
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -56,6 +57,13 @@ pub async fn connect(global: &Global) -> Result<Cluster> {
             }
         },
     };
+    let mut config = config;
+    if let Some(user) = &global.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+        if !global.as_group.is_empty() {
+            config.auth_info.impersonate_groups = Some(global.as_group.clone());
+        }
+    }
     let namespace = global
         .namespace
         .clone()

@@ -4,16 +4,19 @@
 //! Modules: [`args`] (the command line), [`connect`] (kubeconfig handling like kubectl),
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
-//! (the markdown reference), [`task`] (one module per command), [`wait`], [`output`]
-//! (table/json/yaml), [`error`] (exit codes), [`portforward`] (one HTTP request to a port inside
-//! a pod, through the API server).
+//! (the markdown reference), [`discover`] (a server's real tools against the catalog), [`task`]
+//! (one module per command), [`wait`], [`output`] (table/json/yaml), [`error`] (exit codes),
+//! [`identity`] (who the API server says we are), [`portforward`] (one HTTP request to a port
+//! inside a pod, through the API server).
 
 pub mod args;
 pub mod catalog;
 pub mod catalog_docs;
 pub mod connect;
+pub mod discover;
 pub mod effective;
 pub mod error;
+pub mod identity;
 pub mod merge;
 pub mod output;
 pub mod portforward;
@@ -35,6 +38,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Catalog(CatalogCommand::Show { server }) => catalog::show(global, server).await,
         Command::Catalog(CatalogCommand::Docs { check }) => {
             catalog_docs::run(global, check.as_deref()).await
+        }
+        Command::Catalog(CatalogCommand::Discover {
+            server,
+            workspace,
+            check,
+        }) => discover::discover(global, server, workspace.as_deref(), *check).await,
+        Command::Catalog(CatalogCommand::Pin { server, workspace }) => {
+            discover::pin(global, server, workspace.as_deref()).await
         }
         Command::Completions { shell } => {
             let mut out = Vec::new();

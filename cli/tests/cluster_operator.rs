@@ -39,23 +39,7 @@ async fn setup(prefix: &str) -> Result<(Client, TestNamespace, Operator)> {
 fn cli(ns: &str, args: &[&str]) -> cluster_support::Run {
     let mut full = vec!["--catalog-namespace", ns, "--catalog-name", CATALOG];
     full.extend_from_slice(args);
-    run_without_catalog_file(ns, &full)
-}
-
-fn run_without_catalog_file(ns: &str, args: &[&str]) -> cluster_support::Run {
-    let mut cmd = std::process::Command::new(cluster_support::BIN);
-    cmd.arg("--kubeconfig")
-        .arg(orchestrator_e2e::kubeconfig_path())
-        .args(["-n", ns])
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env_remove("ORCH_CATALOG_FILE");
-    let out = cmd.output().expect("the CLI runs");
-    cluster_support::Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    cluster_support::run_without_catalog_file(ns, &full)
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ pub use crate::{
     policy::{RateLimits, ToolPolicy},
     tools::Risk,
 };
+pub use history::ContextChange;
 
 /// API group of every orchestrator resource.
 pub const GROUP: &str = "orchestrator.io";
@@ -484,6 +485,10 @@ pub struct TaskRunStatus {
     /// When the Job finished (succeeded or failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// The last 20 `contextVersion`s: when, tools added and removed, and who asked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), extend("x-kubernetes-list-type" = "atomic"))]
+    pub context_history: Vec<ContextChange>,
 }
 
 /// The lifecycle phase of a task run.
@@ -529,6 +534,7 @@ pub struct EffectiveTools {
     pub exposed: Option<Vec<String>>,
 }
 
+pub mod history;
 pub mod permission_rules;
 
 /// Condition types and reasons the operator writes (stable: tools and tests match on them).

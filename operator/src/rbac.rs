@@ -32,14 +32,14 @@ pub const RULES: &[Rule] = &[
         group: "orchestrator.io",
         resource: "taskruns",
         verbs: &["get", "list", "watch", "delete"],
-        why: "the controller's watch of TaskRuns; a fresh read of a finished one whose spec changed (the cache keeps no task text for it), and of the tools in force when a blocked or finished task's status is written (the cache keeps their digest); delete a finished one after its retention or beyond --max-finished-per-namespace (its children go by owner reference)",
+        why: "the controller's watch of TaskRuns; a fresh read of a finished one whose spec changed (the cache keeps no task text for it), and of the tools in force when a blocked or finished task's status is written (the cache keeps their digest), and of who changed the tools, the tools before and the history when a new context version is recorded (status.contextHistory; the cache keeps none of them); delete a finished one after its retention or beyond --max-finished-per-namespace (its children go by owner reference)",
         scope: Scope::Tasks,
     },
     Rule {
         group: "orchestrator.io",
         resource: "taskruns/status",
         verbs: &["patch"],
-        why: "status by server-side apply",
+        why: "status by server-side apply (status.contextHistory under a field manager of its own)",
         scope: Scope::Tasks,
     },
     Rule {

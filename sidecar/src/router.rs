@@ -263,14 +263,8 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::load_bytes;
 
-    fn config(text: &str) -> Config {
-        let loaded = load_bytes(text.as_bytes());
-        loaded
-            .config
-            .unwrap_or_else(|| panic!("{}", loaded.problems))
-    }
+    use crate::config::valid as config;
 
     fn tool(name: &str) -> Tool {
         let mut t = Tool::default();
@@ -419,6 +413,55 @@ servers:
         }
         t.annotations = Some(hints);
         t
+    }
+
+    #[test]
+    fn a_changed_definition_is_hidden_under_block_and_offered_under_alert() {
+        let mut first_seen = crate::policy::definitions::FirstSeen::default();
+        first_seen.observe(Arc::new(vec![tool("a"), tool("b")]));
+        let mut changed = tool("a");
+        changed.description = Some("now with a new instruction".into());
+        let list = first_seen.observe(Arc::new(vec![changed, tool("b")]));
+        let lists: HashMap<ServerName, KnownList> =
+            [(ServerName::new("s"), list)].into_iter().collect();
+        let block = config("task: {name: t}\nservers: [{name: s, stdio: {command: x}}]");
+        let r = Router::build(&block, &lists);
+        let names: Vec<String> = r.tools().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, vec!["s__b"]);
+        match r.lookup("s__a") {
+            Lookup::Denied {
+                rule: Rule::DefinitionChanged { what },
+                ..
+            } => assert!(what.contains("changed since first seen"), "{what}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.changes().len(), 1);
+        assert_eq!(r.changes()[0].on_change, OnChange::Block);
+        let alert = config(
+            "task: {name: t}\npolicy: {onChange: alert}\nservers: [{name: s, stdio: {command: x}}]",
+        );
+        let r = Router::build(&alert, &lists);
+        assert!(matches!(r.lookup("s__a"), Lookup::Routed(_)));
+        assert_eq!(r.changes().len(), 1);
+        let known = r
+            .known()
+            .iter()
+            .find(|k| k.tool.as_str() == "a")
+            .expect("a");
+        assert!(known.definition_change.is_some());
+        // A tool the patterns deny stays denied by its pattern, and is still reported.
+        let denied = config(
+            "task: {name: t}\nservers: [{name: s, stdio: {command: x}, tools: {deny: [a]}}]",
+        );
+        let r = Router::build(&denied, &lists);
+        assert!(matches!(
+            r.lookup("s__a"),
+            Lookup::Denied {
+                rule: Rule::Deny { .. },
+                ..
+            }
+        ));
+        assert_eq!(r.changes().len(), 1);
     }
 
     #[test]

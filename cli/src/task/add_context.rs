@@ -33,6 +33,7 @@ use crate::catalog;
 use crate::connect::{Cluster, connect};
 use crate::effective::{ServerChange, ServerTools, diff};
 use crate::error::{Error, Result, is_not_found};
+use crate::identity;
 use crate::merge::{self, Request};
 use crate::output::{self, Format};
 use crate::toolspec::{catalog_notes, check_servers, parse_specs};
@@ -104,7 +105,19 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
             .unwrap_or_default(),
     };
 
-    let mut report = update(&cluster, &name, &request, &catalog, args.dry_run).await?;
+    let user = match args.dry_run {
+        true => None,
+        false => identity::whoami(&cluster.client).await,
+    };
+    let mut report = update(
+        &cluster,
+        &name,
+        &request,
+        &catalog,
+        args.dry_run,
+        user.as_deref(),
+    )
+    .await?;
 
     if args.wait_synced {
         let generation = report.generation.unwrap_or(0);
@@ -136,13 +149,15 @@ fn check_request(catalog: &Catalog, request: &Request) -> Result<()> {
     Ok(())
 }
 
-/// The read-compute-write loop, guarded by a JSON Patch `test` of the server list.
+/// The read-compute-write loop, guarded by a JSON Patch `test` of the server list; `user` (who
+/// the API server says we are) goes into the `orchestrator.io/requested-by` annotation.
 pub async fn update(
     cluster: &Cluster,
     name: &str,
     request: &Request,
     catalog: &Catalog,
     dry_run: bool,
+    user: Option<&str>,
 ) -> Result<Report> {
     let resource = ApiResource::erase::<TaskRun>(&());
     let api: Api<DynamicObject> =
@@ -179,14 +194,14 @@ pub async fn update(
         }
         let mut generation = raw.metadata.generation;
         if changed && !dry_run {
-            let patch = guarded_patch(&raw.data, &outcome.config.mcp_servers);
+            let patch = guarded_patch(&raw, &outcome.config.mcp_servers, user);
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..Default::default()
             };
             match api.patch(name, &params, &Patch::<()>::Json(patch)).await {
                 Ok(written) => generation = written.metadata.generation,
-                Err(e) if lost_race(&api, name, &e, &raw.data).await => {
+                Err(e) if lost_race(&api, name, &e, &raw).await => {
                     tracing::info!(
                         attempt,
                         "the tools of TaskRun {name} changed since they were read; retrying"
@@ -222,43 +237,70 @@ pub async fn update(
     )))
 }
 
-/// The JSON Patch: test that the server list is still what was read, then replace it.
-pub fn guarded_patch(data: &Value, servers: &[McpServer]) -> json_patch::Patch {
+/// The JSON Patch: test that the server list is still what was read, then replace it. With a
+/// `user`, also test that the generation is still the one read and write the requested-by
+/// annotation naming the next one (the generation this write makes: no other spec write can
+/// come between).
+pub fn guarded_patch(
+    read: &DynamicObject,
+    servers: &[McpServer],
+    user: Option<&str>,
+) -> json_patch::Patch {
+    let data = &read.data;
     let new = patched_servers(data, servers);
-    let ops = match data.pointer("/spec/toolConfig") {
+    let mut ops = match data.pointer("/spec/toolConfig") {
         // A missing list tests as null (RFC 6902 leaves this open; the API server's
         // json-patch treats a missing member as null).
-        Some(tc) if tc.is_object() => json!([
-            {"op": "test", "path": "/spec/toolConfig/mcpServers",
-             "value": tc.get("mcpServers").cloned().unwrap_or(Value::Null)},
-            {"op": "add", "path": "/spec/toolConfig/mcpServers", "value": new},
-        ]),
-        _ => json!([
-            {"op": "test", "path": "/spec/toolConfig", "value": Value::Null},
-            {"op": "add", "path": "/spec/toolConfig", "value": {"mcpServers": new}},
-        ]),
+        Some(tc) if tc.is_object() => vec![
+            json!({"op": "test", "path": "/spec/toolConfig/mcpServers",
+             "value": tc.get("mcpServers").cloned().unwrap_or(Value::Null)}),
+            json!({"op": "add", "path": "/spec/toolConfig/mcpServers", "value": new}),
+        ],
+        _ => vec![
+            json!({"op": "test", "path": "/spec/toolConfig", "value": Value::Null}),
+            json!({"op": "add", "path": "/spec/toolConfig", "value": {"mcpServers": new}}),
+        ],
     };
+    if let (Some(user), Some(generation)) = (user, read.metadata.generation) {
+        ops.insert(
+            1,
+            json!({"op": "test", "path": "/metadata/generation", "value": generation}),
+        );
+        let meta = json!({"metadata": {"annotations": read.metadata.annotations}});
+        ops.extend(identity::annotation_ops(&meta, user, generation + 1));
+    }
     // The ops are built above from known shapes; they always deserialize.
-    serde_json::from_value(ops).unwrap_or_else(|_| json_patch::Patch(Vec::new()))
+    serde_json::from_value(Value::Array(ops)).unwrap_or_else(|_| json_patch::Patch(Vec::new()))
 }
 
 /// Whether a refused write lost a race: a 409 (a conflict the API server did not retry
-/// itself), or a 422 while the server list is no longer what was read. The API server reports a
-/// failed test operation only as a generic 422 "Invalid" without details, so the list is read
-/// again to tell a lost race from a real refusal (a CEL rule, say), which is reported.
-async fn lost_race(api: &Api<DynamicObject>, name: &str, e: &kube::Error, read: &Value) -> bool {
+/// itself), or a 422 while what the patch tested is no longer what was read. The API server
+/// reports a failed test operation only as a generic 422 "Invalid" without details, so the
+/// object is read again to tell a lost race from a real refusal (a CEL rule, say), which is
+/// reported.
+async fn lost_race(
+    api: &Api<DynamicObject>,
+    name: &str,
+    e: &kube::Error,
+    read: &DynamicObject,
+) -> bool {
     match e {
         kube::Error::Api(s) if s.code == 409 => true,
         kube::Error::Api(s) if s.code == 422 => match api.get(name).await {
-            Ok(now) => servers_of(&now.data) != servers_of(read),
+            Ok(now) => tested(&now) != tested(read),
             Err(_) => false,
         },
         _ => false,
     }
 }
 
-fn servers_of(data: &Value) -> Option<&Value> {
-    data.pointer("/spec/toolConfig/mcpServers")
+/// What the patch tests: the server list, the generation, whether there are annotations.
+fn tested(obj: &DynamicObject) -> (Option<&Value>, Option<i64>, bool) {
+    (
+        obj.data.pointer("/spec/toolConfig/mcpServers"),
+        obj.metadata.generation,
+        obj.metadata.annotations.is_some(),
+    )
 }
 
 /// Doubles from 20 ms up to 1 s, plus up to 20 ms of jitter so that two retrying writers do
@@ -407,11 +449,22 @@ mod tests {
         );
     }
 
+    fn read(metadata: Value, spec: Value) -> DynamicObject {
+        serde_json::from_value(
+            json!({"apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
+            "metadata": metadata, "spec": spec}),
+        )
+        .expect("a TaskRun")
+    }
+
     #[test]
     fn the_patch_tests_the_list_it_was_computed_from() {
-        let data =
-            json!({"spec": {"toolConfig": {"mcpServers": [{"name": "time", "enabled": true}]}}});
-        let patch = guarded_patch(&data, &[McpServer::new("time", &["get_current_time"], &[])]);
+        let data = read(
+            json!({"name": "t", "generation": 4}),
+            json!({"toolConfig": {"mcpServers": [{"name": "time", "enabled": true}]}}),
+        );
+        let time = [McpServer::new("time", &["get_current_time"], &[])];
+        let patch = guarded_patch(&data, &time, None);
         assert_eq!(
             serde_json::to_value(&patch).expect("serializes"),
             json!([
@@ -421,7 +474,11 @@ mod tests {
                  "value": [{"name": "time", "enabled": true, "tools": {"allow": ["get_current_time"]}}]},
             ])
         );
-        let none = guarded_patch(&json!({"spec": {}}), &[McpServer::new("time", &["*"], &[])]);
+        let none = guarded_patch(
+            &read(json!({"name": "t"}), json!({})),
+            &[McpServer::new("time", &["*"], &[])],
+            None,
+        );
         assert_eq!(
             serde_json::to_value(&none).expect("serializes"),
             json!([
@@ -429,6 +486,19 @@ mod tests {
                 {"op": "add", "path": "/spec/toolConfig",
                  "value": {"mcpServers": [{"name": "time", "enabled": true, "tools": {"allow": ["*"]}}]}},
             ])
+        );
+        // Who asked: the annotation names the generation this write makes, which the
+        // generation test guarantees.
+        let by_alice = guarded_patch(&data, &time, Some("alice"));
+        let ops = serde_json::to_value(&by_alice).expect("serializes");
+        assert_eq!(
+            ops[1],
+            json!({"op": "test", "path": "/metadata/generation", "value": 4})
+        );
+        assert_eq!(
+            ops[4],
+            json!({"op": "add", "path": "/metadata/annotations",
+                   "value": {"orchestrator.io/requested-by": r#"{"user":"alice","generation":5}"#}})
         );
     }
 

@@ -154,7 +154,7 @@ async fn a_lost_race_is_retried_on_a_fresh_read_keeping_the_other_writers_change
             "the retry is computed from the fresh read: memory stays"
         );
     });
-    let report = within(update(&cluster, "task-1", &change, &catalog, false))
+    let report = within(update(&cluster, "task-1", &change, &catalog, false, None))
         .await
         .expect("succeeds");
     server
@@ -190,7 +190,7 @@ async fn a_refusal_that_is_not_a_race_is_reported_without_retrying() {
         handle
     });
     // A retry would send a request nobody answers: the timeout turns that into a failure.
-    let err = within(update(&cluster, "task-1", &change, &catalog, false))
+    let err = within(update(&cluster, "task-1", &change, &catalog, false, None))
         .await
         .expect_err("refused");
     let mut handle = server.await.expect("scripted server");

@@ -305,6 +305,7 @@ pub fn describe_text(
     }
 
     out.push_str(&effective_text(tr, &status, catalog));
+    out.push_str(&history_text(&status));
 
     out.push_str("Events:\n");
     if events.is_empty() {
@@ -330,6 +331,26 @@ pub fn describe_text(
         }
         out.push_str(&indent(&t.render()));
     }
+    out
+}
+
+/// Who changed the tools and when: `status.contextHistory`, oldest first.
+fn history_text(status: &TaskRunStatus) -> String {
+    let mut out = String::from("Context history:\n");
+    if status.context_history.is_empty() {
+        out.push_str("  <none>\n");
+        return out;
+    }
+    let mut t = Table::new(&["VERSION", "TIME", "BY", "CHANGES"]);
+    for e in &status.context_history {
+        t.row(vec![
+            e.context_version.to_string(),
+            e.time.0.to_string(),
+            e.who(),
+            e.changes(),
+        ]);
+    }
+    out.push_str(&indent(&t.render()));
     out
 }
 
@@ -474,7 +495,14 @@ mod tests {
             json!({"phase": "Running", "observedGeneration": 1, "contextVersion": 1,
                    "jobName": "task-1001", "configMapName": "task-1001-tools",
                    "conditions": [{"type": "Ready", "status": "True", "reason": "JobRunning",
-                                   "message": "the agent runs", "lastTransitionTime": "2025-01-01T00:04:00Z"}]}),
+                                   "message": "the agent runs", "lastTransitionTime": "2025-01-01T00:04:00Z"}],
+                   "contextHistory": [
+                       {"contextVersion": 1, "generation": 1, "time": "2025-01-01T00:00:01Z",
+                        "requestedBy": "alice", "source": "Annotation",
+                        "added": ["filesystem/read_file", "memory/*"]},
+                       {"contextVersion": 2, "generation": 2, "time": "2025-01-01T00:03:00Z",
+                        "requestedBy": "kubectl-edit", "source": "FieldManager",
+                        "removed": ["memory/*"]}]}),
         );
         let catalog = Catalog::parse(
             "servers:\n  - name: filesystem\n    stdio: {command: f}\n    tools: [{name: read_file}, {name: delete_file}]\n  - {name: memory, stdio: {command: m}}\n",
@@ -512,6 +540,10 @@ Tool config:
 Effective tools (computed from the spec and the catalog; the operator has not caught up):
   filesystem: read_file
   memory: off
+Context history:
+  VERSION   TIME                   BY                             CHANGES
+  1         2025-01-01T00:00:01Z   alice                          +filesystem/read_file +memory/*
+  2         2025-01-01T00:03:00Z   kubectl-edit (field manager)   -memory/*
 Events:
   AGE   TYPE     REASON         OBJECT              MESSAGE
   30s   Normal   ToolsUpdated   taskrun/task-1001   context version 1

@@ -4,6 +4,7 @@ use std::io::Read as _;
 
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
+use orchestrator_crds::taskrun::history::{REQUESTED_BY_ANNOTATION, RequestedBy};
 use orchestrator_crds::taskrun::{
     AgentSpec, MAX_NAME_LEN, Phase, TaskRun, TaskRunSpec, TaskSource, ToolConfig, permission_rules,
 };
@@ -12,6 +13,7 @@ use crate::args::{Global, SubmitArgs};
 use crate::catalog;
 use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result, is_conflict};
+use crate::identity;
 use crate::merge::{self, Request};
 use crate::output::{self, Format};
 use crate::toolspec::{catalog_notes, check_servers, parse_specs};
@@ -296,16 +298,29 @@ async fn create(cluster: &Cluster, args: &SubmitArgs, spec: TaskRunSpec) -> Resu
         Some(id) => id,
         None => next_id(cluster).await?,
     };
+    // Who asks, for the TaskRun's history: a new object's generation is 1.
+    let requested_by = identity::whoami(&cluster.client).await.map(|user| {
+        let value = RequestedBy {
+            user,
+            generation: 1,
+        };
+        [(REQUESTED_BY_ANNOTATION.to_string(), value.to_annotation())].into()
+    });
     for _ in 0..ID_ATTEMPTS {
         let name = args.name.clone().unwrap_or_else(|| format!("task-{id}"));
-        let tr = taskrun(
+        let mut tr = taskrun(
             &name,
             TaskRunSpec {
                 task_id: id,
                 ..spec.clone()
             },
         );
-        match api.create(&PostParams::default(), &tr).await {
+        tr.metadata.annotations = requested_by.clone();
+        let params = PostParams {
+            field_manager: Some(super::add_context::FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        match api.create(&params, &tr).await {
             Ok(created) => return Ok(created),
             Err(e) if is_conflict(&e) && auto_id && args.name.is_none() => id += 1,
             Err(e) if is_conflict(&e) => {

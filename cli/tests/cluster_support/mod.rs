@@ -74,6 +74,19 @@ pub fn run(ns: &str, args: &[&str]) -> Run {
     Run::from(cli(ns, args).output().expect("the CLI runs"))
 }
 
+/// Runs the CLI with the e2e kubeconfig in namespace `ns`, without a catalog file (`args` say
+/// where the catalog is, e.g. the ConfigMap the operator reads).
+pub fn run_without_catalog_file(ns: &str, args: &[&str]) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig_path())
+        .args(["-n", ns])
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("ORCH_CATALOG_FILE");
+    Run::from(cmd.output().expect("the CLI runs"))
+}
+
 /// Runs the CLI on a tokio blocking thread.
 pub async fn run_async(ns: String, args: Vec<String>) -> Run {
     tokio::task::spawn_blocking(move || {

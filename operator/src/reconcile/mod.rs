@@ -10,6 +10,7 @@ mod cached_job;
 pub mod children;
 mod events;
 mod finished;
+mod history;
 mod inputs;
 mod nudge;
 pub mod retention;
@@ -204,21 +205,10 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
             let annotated = nudge::pods(&ctx.client, &ns, &name, version).await;
             tracing::debug!(annotated, version, "running pods told of the new config");
         }
-        if version > 1 && versions.is_new() {
-            let note = format!(
-                "contextVersion {version}: {}",
-                events::describe_tools(&plan)
-            );
-            events::publish(
-                ctx,
-                tr,
-                EventType::Normal,
-                "ToolsUpdated",
-                "UpdateConfig",
-                note,
-            )
-            .await;
-        }
+    }
+    // Until the status records the version: its history entry (and the event) first.
+    if previous.context_version != i64::try_from(version).ok() {
+        history::record(ctx, tr, version, &plan).await?;
     }
 
     let (job, job_state) = match job {

@@ -17,6 +17,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::events::Reporter;
 use kube::runtime::watcher;
 use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::taskrun::history::REQUESTED_BY_ANNOTATION;
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus};
 use serde_json::{Value, json};
 use tower_test::mock;
@@ -99,11 +100,25 @@ impl Fake {
                 }
                 None => (StatusCode::NOT_FOUND, not_found(path)),
             },
-            // A status apply names only the status; the server answers the whole object.
+            // A status apply names only the status; the server answers the whole object. The
+            // history is applied alone under its own field manager, and the other status
+            // applies leave it (as server-side apply does).
             Method::PATCH if path.ends_with("/status") => {
                 let object = path.trim_end_matches("/status");
                 let whole = server.objects.entry(object.to_string()).or_default();
-                whole["status"] = body["status"].clone();
+                let history = whole["status"]["contextHistory"].clone();
+                let mut status = body["status"].clone();
+                if status.get("contextHistory").is_none() && !history.is_null() {
+                    status["contextHistory"] = history;
+                }
+                if let Some(only) = status.as_object()
+                    && only.len() == 1
+                    && whole["status"].is_object()
+                {
+                    whole["status"]["contextHistory"] = status["contextHistory"].clone();
+                } else {
+                    whole["status"] = status;
+                }
                 (StatusCode::OK, whole.clone())
             }
             Method::PATCH => {
@@ -344,17 +359,25 @@ fn version_annotation(writes: &[Write]) -> Vec<String> {
 #[tokio::test]
 async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
     let h = Harness::new();
-    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    let mut tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    tr.metadata.annotations = Some(
+        [(
+            REQUESTED_BY_ANNOTATION.to_string(),
+            r#"{"user":"alice","generation":1}"#.to_string(),
+        )]
+        .into(),
+    );
 
     let action = h.reconcile(&tr).await;
     let writes = h.fake.take_writes();
 
     // The pod mounts the ConfigMap and runs as the task's identity, so both exist before the
-    // Job that creates the pod.
+    // Job that creates the pod. The first version is recorded in the history (no event).
     assert_eq!(
         kinds(&writes),
         [
             "PATCH configmaps",
+            "PATCH taskruns/status",
             "PATCH serviceaccounts",
             "PATCH roles",
             "PATCH rolebindings",
@@ -366,11 +389,24 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
     );
     assert_eq!(version_annotation(&writes), ["1"]);
     assert_eq!(events(&writes), [("Normal".into(), "JobCreated".into())]);
+    let history = &writes[1].body["status"];
+    assert_eq!(history.as_object().map(|o| o.len()), Some(1), "{history}");
+    let first = &history["contextHistory"][0];
     assert_eq!(
-        writes[2].body["rules"][0]["resourceNames"],
+        (
+            &first["contextVersion"],
+            &first["requestedBy"],
+            &first["source"]
+        ),
+        (&json!(1), &json!("alice"), &json!("Annotation"))
+    );
+    let added = first["added"].as_array().cloned().unwrap_or_default();
+    assert!(added.contains(&json!("memory/read_graph")), "{first}");
+    assert_eq!(
+        writes[3].body["rules"][0]["resourceNames"],
         json!([crate::render::config_map_name("task-1001")])
     );
-    let job = &writes[5].body;
+    let job = &writes[6].body;
     assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "TaskRun");
     assert_eq!(job["metadata"]["ownerReferences"][0]["controller"], true);
     let status = written_status(&writes);
@@ -413,9 +449,15 @@ async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version
     h.reconcile(&tr).await;
     assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
 
-    // add-context: memory loses read_graph, a new generation.
+    // add-context: memory loses read_graph, a new generation; written by `kubectl edit` (no
+    // annotation of this generation says who).
     let mut changed = tr.clone();
     changed.metadata.generation = Some(2);
+    changed.metadata.managed_fields = Some(
+        serde_json::from_value(json!([{"manager": "kubectl-edit", "operation": "Update",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:toolConfig": {}}}}]))
+        .expect("managedFields"),
+    );
     let memory = changed
         .spec
         .tool_config
@@ -428,12 +470,14 @@ async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version
     let writes = h.fake.take_writes();
 
     // The Job (its pod template is immutable) is never written again; the running pod is told
-    // of the new version right after the ConfigMap (the kubelet then syncs it at once).
+    // of the new version right after the ConfigMap (the kubelet then syncs it at once); the
+    // history entry and its event come before the status that shows the version.
     assert_eq!(
         kinds(&writes),
         [
             "PATCH configmaps",
             "PATCH pods",
+            "PATCH taskruns/status",
             "POST events",
             "PATCH taskruns/status"
         ]
@@ -457,11 +501,17 @@ async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version
         "the patch changed only the annotation"
     );
     assert_eq!(events(&writes), [("Normal".into(), "ToolsUpdated".into())]);
-    let note = writes[2].body["note"].as_str().unwrap_or_default();
+    let note = writes[3].body["note"].as_str().unwrap_or_default();
     assert!(
-        note.starts_with("contextVersion 2: ") && !note.contains("read_graph"),
+        note.starts_with(
+            "contextVersion 2 by kubectl-edit (field manager): -memory/read_graph; in force: "
+        ),
         "{note}"
     );
+    let entries = &writes[2].body["status"]["contextHistory"];
+    assert_eq!(entries.as_array().map(Vec::len), Some(2), "{entries}");
+    assert_eq!(entries[1]["removed"], json!(["memory/read_graph"]));
+    assert_eq!(entries[1]["generation"], 2);
     let status = written_status(&writes);
     assert_eq!(status.context_version, Some(2));
     assert_eq!(status.observed_generation, Some(2));
@@ -478,6 +528,12 @@ async fn a_tool_config_change_rewrites_only_the_config_map_and_bumps_the_version
     h.reconcile(&reverted).await;
     let writes = h.fake.take_writes();
     assert_eq!(version_annotation(&writes), ["3"]);
+    let entries = &writes[2].body["status"]["contextHistory"];
+    assert_eq!(
+        entries[2]["added"],
+        json!(["memory/read_graph"]),
+        "{entries}"
+    );
     let pod = h
         .fake
         .get(&path("pods", "task-1001-x7k2p"))
@@ -538,6 +594,7 @@ async fn a_missing_secret_blocks_the_job_and_says_how_to_create_it() {
         kinds(&writes),
         [
             "PATCH configmaps",
+            "PATCH taskruns/status",
             "PATCH serviceaccounts",
             "PATCH roles",
             "PATCH rolebindings",
@@ -813,4 +870,50 @@ async fn a_blocked_task_keeps_the_tools_in_force_in_its_status() {
     let broken = h.with_written_status(&broken);
     h.reconcile(&broken).await;
     assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_version_already_in_the_history_is_not_recorded_again() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    let tr = h.with_written_status(&tr);
+    let mut changed = tr.clone();
+    changed.metadata.generation = Some(2);
+    changed
+        .spec
+        .tool_config
+        .mcp_servers
+        .retain(|s| s.name != "memory");
+    h.reconcile(&changed).await;
+    h.sync_caches("task-1001");
+    let recorded = h.with_written_status(&changed);
+    let history = recorded
+        .status
+        .as_ref()
+        .map(|s| s.context_history.clone())
+        .unwrap_or_default();
+    assert_eq!(history.len(), 2, "{history:?}");
+    h.fake.take_writes();
+
+    // As if the operator stopped after recording version 2 but before the status showed it:
+    // the next reconcile writes the status, and neither a second entry nor a second event.
+    let mut crashed = changed.clone();
+    crashed.status = tr.status.clone();
+    if let Some(status) = crashed.status.as_mut() {
+        status.context_history = history.clone();
+    }
+    h.reconcile(&crashed).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["PATCH taskruns/status"]);
+    assert_eq!(written_status(&writes).context_version, Some(2));
+    let stored = h
+        .fake
+        .get(&path("taskruns", "task-1001"))
+        .expect("the TaskRun");
+    assert_eq!(
+        stored["status"]["contextHistory"],
+        serde_json::to_value(&history).expect("serializes")
+    );
 }

@@ -4,7 +4,8 @@
 //!
 //! What goes: `managedFields`, labels and annotations (kubectl's `last-applied-configuration`
 //! copies the whole spec); `status.tools`, kept as a digest (a quarter of a TaskRun's size in the
-//! cache; reconcile only compares it); once its outcome is recorded, the task text.
+//! cache; reconcile only compares it); `status.contextHistory` (read afresh when a version is
+//! recorded, see `history.rs`); once its outcome is recorded, the task text.
 
 use orchestrator_crds::taskrun::{EffectiveTools, Phase, TaskRun, TaskRunStatus};
 use sha2::{Digest, Sha256};
@@ -33,6 +34,7 @@ pub fn trim_taskrun(tr: &mut TaskRun) {
     }
     if let Some(status) = tr.status.as_mut() {
         status.tools = tools_digest(&status.tools);
+        status.context_history = Vec::new();
     }
 }
 
@@ -54,18 +56,21 @@ pub fn tools_dropped(tr: &TaskRun) -> bool {
     )
 }
 
-/// Whether `tr` (as cached, or as read) has exactly `status`, tools included.
+/// Whether `tr` (as cached, or as read) has exactly `status`, tools included; the history is
+/// not compared (it is written on its own, see `history.rs`).
 pub fn has_status(tr: &TaskRun, status: &TaskRunStatus) -> bool {
     let Some(old) = tr.status.as_ref() else {
         return false;
     };
-    if tools_dropped(tr) {
-        *old == TaskRunStatus {
-            tools: tools_digest(&status.tools),
-            ..status.clone()
-        }
+    let tools = if tools_dropped(tr) {
+        tools_digest(&status.tools)
     } else {
-        old == status
+        status.tools.clone()
+    };
+    *old == TaskRunStatus {
+        tools,
+        context_history: old.context_history.clone(),
+        ..status.clone()
     }
 }
 
@@ -119,7 +124,9 @@ mod tests {
     fn a_cached_status_is_compared_with_its_tools_by_digest() {
         let status: TaskRunStatus = serde_json::from_value(json!({
             "phase": "Running", "contextVersion": 2,
-            "tools": [{"server": "everything", "allow": ["echo"], "exposed": ["echo"]}]
+            "tools": [{"server": "everything", "allow": ["echo"], "exposed": ["echo"]}],
+            "contextHistory": [{"contextVersion": 2, "time": "2026-01-01T00:00:00Z",
+                "requestedBy": "alice", "source": "Annotation", "added": ["everything/echo"]}]
         }))
         .expect("a status");
         let mut tr: TaskRun = serde_json::from_value(json!({
@@ -134,7 +141,14 @@ mod tests {
         trim_taskrun(&mut tr);
         assert!(tools_dropped(&tr));
         assert_eq!(tr.status.as_ref().map(|s| s.tools.len()), Some(1));
+        assert_eq!(tr.status.as_ref().map(|s| s.context_history.len()), Some(0));
+        // The history is written on its own: the rest of the status is compared without it.
         assert!(has_status(&tr, &status));
+        let without = TaskRunStatus {
+            context_history: Vec::new(),
+            ..status.clone()
+        };
+        assert!(has_status(&tr, &without));
         // Other tools, none, or another field: a different status.
         let mut other = status.clone();
         other.tools[0].exposed = Some(vec!["echo".into(), "add".into()]);

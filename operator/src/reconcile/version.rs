@@ -13,7 +13,9 @@ pub struct Version {
 }
 
 impl Version {
-    /// A config never applied before (not a re-apply of a version already seen).
+    /// A config never applied before (not a re-apply of a version already seen). (Reconcile
+    /// records each version in the history until the status shows it, see `history.rs`.)
+    #[cfg(test)]
     pub fn is_new(self) -> bool {
         self.current > self.seen
     }

@@ -151,6 +151,15 @@ pub fn load_file(path: &Path) -> Loaded {
     }
 }
 
+/// A valid config from text, for tests (panics with the problems otherwise).
+#[cfg(test)]
+pub fn valid(text: &str) -> Config {
+    let loaded = load_bytes(text.as_bytes());
+    loaded
+        .config
+        .unwrap_or_else(|| panic!("{}", loaded.problems))
+}
+
 /// Parses and validates config text (YAML or JSON, which is YAML too).
 pub fn load_bytes(bytes: &[u8]) -> Loaded {
     let fail = |problems: Vec<Problem>| Loaded {

@@ -112,14 +112,8 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::load_bytes;
 
-    fn config(text: &str) -> Config {
-        let loaded = load_bytes(text.as_bytes());
-        loaded
-            .config
-            .unwrap_or_else(|| panic!("{}", loaded.problems))
-    }
+    use crate::config::valid as config;
 
     #[test]
     fn a_call_must_fit_its_tools_bucket_and_its_servers() {

@@ -422,6 +422,16 @@ def recorded(tools: Tools, log: Path, command: str, *args: str) -> dict:
     return {"command": str(tools.python), "args": [str(SUPPORT / "record_stdin.py"), str(log), command, *args]}
 
 
+def names(result) -> list[str]:
+    """The sorted tool names of a tools/list result."""
+    return sorted(t.name for t in result.tools)
+
+
+def text_of(result) -> str:
+    """The text of a tools/call result."""
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
 def recorded_calls(log: Path) -> list[str]:
     """The tool names of the `tools/call` requests a `recorded` server received, in order."""
     received = [json.loads(line) for line in log.read_text().splitlines()]

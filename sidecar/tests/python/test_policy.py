@@ -14,7 +14,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import SUPPORT, await_for, recorded, recorded_calls
+from conftest import SUPPORT, await_for, names, recorded, recorded_calls, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -24,14 +24,6 @@ BOTH = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def names(result) -> list[str]:
-    return sorted(t.name for t in result.tools)
-
-
-def text_of(result) -> str:
-    return "".join(getattr(c, "text", "") for c in result.content)
 
 
 def proxy_meta(result) -> dict:
