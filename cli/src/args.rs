@@ -131,6 +131,7 @@ pub enum TaskCommand {
     Get(GetArgs),
     List(ListArgs),
     Describe(DescribeArgs),
+    Audit(AuditArgs),
 }
 
 /// Which task: a TaskRun name, or --task-id.
@@ -311,6 +312,46 @@ Examples:
 pub struct DescribeArgs {
     #[command(flatten)]
     pub task: TaskRef,
+}
+
+/// Show the tool calls of a running task: the recent audit records its MCP proxy keeps.
+///
+/// Reads the proxy's GET /audit in the task's running pod through the API server
+/// (pods/portforward), so it needs no network path to the pod; newest last. Filters combine:
+/// every one given must hold. Needs RBAC: get and list pods, get and create pods/portforward.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task audit task-1001
+  orchestrator-cli task audit --task-id 1001 --decision denied --since 10m
+  orchestrator-cli task audit task-1001 --server github --tool create_issue -o json")]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+
+    /// Only calls with this decision: allowed, denied, or another the proxy records.
+    #[arg(long, value_name = "DECISION")]
+    pub decision: Option<String>,
+
+    /// Only calls of tools of this risk class: read, write or destructive.
+    #[arg(long, value_name = "RISK")]
+    pub risk: Option<String>,
+
+    /// Only calls to this MCP server.
+    #[arg(long, value_name = "SERVER")]
+    pub server: Option<String>,
+
+    /// Only calls of this tool: the name the agent called or the server's name for it.
+    #[arg(long, value_name = "TOOL")]
+    pub tool: Option<String>,
+
+    /// Only calls since then: a duration back from now (90s, 10m, 1h30m) or an RFC 3339 time.
+    #[arg(long, value_name = "DURATION|TIME")]
+    pub since: Option<String>,
+
+    /// At most this many calls, the newest (the proxy's default: 1000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

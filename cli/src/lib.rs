@@ -6,7 +6,8 @@
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
 //! (the markdown reference), [`discover`] (a server's real tools against the catalog), [`task`]
 //! (one module per command), [`wait`], [`output`] (table/json/yaml), [`error`] (exit codes),
-//! [`identity`] (who the API server says we are).
+//! [`identity`] (who the API server says we are), [`portforward`] (one HTTP request to a port
+//! inside a pod, through the API server).
 
 pub mod args;
 pub mod catalog;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod identity;
 pub mod merge;
 pub mod output;
+pub mod portforward;
 pub mod task;
 pub mod toolspec;
 pub mod wait;
@@ -60,5 +62,6 @@ async fn run_task(global: &args::Global, command: &TaskCommand) -> Result<()> {
         TaskCommand::Get(a) => task::show::get(global, a).await,
         TaskCommand::List(a) => task::show::list(global, a).await,
         TaskCommand::Describe(a) => task::show::describe(global, a).await,
+        TaskCommand::Audit(a) => task::audit::run(global, a).await,
     }
 }

@@ -3,6 +3,12 @@
 //!
 //! Argument values are recorded only when `audit.includeArguments` is set; otherwise only their
 //! serialized size is.
+//!
+//! The recent records are also kept in memory for `GET /audit` ([`ring`], queried with
+//! [`query`]): the same line, shared, plus the few fields the query filters on.
+
+pub mod query;
+pub mod ring;
 
 use crate::{names::clip, sync::lock};
 use std::{
@@ -92,11 +98,15 @@ pub const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(5
 #[derive(Clone)]
 pub struct Audit {
     shared: Arc<Shared>,
+    ring: Arc<ring::Ring>,
 }
+
+/// A line queued for a file (stderr when `None`).
+type Pending = (Option<PathBuf>, Arc<[u8]>);
 
 #[derive(Default)]
 struct Shared {
-    pending: Mutex<Vec<(Option<PathBuf>, Vec<u8>)>>,
+    pending: Mutex<Vec<Pending>>,
     wake: Condvar,
     /// Held while a batch is taken and written, so batches reach the files in order even when
     /// `flush` (at shutdown) runs while the writer thread is writing.
@@ -104,8 +114,13 @@ struct Shared {
 }
 
 impl Audit {
-    /// Starts the writer thread.
+    /// Starts the writer thread; the ring keeps the default bounds.
     pub fn start() -> Self {
+        Self::with_ring(ring::Ring::default())
+    }
+
+    /// Starts the writer thread, keeping recent records in `ring`.
+    pub fn with_ring(ring: ring::Ring) -> Self {
         let shared = Arc::new(Shared::default());
         let writer = shared.clone();
         let spawned = std::thread::Builder::new()
@@ -114,7 +129,15 @@ impl Audit {
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the audit writer; lines are written at shutdown only");
         }
-        Self { shared }
+        Self {
+            shared,
+            ring: Arc::new(ring),
+        }
+    }
+
+    /// The recent records.
+    pub fn ring(&self) -> &ring::Ring {
+        &self.ring
     }
 
     /// Queues one line for `path` (stderr when `None`).
@@ -127,6 +150,8 @@ impl Audit {
             }
         };
         line.push(b'\n');
+        let line: Arc<[u8]> = line.into();
+        self.ring.push(ring::Entry::new(record, line.clone()));
         let first = {
             let mut pending = self.shared.lock();
             pending.push((path.cloned(), line));
@@ -146,7 +171,7 @@ impl Audit {
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Option<PathBuf>, Vec<u8>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
         lock(&self.pending)
     }
 
@@ -172,15 +197,12 @@ impl Shared {
 }
 
 /// Writes lines in order, one write per run of lines to the same destination.
-fn write_batch(
-    batch: Vec<(Option<PathBuf>, Vec<u8>)>,
-    open: &mut Option<(PathBuf, std::fs::File)>,
-) {
+fn write_batch(batch: Vec<Pending>, open: &mut Option<(PathBuf, std::fs::File)>) {
     let mut runs: Vec<(Option<PathBuf>, Vec<u8>)> = Vec::new();
     for (path, line) in batch {
         match runs.last_mut() {
             Some((p, buf)) if *p == path => buf.extend_from_slice(&line),
-            _ => runs.push((path, line)),
+            _ => runs.push((path, line.to_vec())),
         }
     }
     for (path, bytes) in runs {

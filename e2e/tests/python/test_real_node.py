@@ -1,7 +1,8 @@
 """The operator's pod spec, proven by a real kubelet (the e2e cluster's real node): the rendered
 pod starts under the restricted security context, its proxy passes its probes and writes only
 to its volumes, a Secret reaches only the container meant to get it, the pod's network holds
-loopback addresses only, and a failing agent fails the TaskRun with its exit code and reason.
+loopback addresses only, a failing agent fails the TaskRun with its exit code and reason, and
+`orchestrator-cli task audit` reads a running task's proxy records through the API server.
 
 What a container runs as is read where the kernel says it: /proc/<pid>/status, environ and
 mountinfo of each container's process on this machine (containerd's task list maps the pod's
@@ -11,8 +12,10 @@ container IDs to pids). Needs the cluster with its real node (`./test` provides 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -224,3 +227,179 @@ def test_an_agent_that_fails_fails_the_taskrun_with_its_exit_code_and_reason(clu
     assert succeeded["status"] == "False" and succeeded["reason"] == "AgentFailed", succeeded
     assert "exited with code 3 (Error): no model configured" in succeeded["message"], succeeded["message"]
     story.kubectl("delete", "taskrun", "agent-fails", "-n", story.work_ns)
+
+
+# A scripted agent (the agent image's Python, no model): calls the tools in argv[1] through the
+# proxy at $ORCHESTRATOR_MCP_URL over one initialize-era session, prints "calls done", and waits
+# until SIGTERM, then exits 0. Like a misbehaving agent, it calls tools the proxy refuses.
+SCRIPTED_AGENT = r"""
+import json, os, signal, sys, urllib.request
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+url = os.environ["ORCHESTRATOR_MCP_URL"]
+
+def post(body, session=None):
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if session:
+        headers.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=60) as response:
+        text = response.read().decode()
+        session = response.headers.get("Mcp-Session-Id") or session
+    lines = [l[5:] for l in text.splitlines() if l.startswith("data:") and l[5:].strip()]
+    return session, [json.loads(l) for l in lines] or ([json.loads(text)] if text.strip() else [])
+
+session, _ = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "scripted-agent", "version": "1"}}})
+post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+for i, (name, arguments) in enumerate(json.loads(sys.argv[1]), start=1):
+    _, answer = post({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                      "params": {"name": name, "arguments": arguments}}, session)
+    print(name, json.dumps(answer)[:300], flush=True)
+print("calls done", flush=True)
+signal.pause()
+"""
+
+# What `task audit` needs, and nothing more (docs/cli.md).
+AUDIT_ROLE_RULES = [
+    {"apiGroups": ["orchestrator.io"], "resources": ["taskruns"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    # kube-rs opens the port-forward as a WebSocket (a GET upgrade): "get"; Kubernetes 1.35 also
+    # checks "create" on WebSocket upgrades. Either alone: 403 (tried).
+    {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"]},
+]
+
+
+def proxy_audit_lines(story: Story, job: str) -> list[dict]:
+    """The audit records the proxy wrote to its log (stderr, the container log), in order."""
+    records = []
+    for line in story.kubectl("logs", "-n", story.work_ns, f"job/{job}", "-c", "mcp-proxy").splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "decision" in record and "requestId" in record:
+                records.append(record)
+    return records
+
+
+def differences(got: list[dict], want: list[dict]) -> str:
+    """What differs between two lists of records, field by field (pytest truncates whole records)."""
+    out = [f"{len(got)} records, {len(want)} expected"]
+    for i, (g, w) in enumerate(zip(got, want)):
+        out += [f"[{i}] {k}: {g.get(k)!r} != {w.get(k)!r}" for k in sorted(set(g) | set(w)) if g.get(k) != w.get(k)]
+    return "\n".join(out)
+
+
+def kubeconfig_for(story: Story, account: str, path: Path) -> Path:
+    """A kubeconfig for the work namespace's ServiceAccount `account` (a short-lived token)."""
+    token = story.kubectl("create", "token", account, "-n", story.work_ns, "--duration", "10m").strip()
+    admin = story.json("config", "view", "--raw", "--minify")
+    cluster = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "audit",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "audit", "context": {"cluster": "e2e", "user": account, "namespace": story.work_ns}}],
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_task_audit_reads_the_running_proxys_records_through_the_api_server(cluster: Story, tmp_path: Path):
+    """`orchestrator-cli task audit` against a task on the real node: each filter returns exactly
+    the proxy's audit records that match it (its own log is the reference), through
+    pods/portforward with only the documented RBAC; a task without a running pod is a clear error."""
+    story = cluster
+    calls = [
+        ["everything__get-sum", {"a": 2, "b": 3}],
+        ["everything__get-env", {}],  # denied by the deny glob
+        ["everything__echo", {"message": "audited"}],
+        ["everything__get-tiny-image", {}],  # denied: no allow pattern matches
+        ["everything__get-sum", {"a": 1, "b": 1}],
+        ["nobody__anything", {}],  # no such server
+    ]
+    apply_task(
+        story, "audited", 2003,
+        agent={"command": ["python3", "-c", SCRIPTED_AGENT, json.dumps(calls)]},
+        servers=[{"name": "everything", "tools": {"allow": ["get-sum", "echo", "get-env"], "deny": ["get-env"]}}],
+    )
+    pod = running_pod(story, "audited")
+
+    def agent_done():
+        log = story.kubectl("logs", "-n", story.work_ns, pod["metadata"]["name"], "-c", "agent")
+        return log if "calls done" in log else None
+
+    agent_log = wait_until("the scripted agent's calls", agent_done, timeout=120, interval=0.5)
+    written = wait_until("the proxy's audit lines", lambda: (lambda r: r if len(r) == len(calls) else None)(
+        proxy_audit_lines(story, "audited")), timeout=30, interval=0.2)
+    assert [r["tool"] for r in written] == [c[0] for c in calls], (written, agent_log)
+
+    def audit(*args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+        if kubeconfig is None:
+            return story.cli("task", "audit", "audited", *args)
+        return subprocess.run([str(story.binaries["orchestrator-cli"]), "--kubeconfig", str(kubeconfig),
+                               "task", "audit", "audited", *args], capture_output=True, text=True)
+
+    def records(*args: str) -> dict:
+        out = audit(*args, "-o", "json")
+        assert out.returncode == 0, f"task audit {args} failed ({out.returncode}):\n{out.stdout}{out.stderr}"
+        answer = json.loads(out.stdout)
+        assert answer["pod"] == pod["metadata"]["name"] and answer["dropped"] == 0, answer
+        return answer
+
+    denied = records("--decision", "denied")["records"]
+    assert denied == [r for r in written if r["decision"] == "denied"], differences(denied, written)
+    assert [r["tool"] for r in denied] == ["everything__get-env", "everything__get-tiny-image"], denied
+    # --tool matches the server's name for the tool too; filters combine.
+    sums = records("--server", "everything", "--tool", "get-sum", "--decision", "allowed")["records"]
+    assert sums == [written[0], written[4]], differences(sums, [written[0], written[4]])
+    unknown = records("--decision", "unknown")["records"]
+    assert unknown == [written[5]] and "server" not in unknown[0], unknown
+    read = records("--risk", "read")["records"]
+    assert read == [r for r in written if r.get("risk") == "read"] and read, read
+    newest = records("--since", "1h", "--limit", "2")
+    assert newest["records"] == written[-2:] and newest["matched"] == len(calls), newest
+    assert records("--since", "2999-01-01T00:00:00Z")["records"] == []
+
+    # The table a person reads: one row per call, the refusal's rule in the last column.
+    table = audit("--decision", "denied")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["TIME", "DECISION", "RISK", "SERVER", "TOOL", "OUTCOME", "DURATION", "RULE/ERROR"], lines
+    assert len(lines) == 3 and "everything__get-env" in lines[1] and "everything__get-tiny-image" in lines[2], lines
+    assert 'servers[everything].tools.deny[0] "get-env"' in lines[1], lines[1]
+
+    # A bad filter: the proxy's message, naming the parameter, and exit 2.
+    bad = audit("--since", "yesterday")
+    assert bad.returncode == 2 and '"since"' in bad.stderr and "RFC 3339" in bad.stderr, bad.stderr
+
+    # The documented RBAC is enough; without pods/portforward the API server refuses, and the
+    # error says what is missing.
+    story.kubectl("create", "serviceaccount", "auditor", "-n", story.work_ns)
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "task-auditor", "namespace": story.work_ns}, "rules": AUDIT_ROLE_RULES}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "task-auditor", "namespace": story.work_ns},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "task-auditor"},
+               "subjects": [{"kind": "ServiceAccount", "name": "auditor", "namespace": story.work_ns}]}
+    story.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, binding]}))
+    auditor = kubeconfig_for(story, "auditor", tmp_path / "auditor.kubeconfig")
+    as_auditor = audit("--decision", "denied", "-o", "json", kubeconfig=auditor)
+    assert as_auditor.returncode == 0, as_auditor.stderr
+    assert json.loads(as_auditor.stdout)["records"] == denied
+    role["rules"] = AUDIT_ROLE_RULES[:2]
+    story.kubectl("apply", "-f", "-", stdin=json.dumps(role))
+    refused = wait_until("the Role without pods/portforward to apply", lambda: (
+        lambda out: out if out.returncode != 0 else None)(audit(kubeconfig=auditor)), timeout=30, interval=0.5)
+    assert refused.returncode == 1 and "pods/portforward" in refused.stderr and "RBAC" in refused.stderr, refused.stderr
+
+    # The agent finishes: the pod and its proxy stop, and the records with them.
+    pids = story.container_pids(pod)
+    os.kill(pids["agent"], signal.SIGTERM)
+    wait_until("the TaskRun to succeed", lambda: story.json("get", "taskrun", "audited", "-n", story.work_ns)
+               .get("status", {}).get("phase") == "Succeeded", timeout=120, interval=0.5)
+    gone = audit()
+    assert gone.returncode == 3, (gone.returncode, gone.stderr)
+    assert "task audited has no running pod" in gone.stderr and "kubectl logs" in gone.stderr, gone.stderr
+    story.kubectl("delete", "taskrun", "audited", "-n", story.work_ns)

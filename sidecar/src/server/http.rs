@@ -1,5 +1,6 @@
 //! The HTTP app: MCP at `/mcp` (behind a `Host` check that follows config reloads, the body and
-//! session limits of `limits`), and `/healthz`, `/readyz`, `/metrics`, `GET /tools`.
+//! session limits of `limits`), and `/healthz`, `/readyz`, `/metrics`, `GET /tools`,
+//! `GET /audit` (`super::audit`).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -63,10 +64,12 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         .layer(middleware::from_fn(session_delete_status))
         .layer(middleware::from_fn_with_state(cap, limits::session_cap))
         .layer(middleware::from_fn(limits::read_body));
-    // What the task runs, its rules and pids, and its metrics are not for other web pages.
+    // What the task runs, its rules and pids, its calls and its metrics are not for other web
+    // pages.
     let revealing = Router::new()
         .route("/metrics", get(metrics))
         .route("/tools", get(tools))
+        .route("/audit", get(super::audit::audit))
         .with_state(proxy.clone())
         .merge(mcp)
         .layer(middleware::from_fn_with_state(

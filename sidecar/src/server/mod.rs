@@ -4,6 +4,7 @@
 // initialize lifecycle.
 #![allow(deprecated)]
 
+pub mod audit;
 pub mod hosts;
 pub mod http;
 pub mod limits;
