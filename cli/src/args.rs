@@ -396,7 +396,8 @@ the variable of the same name) and the catalog's env; `/workspace` in its argume
 
 Examples:
   orchestrator-cli catalog discover filesystem
-  orchestrator-cli catalog discover github --check -o json")]
+  orchestrator-cli catalog discover github --check -o json
+  orchestrator-cli --catalog config/catalog.yaml catalog discover memory --write config/catalog.yaml")]
     Discover {
         /// The server's name.
         #[arg(value_name = "SERVER")]
@@ -407,6 +408,10 @@ Examples:
         /// Fail (exit 5) when the catalog entry does not match the server.
         #[arg(long)]
         check: bool,
+        /// Rewrite the server's `tools:` in this catalog file to what the server offers (tools
+        /// kept keep their category, risk and pin; gone ones are dropped); other lines stay.
+        #[arg(long, value_name = "FILE")]
+        write: Option<std::path::PathBuf>,
     },
 
     /// Print each tool's definition hash as the server offers it now, as catalog `pin` entries
@@ -417,7 +422,8 @@ definition differs from its pin.
 
 Examples:
   orchestrator-cli catalog pin filesystem
-  orchestrator-cli catalog pin everything -o json")]
+  orchestrator-cli catalog pin everything -o json
+  orchestrator-cli --catalog config/catalog.yaml catalog pin time --write config/catalog.yaml")]
     Pin {
         /// The server's name.
         #[arg(value_name = "SERVER")]
@@ -425,6 +431,10 @@ Examples:
         /// The directory standing in for the pod's /workspace.
         #[arg(long, value_name = "DIR")]
         workspace: Option<std::path::PathBuf>,
+        /// Rewrite the server's `tools:` in this catalog file with every tool pinned to its
+        /// definition now (as `catalog discover --write`, plus the pins); other lines stay.
+        #[arg(long, value_name = "FILE")]
+        write: Option<std::path::PathBuf>,
     },
 }
 

@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::args::Global;
 use crate::catalog::load;
+use crate::catalog_write;
 use crate::error::{Error, Result};
 use crate::output::{self, Format, Table};
 
@@ -195,7 +196,7 @@ async fn discover_one(
     global: &Global,
     server: &str,
     workspace: Option<&Path>,
-) -> Result<Discovery> {
+) -> Result<(CatalogServer, Discovery)> {
     let catalog = load(global, None).await?;
     let Some(entry) = catalog.get(server) else {
         return Err(Error::NotFound(format!(
@@ -213,7 +214,7 @@ async fn discover_one(
         }
     };
     let tools = list_tools(entry, workspace).await?;
-    Ok(compare(entry, &tools))
+    Ok((entry.clone(), compare(entry, &tools)))
 }
 
 /// `catalog discover SERVER [--check]`.
@@ -222,13 +223,25 @@ pub async fn discover(
     server: &str,
     workspace: Option<&Path>,
     check: bool,
+    write: Option<&Path>,
 ) -> Result<()> {
-    let found = discover_one(global, server, workspace).await?;
+    let (entry, found) = discover_one(global, server, workspace).await?;
     let text = match global.output {
         Format::Table => table(&found),
         f => output::render(f, &found)?,
     };
     output::print(&text)?;
+    if let Some(path) = write {
+        catalog_write::write(
+            path,
+            server,
+            &catalog_write::updated_tools(&entry, &found, false),
+        )?;
+        output::note(&format!(
+            "wrote the tools of {server} to {}",
+            path.display()
+        ));
+    }
     if check && found.drifted() {
         return Err(Error::Failed(format!(
             "the catalog entry of {server} does not match the server (see above)"
@@ -238,8 +251,26 @@ pub async fn discover(
 }
 
 /// `catalog pin SERVER`: the `tools` entries with each tool's pin, ready for the catalog.
-pub async fn pin(global: &Global, server: &str, workspace: Option<&Path>) -> Result<()> {
-    let found = discover_one(global, server, workspace).await?;
+pub async fn pin(
+    global: &Global,
+    server: &str,
+    workspace: Option<&Path>,
+    write: Option<&Path>,
+) -> Result<()> {
+    let (entry, found) = discover_one(global, server, workspace).await?;
+    if let Some(path) = write {
+        catalog_write::write(
+            path,
+            server,
+            &catalog_write::updated_tools(&entry, &found, true),
+        )?;
+        output::note(&format!(
+            "pinned the {} tools of {server} in {}",
+            found.tools.len(),
+            path.display()
+        ));
+        return Ok(());
+    }
     if global.output != Format::Table {
         let pins: Vec<_> = found
             .tools

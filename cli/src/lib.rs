@@ -12,6 +12,7 @@
 pub mod args;
 pub mod catalog;
 pub mod catalog_docs;
+pub mod catalog_write;
 pub mod connect;
 pub mod discover;
 pub mod effective;
@@ -43,10 +44,16 @@ pub async fn run(cli: Cli) -> Result<()> {
             server,
             workspace,
             check,
-        }) => discover::discover(global, server, workspace.as_deref(), *check).await,
-        Command::Catalog(CatalogCommand::Pin { server, workspace }) => {
-            discover::pin(global, server, workspace.as_deref()).await
+            write,
+        }) => {
+            let write = write.as_deref();
+            discover::discover(global, server, workspace.as_deref(), *check, write).await
         }
+        Command::Catalog(CatalogCommand::Pin {
+            server,
+            workspace,
+            write,
+        }) => discover::pin(global, server, workspace.as_deref(), write.as_deref()).await,
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "orchestrator-cli", &mut out);
