@@ -5,43 +5,9 @@
 
 use std::path::Path;
 
-use orchestrator_crds::catalog::{Catalog, CatalogServer, CatalogTool};
+use orchestrator_crds::catalog::{Catalog, CatalogTool};
 
-use crate::discover::Discovery;
 use crate::error::{Error, Result};
-
-/// A description longer than this is cut (at a word) for the catalog; `catalog show` and the
-/// server have the whole text.
-const DESCRIPTION_MAX: usize = 200;
-
-/// The tools the server offers now, in its order: a tool the catalog lists keeps its entry
-/// (category, risk, description, pin); a new one gets the first line of the server's
-/// description. Tools the server no longer offers are left out. With `pin`, every tool's pin is
-/// its definition hash now.
-pub fn updated_tools(entry: &CatalogServer, found: &Discovery, pin: bool) -> Vec<CatalogTool> {
-    found
-        .tools
-        .iter()
-        .map(|f| {
-            let mut tool = entry
-                .tools
-                .iter()
-                .find(|t| t.name == f.name)
-                .cloned()
-                .unwrap_or_else(|| CatalogTool {
-                    name: f.name.clone(),
-                    description: first_line(&f.description),
-                    category: None,
-                    risk: None,
-                    pin: None,
-                });
-            if pin {
-                tool.pin = Some(f.definition.clone());
-            }
-            tool
-        })
-        .collect()
-}
 
 /// Writes `tools` as server `server`'s list in the catalog file at `path`.
 pub fn write(path: &Path, server: &str, tools: &[CatalogTool]) -> Result<()> {
@@ -188,18 +154,6 @@ fn scalar(s: &str) -> String {
 /// A double-quoted YAML string (JSON's escaping is YAML's).
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
-}
-
-fn first_line(description: &str) -> String {
-    let line = description.lines().next().unwrap_or("").trim();
-    if line.chars().count() <= DESCRIPTION_MAX {
-        return line.to_string();
-    }
-    let cut: String = line.chars().take(DESCRIPTION_MAX).collect();
-    match cut.rfind(' ') {
-        Some(i) => format!("{}...", &cut[..i]),
-        None => format!("{cut}..."),
-    }
 }
 
 #[cfg(test)]

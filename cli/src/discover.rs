@@ -9,7 +9,11 @@
 
 use std::{collections::BTreeSet, path::Path, time::Duration};
 
-use orchestrator_crds::{catalog::CatalogServer, policy::Definition, tools::Risk};
+use orchestrator_crds::{
+    catalog::{CatalogServer, CatalogTool},
+    policy::Definition,
+    tools::Risk,
+};
 use rmcp::{
     ServiceExt,
     model::Tool,
@@ -232,11 +236,7 @@ pub async fn discover(
     };
     output::print(&text)?;
     if let Some(path) = write {
-        catalog_write::write(
-            path,
-            server,
-            &catalog_write::updated_tools(&entry, &found, false),
-        )?;
+        catalog_write::write(path, server, &updated_tools(&entry, &found, false))?;
         output::note(&format!(
             "wrote the tools of {server} to {}",
             path.display()
@@ -259,11 +259,7 @@ pub async fn pin(
 ) -> Result<()> {
     let (entry, found) = discover_one(global, server, workspace).await?;
     if let Some(path) = write {
-        catalog_write::write(
-            path,
-            server,
-            &catalog_write::updated_tools(&entry, &found, true),
-        )?;
+        catalog_write::write(path, server, &updated_tools(&entry, &found, true))?;
         output::note(&format!(
             "pinned the {} tools of {server} in {}",
             found.tools.len(),
@@ -323,6 +319,51 @@ fn table(d: &Discovery) -> String {
         ));
     }
     out
+}
+
+/// A description longer than this is cut (at a word) for the catalog; `catalog show` and the
+/// server have the whole text.
+const DESCRIPTION_MAX: usize = 200;
+
+/// The tools the server offers now, in its order: a tool the catalog lists keeps its entry
+/// (category, risk, description, pin); a new one gets the first line of the server's
+/// description. Tools the server no longer offers are left out. With `pin`, every tool's pin is
+/// its definition hash now.
+pub fn updated_tools(entry: &CatalogServer, found: &Discovery, pin: bool) -> Vec<CatalogTool> {
+    found
+        .tools
+        .iter()
+        .map(|f| {
+            let mut tool = entry
+                .tools
+                .iter()
+                .find(|t| t.name == f.name)
+                .cloned()
+                .unwrap_or_else(|| CatalogTool {
+                    name: f.name.clone(),
+                    description: first_line(&f.description),
+                    category: None,
+                    risk: None,
+                    pin: None,
+                });
+            if pin {
+                tool.pin = Some(f.definition.clone());
+            }
+            tool
+        })
+        .collect()
+}
+
+fn first_line(description: &str) -> String {
+    let line = description.lines().next().unwrap_or("").trim();
+    if line.chars().count() <= DESCRIPTION_MAX {
+        return line.to_string();
+    }
+    let cut: String = line.chars().take(DESCRIPTION_MAX).collect();
+    match cut.rfind(' ') {
+        Some(i) => format!("{}...", &cut[..i]),
+        None => format!("{cut}..."),
+    }
 }
 
 #[cfg(test)]
