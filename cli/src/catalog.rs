@@ -195,7 +195,7 @@ pub fn risk_text(risk: Option<orchestrator_crds::proxy::Risk>) -> String {
 }
 
 /// At most `max` characters, cut at a word with "..." (the full text is in `catalog show`).
-fn shorten(text: &str, max: usize) -> String {
+pub fn shorten(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }

@@ -11,7 +11,7 @@ use std::{collections::BTreeSet, path::Path, time::Duration};
 
 use orchestrator_crds::{
     catalog::{CatalogServer, CatalogTool},
-    policy::Definition,
+    policy::{Definition, short_pin},
     tools::Risk,
 };
 use rmcp::{
@@ -25,7 +25,7 @@ use rmcp::{
 use serde::Serialize;
 
 use crate::args::Global;
-use crate::catalog::load;
+use crate::catalog::{load, shorten};
 use crate::catalog_write;
 use crate::error::{Error, Result};
 use crate::output::{self, Format, Table};
@@ -154,9 +154,7 @@ pub async fn list_tools(entry: &CatalogServer, workspace: &Path) -> Result<Vec<T
             let client = ().serve(transport).await.map_err(|e| {
                 Error::Failed(format!("{}: the server did not start MCP: {e}", entry.name))
             })?;
-            let tools = client.peer().list_all_tools().await;
-            let _ = client.cancel().await;
-            tools.map_err(|e| Error::Failed(format!("{}: tools/list failed: {e}", entry.name)))
+            list_and_close(&entry.name, client).await
         } else if let Some(http) = &entry.http {
             let mut headers = std::collections::HashMap::new();
             for (header, env) in &http.headers_from_env {
@@ -178,9 +176,7 @@ pub async fn list_tools(entry: &CatalogServer, workspace: &Path) -> Result<Vec<T
             let client = ().serve(transport).await.map_err(|e| {
                 Error::Failed(format!("{}: connecting to {}: {e}", entry.name, http.url))
             })?;
-            let tools = client.peer().list_all_tools().await;
-            let _ = client.cancel().await;
-            tools.map_err(|e| Error::Failed(format!("{}: tools/list failed: {e}", entry.name)))
+            list_and_close(&entry.name, client).await
         } else {
             Err(Error::Catalog(format!(
                 "servers[{}] has neither stdio nor http",
@@ -194,6 +190,16 @@ pub async fn list_tools(entry: &CatalogServer, workspace: &Path) -> Result<Vec<T
             what: format!("{} to start and list its tools", entry.name),
             after: LIST_TIMEOUT,
         })?
+}
+
+/// Lists a connected server's tools, then closes the connection (and stops a child).
+async fn list_and_close(
+    name: &str,
+    client: rmcp::service::RunningService<rmcp::RoleClient, ()>,
+) -> Result<Vec<Tool>> {
+    let tools = client.peer().list_all_tools().await;
+    let _ = client.cancel().await;
+    tools.map_err(|e| Error::Failed(format!("{name}: tools/list failed: {e}")))
 }
 
 async fn discover_one(
@@ -305,7 +311,7 @@ fn table(d: &Discovery) -> String {
             } else {
                 hints.join(",")
             },
-            f.definition.get(..19).unwrap_or(&f.definition).to_string(),
+            short_pin(&f.definition).to_string(),
             f.catalog.to_string(),
             f.pin.to_string(),
         ]);
@@ -355,15 +361,10 @@ pub fn updated_tools(entry: &CatalogServer, found: &Discovery, pin: bool) -> Vec
 }
 
 fn first_line(description: &str) -> String {
-    let line = description.lines().next().unwrap_or("").trim();
-    if line.chars().count() <= DESCRIPTION_MAX {
-        return line.to_string();
-    }
-    let cut: String = line.chars().take(DESCRIPTION_MAX).collect();
-    match cut.rfind(' ') {
-        Some(i) => format!("{}...", &cut[..i]),
-        None => format!("{cut}..."),
-    }
+    shorten(
+        description.lines().next().unwrap_or("").trim(),
+        DESCRIPTION_MAX,
+    )
 }
 
 #[cfg(test)]

@@ -130,6 +130,12 @@ impl RateLimits {
 /// The prefix of a tool definition hash: `sha256:` and 64 lowercase hex digits.
 pub const PIN_PREFIX: &str = "sha256:";
 
+/// `sha256:` and the first 12 hex digits of a definition hash: enough to tell definitions apart
+/// in a message or a table.
+pub fn short_pin(hash: &str) -> &str {
+    hash.get(..PIN_PREFIX.len() + 12).unwrap_or(hash)
+}
+
 /// Whether `pin` is a well-formed definition hash (`sha256:` + 64 lowercase hex digits).
 pub fn is_pin(pin: &str) -> bool {
     pin.strip_prefix(PIN_PREFIX).is_some_and(|hex| {

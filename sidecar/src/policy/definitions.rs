@@ -5,7 +5,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use orchestrator_crds::policy::Definition;
+use orchestrator_crds::policy::{Definition, short_pin as short};
 use rmcp::model::Tool;
 use serde::Serialize;
 
@@ -138,11 +138,6 @@ impl Change {
             ),
         }
     }
-}
-
-/// `sha256:` and the first 12 hex digits: enough to tell definitions apart in a message.
-pub fn short(hash: &str) -> &str {
-    hash.get(..19).unwrap_or(hash)
 }
 
 #[cfg(test)]

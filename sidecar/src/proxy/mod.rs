@@ -32,7 +32,7 @@ use crate::{
     metrics::Metrics,
     names::ServerName,
     policy::{arguments::Validators, limits::Limiters},
-    router::{DefinitionChange, Router},
+    router::Router,
     session::{ListKind, Registry, SessionRef},
     sync,
     upstream::{handler::UpstreamEvent, pool::Pool},
@@ -89,8 +89,6 @@ pub struct Proxy {
     pub(crate) limiters: Limiters,
     /// Compiled input schemas, by definition hash.
     pub(crate) validators: Validators,
-    /// Definition changes already reported (each once).
-    pub(crate) reported: std::sync::Mutex<std::collections::HashSet<DefinitionChange>>,
     /// Events about the task for the API reporter (`api::events`), which takes the receiver.
     task_events: tokio::sync::mpsc::Sender<TaskEvent>,
     task_events_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<TaskEvent>>>,
@@ -116,7 +114,6 @@ impl Proxy {
             audit,
             limiters: Default::default(),
             validators: Default::default(),
-            reported: Default::default(),
             task_events,
             task_events_rx: std::sync::Mutex::new(Some(task_events_rx)),
             calls_in_flight: AtomicUsize::new(0),
@@ -147,10 +144,13 @@ impl Proxy {
             let changed = before
                 .as_ref()
                 .is_none_or(|b| surface_changed(&b.router, &router));
-            self.install(Snapshot {
-                config: config.clone(),
-                router,
-            });
+            self.install(
+                before.as_deref(),
+                Snapshot {
+                    config: config.clone(),
+                    router,
+                },
+            );
             changed
         };
         self.limiters.retain(&config);
@@ -176,29 +176,27 @@ impl Proxy {
         };
         let router = Router::build(&current.config, &self.pool.known_lists(&current.config));
         let changed = surface_changed(&current.router, &router);
-        self.install(Snapshot {
-            config: current.config.clone(),
-            router,
-        });
+        self.install(
+            Some(&current),
+            Snapshot {
+                config: current.config.clone(),
+                router,
+            },
+        );
         changed
     }
 
-    /// Puts a snapshot in use and reports its new definition changes (each once).
-    fn install(&self, snapshot: Snapshot) {
+    /// Puts a snapshot in use (the caller holds the rebuild lock) and reports the definition
+    /// changes that `before`, the snapshot it replaces, did not have: each change once while it
+    /// lasts, and nothing kept beyond the current table.
+    fn install(&self, before: Option<&Snapshot>, snapshot: Snapshot) {
         let snapshot = Arc::new(snapshot);
         self.snapshot.store(Some(snapshot.clone()));
-        let new: Vec<_> = {
-            let mut reported = sync::lock(&self.reported);
-            snapshot
-                .router
-                .changes()
-                .iter()
-                .filter(|c| reported.insert((*c).clone()))
-                .cloned()
-                .collect()
-        };
-        for change in new {
-            self.report_definition_change(&snapshot, &change);
+        let known = before.map_or(&[][..], |b| b.router.changes());
+        for change in snapshot.router.changes() {
+            if !known.contains(change) {
+                self.report_definition_change(&snapshot, change);
+            }
         }
     }
 
