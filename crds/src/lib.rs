@@ -6,6 +6,7 @@
 //! - [`tools`]: the allow/deny glob semantics of a server's tools, shared by all binaries.
 //! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
 
+pub mod approval;
 pub mod catalog;
 pub mod policy;
 pub mod proxy;

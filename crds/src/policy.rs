@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, fmt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::Risk;
+use crate::{approval::RequireApproval, tools::Risk};
 
 /// Rules the proxy holds every MCP tool call to.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
@@ -28,6 +28,10 @@ pub struct ToolPolicy {
     /// refused) or `alert` (still offered; reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_change: Option<OnChange>,
+    /// Calls that wait for a person's decision (`orchestrator-cli task approve|reject`): by
+    /// class and/or `server/glob` pattern, with how long they wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_approval: Option<RequireApproval>,
 }
 
 impl ToolPolicy {

@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::{
+    approval::RequireApproval,
     policy::{OnChange, RateLimit, RateLimits},
     tools::Risk,
 };
@@ -106,6 +107,10 @@ pub struct PolicySpec {
     /// `pins` entry, does: `block` (hidden and refused) or `alert` (offered, reported).
     #[serde(default, skip_serializing_if = "is_default")]
     pub on_change: OnChange,
+    /// Calls that wait for a person's decision, passed on through the task's Lease and
+    /// ConfigMap (see `crate::approval`); unset: none wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_approval: Option<RequireApproval>,
 }
 
 impl Default for PolicySpec {
@@ -114,6 +119,7 @@ impl Default for PolicySpec {
             max_risk: None,
             validate_arguments: true,
             on_change: OnChange::default(),
+            require_approval: None,
         }
     }
 }

@@ -5,8 +5,7 @@
 //! (`x-kubernetes-validations`) declared here; what needs the catalog or other objects (unknown
 //! servers, missing Secrets) the operator reports as status conditions.
 //!
-//! The types do not deny unknown fields: the API server prunes them before the operator can see
-//! them, and `kubectl apply` already refuses them (server-side strict field validation).
+//! Unknown fields are not denied: the API server prunes them, and `kubectl apply` refuses them.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::CatalogServer;
 pub use crate::{
+    approval::Approval,
     policy::{RateLimits, ToolPolicy},
     tools::Risk,
 };
@@ -489,6 +489,10 @@ pub struct TaskRunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20), extend("x-kubernetes-list-type" = "atomic"))]
     pub context_history: Vec<ContextChange>,
+    /// Calls held for a person's decision, and the last 20 decided (`task approvals`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 36), extend("x-kubernetes-list-type" = "atomic"))]
+    pub approvals: Vec<Approval>,
 }
 
 /// The lifecycle phase of a task run.

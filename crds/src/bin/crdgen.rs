@@ -1,5 +1,5 @@
-//! Writes the generated artifacts that are checked in: the TaskRun CRD YAML
-//! (`crds/generated/taskrun.yaml`, also copied into the Helm chart) and the catalog's JSON schema
+//! Writes the generated artifacts that are checked in: the TaskRun and ToolApproval CRD YAML
+//! (`crds/generated/taskrun.yaml`, `toolapproval.yaml`, also copied into the Helm chart) and the catalog's JSON schema
 //! (`crds/generated/catalog.schema.json`, for tools that validate a catalog before it is applied).
 //!
 //! `crdgen` writes them; `crdgen --check` fails if the files differ from what the types generate
@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use kube::CustomResourceExt;
+use orchestrator_crds::approval::ToolApproval;
 use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::TaskRun;
 
@@ -66,10 +67,15 @@ fn outputs() -> Result<Vec<(PathBuf, String)>, String> {
     if !crd.ends_with('\n') {
         crd.push('\n');
     }
+    let mut approval = serde_saphyr::to_string(&ToolApproval::crd()).map_err(|e| e.to_string())?;
+    if !approval.ends_with('\n') {
+        approval.push('\n');
+    }
     let schema = schemars::schema_for!(Catalog);
     let schema = serde_json::to_string_pretty(&schema).map_err(|e| e.to_string())? + "\n";
     Ok(vec![
         (dir.join("taskrun.yaml"), format!("{header}{crd}")),
+        (dir.join("toolapproval.yaml"), format!("{header}{approval}")),
         (dir.join("catalog.schema.json"), schema),
     ])
 }

@@ -104,6 +104,7 @@ impl Files {
                     max_risk: policy.max_risk,
                     validate_arguments: policy.validate_arguments.unwrap_or(true),
                     on_change: policy.on_change.unwrap_or_default(),
+                    require_approval: policy.require_approval.clone(),
                 }
             },
             servers,

@@ -427,6 +427,7 @@ fn what_the_operator_renders_round_trips() {
             max_risk: Some(Risk::Write),
             validate_arguments: false,
             on_change: OnChange::Alert,
+            require_approval: None,
         },
         servers: vec![
             ServerSpec {
