@@ -132,6 +132,9 @@ pub enum TaskCommand {
     List(ListArgs),
     Describe(DescribeArgs),
     Audit(AuditArgs),
+    Approvals(ApprovalsArgs),
+    Approve(DecideArgs),
+    Reject(DecideArgs),
 }
 
 /// Which task: a TaskRun name, or --task-id.
@@ -352,6 +355,59 @@ pub struct AuditArgs {
     /// At most this many calls, the newest (the proxy's default: 1000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
+}
+
+/// List the tool calls a task's proxy holds for a person's decision, and recent decisions.
+///
+/// From the TaskRun's status.approvals (pending ones, and the last 20 decided). Decide with
+/// `task approve` or `task reject`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task approvals task-1001
+  orchestrator-cli task approvals task-1001 --pending -o json")]
+pub struct ApprovalsArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+
+    /// Only the calls still waiting.
+    #[arg(long)]
+    pub pending: bool,
+}
+
+/// Approve (or reject) a tool call the task's proxy holds: the call then proceeds (or is
+/// refused with the reason).
+///
+/// Creates a ToolApproval that names you (as the API server knows you); the first decision on a
+/// request is final. Needs RBAC to create toolapprovals, e.g. the chart's ClusterRole
+/// `orchestrator-approver` bound in the task's namespace.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task approvals task-1001
+  orchestrator-cli task approve task-1001 a1b2c3d4
+  orchestrator-cli task reject task-1001 a1b2c3d4 --reason 'not that branch'")]
+pub struct DecideArgs {
+    /// The TaskRun's name.
+    #[arg(value_name = "TASK")]
+    pub task_name: String,
+
+    /// The request's id (from `task approvals`).
+    #[arg(value_name = "ID")]
+    pub id: String,
+
+    /// Why (at most 512 characters); a rejection's reason is shown to the agent.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+impl DecideArgs {
+    pub fn task(&self) -> TaskRef {
+        TaskRef {
+            name: Some(self.task_name.clone()),
+            task_id: None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

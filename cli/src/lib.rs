@@ -27,6 +27,8 @@ pub mod wait;
 
 use clap::CommandFactory;
 
+use orchestrator_crds::approval::Decision;
+
 use crate::args::{CatalogCommand, Cli, Command, TaskCommand};
 pub use crate::error::{Error, Result};
 
@@ -70,5 +72,8 @@ async fn run_task(global: &args::Global, command: &TaskCommand) -> Result<()> {
         TaskCommand::List(a) => task::show::list(global, a).await,
         TaskCommand::Describe(a) => task::show::describe(global, a).await,
         TaskCommand::Audit(a) => task::audit::run(global, a).await,
+        TaskCommand::Approvals(a) => task::approve::list(global, a).await,
+        TaskCommand::Approve(a) => task::approve::decide(global, a, Decision::Approve).await,
+        TaskCommand::Reject(a) => task::approve::decide(global, a, Decision::Reject).await,
     }
 }

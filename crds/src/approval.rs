@@ -131,6 +131,8 @@ pub enum ApprovalState {
     Approved,
     Rejected,
     Expired,
+    /// The call ended before a decision: its client cancelled it, or the proxy restarted.
+    Withdrawn,
 }
 
 impl ApprovalState {
@@ -140,6 +142,7 @@ impl ApprovalState {
             ApprovalState::Approved => "Approved",
             ApprovalState::Rejected => "Rejected",
             ApprovalState::Expired => "Expired",
+            ApprovalState::Withdrawn => "Withdrawn",
         }
     }
 }
@@ -170,6 +173,8 @@ pub struct Approval {
 /// ClusterRole (or equivalent RBAC), and an admission policy shipped by the chart requires
 /// `spec.decidedBy` to be the creating identity. Named `<taskRun>-<id>`, so the first decision
 /// on a request is the only one; the TaskRun owns it (garbage collected with it).
+// Several columns are strings: not the duplicate clippy takes them for.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[kube(
     group = "orchestrator.io",

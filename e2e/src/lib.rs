@@ -241,24 +241,27 @@ pub async fn wait_established(client: &Client, name: &str) -> Result<()> {
     .await
 }
 
-/// Installs (or updates) the TaskRun CRD from the generated YAML, as the chart would, and waits
-/// until TaskRuns are served.
+/// Installs (or updates) the TaskRun and ToolApproval CRDs from the generated YAML, as the chart
+/// would, and waits until TaskRuns are served.
 pub async fn install_taskrun_crd(client: &Client) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Patch, PatchParams};
     use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-    let text = std::fs::read_to_string(repo_root().join("crds/generated/taskrun.yaml"))?;
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
-    let name = crd.metadata.name.clone().context("the CRD has a name")?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        &name,
-        &PatchParams::apply("orchestrator-e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .context("applying the TaskRun CRD")?;
-    wait_established(client, &name).await?;
+    // The ToolApproval CRD too: the operator watches ToolApprovals.
+    for file in ["toolapproval.yaml", "taskrun.yaml"] {
+        let text = std::fs::read_to_string(repo_root().join("crds/generated").join(file))?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
+        let name = crd.metadata.name.clone().context("the CRD has a name")?;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.patch(
+            &name,
+            &PatchParams::apply("orchestrator-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("applying the CRD {name}"))?;
+        wait_established(client, &name).await?;
+    }
     // Established can precede the first successful list by a moment.
     let gvk = GroupVersionKind::gvk("orchestrator.io", "v1", "TaskRun");
     let taskruns: Api<DynamicObject> =

@@ -38,6 +38,7 @@ from story import (  # noqa: E402
     Story,
     StoryError,
     check,
+    diagnosis,
     text,
     tool_use,
     wait_until,
@@ -84,7 +85,10 @@ def start_busy_task(story: Story) -> BusyAgent:
         },
     }
     story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
-    story.model.wait_for(lambda r: True, timeout=120, what="the agent's first request")
+    try:
+        story.model.wait_for(lambda r: True, timeout=120, what="the agent's first request")
+    except TimeoutError as e:
+        raise StoryError(f"{e}{diagnosis()}") from e
     return script
 
 

@@ -137,6 +137,21 @@ def node_images() -> dict[str, str]:
     return refs
 
 
+# What a timed-out wait adds to its message: the state of the running story's cluster (set by
+# Story.prepare), so a failure on a machine nobody can log in to says why.
+DIAGNOSE: list = []
+
+
+def diagnosis() -> str:
+    out = []
+    for diagnose in DIAGNOSE:
+        try:
+            out.append(diagnose())
+        except Exception as e:  # noqa: BLE001 - a diagnosis must never hide the failure itself
+            out.append(f"(no diagnosis: {e!r})")
+    return "".join(out)
+
+
 def wait_until(what: str, predicate, timeout: float = 60, interval: float = 0.1):
     deadline = time.monotonic() + timeout
     while True:
@@ -144,7 +159,7 @@ def wait_until(what: str, predicate, timeout: float = 60, interval: float = 0.1)
         if value:
             return value
         if time.monotonic() > deadline:
-            raise StoryError(f"timed out after {timeout}s waiting for {what}")
+            raise StoryError(f"timed out after {timeout}s waiting for {what}{diagnosis()}")
         time.sleep(interval)
 
 
@@ -372,12 +387,40 @@ class Story:
                 tasks[parts[0]] = int(parts[1])
         return tasks
 
+    def diagnosis(self) -> str:
+        """The cluster's state as far as a stuck pod goes: the real node's conditions and taints,
+        the pods of the story's namespace (phase, conditions, each container's state), the
+        namespace's last warnings, and the disk the node's eviction thresholds look at."""
+        out = ["\n--- diagnosis ---"]
+        for node in self.json("get", "nodes")["items"]:
+            conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+            taints = [f"{t['key']}:{t['effect']}" for t in node["spec"].get("taints", [])]
+            out.append(f"node {node['metadata']['name']}: {conds} taints {taints}")
+        for pod in self.json("get", "pods", "-n", self.work_ns)["items"]:
+            status = pod.get("status", {})
+            conds = [f"{c['type']}={c['status']}{'(' + c.get('reason', '') + ': ' + c.get('message', '') + ')' if c['status'] != 'True' else ''}"
+                     for c in status.get("conditions", [])]
+            out.append(f"pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: {status.get('phase')} {conds}")
+            for c in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
+                out.append(f"  {c['name']}: ready={c.get('ready')} started={c.get('started')} "
+                           f"restarts={c.get('restartCount')} state={json.dumps(c.get('state'))} "
+                           f"last={json.dumps(c.get('lastState'))}")
+        events = self.json("get", "events", "-n", self.work_ns, "--sort-by=.lastTimestamp")["items"]
+        for e in events[-15:]:
+            out.append(f"event {e.get('type')} {e.get('reason')} {e.get('involvedObject', {}).get('name')}: "
+                       f"{(e.get('message') or '').strip()[:300]}")
+        disk = subprocess.run(["df", "-h", str(STATE)], capture_output=True, text=True).stdout.strip()
+        out.append(f"disk: {disk.splitlines()[-1] if disk else '?'}")
+        return "\n".join(out) + "\n"
+
     # --- the story -----------------------------------------------------------------------------
 
     def prepare(self, cleanup: ExitStack) -> None:
         """The real node, the binaries and the node's images, the chart installed and the operator
         running; `cleanup` undoes it all."""
         self.cleanup = cleanup
+        DIAGNOSE.append(self.diagnosis)
+        cleanup.callback(DIAGNOSE.remove, self.diagnosis)
         self.node = self.real_node()
         self.binaries = cargo_binaries()
         self.images = node_images()

@@ -63,16 +63,18 @@ struct Restricted {
 impl Restricted {
     async fn start(prefix: &str) -> Result<Self> {
         let admin = client().await?;
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
-            repo_root().join("crds/generated/taskrun.yaml"),
-        )?)?;
-        Api::<CustomResourceDefinition>::all(admin.clone())
-            .patch(
-                &crd.name_any(),
-                &PatchParams::apply("orchestrator-e2e").force(),
-                &Patch::Apply(&crd),
-            )
-            .await?;
+        for file in ["taskrun.yaml", "toolapproval.yaml"] {
+            let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
+                repo_root().join("crds/generated").join(file),
+            )?)?;
+            Api::<CustomResourceDefinition>::all(admin.clone())
+                .patch(
+                    &crd.name_any(),
+                    &PatchParams::apply("orchestrator-e2e").force(),
+                    &Patch::Apply(&crd),
+                )
+                .await?;
+        }
         let ns = TestNamespace::create(&admin, prefix).await?;
         let n = ns.name.as_str();
 

@@ -110,16 +110,18 @@ async fn main() -> Result<()> {
         Client::try_from(Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)?;
 
     // CRD, namespace, catalog.
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
-        repo().join("crds/generated/taskrun.yaml"),
-    )?)?;
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .patch(
-            &crd.name_any(),
-            &PatchParams::apply("orchestrator-bench").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
+    for file in ["taskrun.yaml", "toolapproval.yaml"] {
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
+            repo().join("crds/generated").join(file),
+        )?)?;
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .patch(
+                &crd.name_any(),
+                &PatchParams::apply("orchestrator-bench").force(),
+                &Patch::Apply(&crd),
+            )
+            .await?;
+    }
     let ns = format!("bench-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces

@@ -30,9 +30,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
+use orchestrator_crds::approval::ToolApproval;
 use orchestrator_crds::taskrun::TaskRun;
 use tokio::sync::mpsc;
 
@@ -112,6 +113,7 @@ pub async fn run_with(
         // keeps the operator small with thousands of tasks and saves reads per reconcile; the
         // objects themselves go on to the controller, which reconciles their owner.
         let (jobs, config_maps, leases) = (Index::default(), Index::default(), Index::default());
+        let decisions = Index::default();
         let job_events = children::reflect(
             watcher::watcher(api::<CachedJob>(&client, ns), selector.clone()).default_backoff(),
             jobs.clone(),
@@ -129,13 +131,25 @@ pub async fn run_with(
             watcher::watcher(api::<PartialObjectMeta<Lease>>(&client, ns), selector)
                 .default_backoff(),
             leases.clone(),
-            reconcile::served::lease_facts,
+            reconcile::approvals::lease_facts,
+        )
+        .touched_objects();
+        // People's decisions on held calls; each reconciles the TaskRun it names.
+        let decision_events = children::reflect(
+            watcher::watcher(
+                api::<ToolApproval>(&client, ns),
+                watcher::Config::default().page_size(LIST_PAGE_SIZE),
+            )
+            .default_backoff(),
+            decisions.clone(),
+            reconcile::approvals::decision_facts,
         )
         .touched_objects();
         let ctx = Arc::new(Context {
             jobs,
             config_maps,
             leases,
+            decisions,
             client: client.clone(),
             render: settings.render(),
             catalog,
@@ -163,6 +177,7 @@ pub async fn run_with(
             changed_rx,
             (taskruns, taskruns_writer),
             (job_events, config_map_events, lease_events),
+            decision_events,
         );
         let controller = async {
             tokio::select! {
@@ -202,6 +217,7 @@ fn controller<J, C, L>(
     catalog_changed: mpsc::Receiver<()>,
     (taskruns, writer): (Store<TaskRun>, reflector::store::Writer<TaskRun>),
     (jobs, config_maps, leases): (J, C, L),
+    decisions: impl futures::Stream<Item = Result<ToolApproval, watcher::Error>> + Send + 'static,
 ) -> impl Future<Output = ()>
 where
     J: futures::Stream<Item = Result<CachedJob, watcher::Error>> + Send + 'static,
@@ -222,6 +238,10 @@ where
         .owns_stream(config_maps)
         .owns_stream(jobs)
         .owns_stream(leases)
+        .watches_stream(decisions, |a: ToolApproval| {
+            a.namespace()
+                .map(|ns| ObjectRef::new(&a.spec.task_run).within(&ns))
+        })
         .reconcile_all_on(catalog::changes(catalog_changed))
         // A short debounce folds the burst of child events that follows each write into one
         // reconcile (and lets the caches catch up with the writes).

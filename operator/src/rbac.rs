@@ -37,16 +37,23 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         group: "orchestrator.io",
+        resource: "toolapprovals",
+        verbs: &["list", "watch"],
+        why: "people's decisions on calls a task's proxy holds for approval (watch; each reconciles the TaskRun it names)",
+        scope: Scope::Tasks,
+    },
+    Rule {
+        group: "orchestrator.io",
         resource: "taskruns/status",
         verbs: &["patch"],
-        why: "status by server-side apply (status.contextHistory under a field manager of its own)",
+        why: "status by server-side apply (status.contextHistory and status.approvals each under a field manager of its own)",
         scope: Scope::Tasks,
     },
     Rule {
         group: "",
         resource: "configmaps",
         verbs: &["get", "list", "watch", "create", "patch"],
-        why: "the task ConfigMaps (watch, fresh read before a version bump, server-side apply) and the catalog ConfigMap (watch)",
+        why: "the task ConfigMaps (watch, fresh read before a version bump, server-side apply; the approval verdicts under a field manager of their own) and the catalog ConfigMap (watch)",
         scope: Scope::Tasks,
     },
     Rule {

@@ -2,6 +2,7 @@
 //! `spec.taskId`, which the CRD declares a selectable field).
 
 pub mod add_context;
+pub mod approve;
 pub mod audit;
 pub mod show;
 pub mod submit;

@@ -306,6 +306,11 @@ pub fn describe_text(
 
     out.push_str(&effective_text(tr, &status, catalog));
     out.push_str(&history_text(&status));
+    if !status.approvals.is_empty() {
+        let approvals: Vec<_> = status.approvals.iter().collect();
+        out.push_str("Approvals:\n");
+        out.push_str(&indent(&super::approve::table(&approvals, now)));
+    }
 
     out.push_str("Events:\n");
     if events.is_empty() {

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::runtime::watcher;
+use orchestrator_crds::approval::VERDICTS_KEY;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
@@ -58,6 +59,8 @@ pub struct ConfigMapFacts {
     pub config_hash: Option<Box<str>>,
     pub context_version: Option<Box<str>>,
     data: Box<str>,
+    /// The verdicts key as written (bounded: at most 20 short entries).
+    pub verdicts: Option<Box<str>>,
     owners: Box<str>,
 }
 
@@ -70,7 +73,14 @@ impl ConfigMapFacts {
                 .and_then(|a| a.get(key))
                 .map(|v| v.as_str().into())
         };
+        // The verdicts are written on their own (see `approvals.rs`), not rendered.
+        let verdicts = cm.data.as_ref().and_then(|d| d.get(VERDICTS_KEY));
         let data = match (&cm.data, &cm.binary_data) {
+            (Some(data), None) if verdicts.is_some() => {
+                let mut rendered = data.clone();
+                rendered.remove(VERDICTS_KEY);
+                render::digest(&rendered)
+            }
             (Some(data), None) => render::digest(data),
             (None, None) => render::digest(&Default::default()),
             // The operator never writes binaryData: a ConfigMap with any differs from every render.
@@ -80,13 +90,18 @@ impl ConfigMapFacts {
             config_hash: annotation(CONFIG_HASH_ANNOTATION),
             context_version: annotation(CONTEXT_VERSION_ANNOTATION),
             data: data.into(),
+            verdicts: verdicts.map(|v| v.as_str().into()),
             owners: owners_digest(cm.metadata.owner_references.as_deref()).into(),
         }
     }
 
-    /// Whether the ConfigMap is exactly `desired`: its data, both annotations and its owners.
+    /// Whether the ConfigMap is exactly `desired`: its data, both annotations and its owners
+    /// (the verdicts aside).
     pub fn is(&self, desired: &ConfigMap) -> bool {
-        *self == Self::of(desired)
+        Self {
+            verdicts: None,
+            ..self.clone()
+        } == Self::of(desired)
     }
 }
 

@@ -6,6 +6,7 @@
 //! The Job is created once and never written again (its pod template is immutable); a change of
 //! `toolConfig` only re-renders the ConfigMap and bumps `status.contextVersion`.
 
+pub mod approvals;
 mod cached_job;
 pub mod children;
 mod events;
@@ -65,8 +66,11 @@ pub struct Context {
     pub jobs: Index<JobFacts>,
     /// What reconcile reads of the operator's ConfigMaps.
     pub config_maps: Index<ConfigMapFacts>,
-    /// The version each task's proxy reports on its Lease (see `served.rs`).
-    pub leases: Index<i64>,
+    /// What each task's proxy reports on its Lease: the version it serves (see `served.rs`)
+    /// and the calls it holds for approval (see `approvals.rs`).
+    pub leases: Index<approvals::LeaseFacts>,
+    /// The ToolApprovals: people's decisions on held calls (see `approvals.rs`).
+    pub decisions: Index<approvals::DecisionFacts>,
     pub render: RenderSettings,
     pub catalog: CatalogStore,
     pub metrics: Arc<Metrics>,
@@ -285,6 +289,13 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     tracing::Span::current().record("phase", field::debug(status.phase));
     tracing::Span::current().record("context_version", version);
     write_status(tr, ctx, &previous, status, Tools::Rendered).await?;
+    let verdicts = existing.as_ref().and_then(|c| c.verdicts.clone());
+    let expiry =
+        approvals::reconcile(ctx, tr, &previous, &cm_name, verdicts.as_deref(), !finished).await?;
+    let requeue = match (requeue, expiry) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 

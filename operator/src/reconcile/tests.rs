@@ -16,6 +16,10 @@ use kube::client::Body;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::Reporter;
 use kube::runtime::watcher;
+use orchestrator_crds::approval::{
+    Approval, ApprovalState, Decision, REQUESTS_ANNOTATION, ToolApproval, VERDICTS_KEY, Verdict,
+    object_name,
+};
 use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::history::REQUESTED_BY_ANNOTATION;
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus};
@@ -101,23 +105,50 @@ impl Fake {
                 None => (StatusCode::NOT_FOUND, not_found(path)),
             },
             // A status apply names only the status; the server answers the whole object. The
-            // history is applied alone under its own field manager, and the other status
-            // applies leave it (as server-side apply does).
+            // history and the approvals are each applied alone under their own field manager,
+            // and the other status applies leave them (as server-side apply does).
             Method::PATCH if path.ends_with("/status") => {
+                const ALONE: [&str; 2] = ["contextHistory", "approvals"];
                 let object = path.trim_end_matches("/status");
                 let whole = server.objects.entry(object.to_string()).or_default();
-                let history = whole["status"]["contextHistory"].clone();
-                let mut status = body["status"].clone();
-                if status.get("contextHistory").is_none() && !history.is_null() {
-                    status["contextHistory"] = history;
+                let status = body["status"].clone();
+                let alone = status
+                    .as_object()
+                    .filter(|only| only.len() == 1)
+                    .and_then(|only| only.keys().next())
+                    .filter(|key| ALONE.contains(&key.as_str()));
+                match alone {
+                    Some(key) if whole["status"].is_object() => {
+                        whole["status"][key] = status[key].clone();
+                    }
+                    _ => {
+                        let mut status = status.clone();
+                        for key in ALONE {
+                            let kept = whole["status"][key].clone();
+                            if status.get(key).is_none() && !kept.is_null() {
+                                status[key] = kept;
+                            }
+                        }
+                        whole["status"] = status;
+                    }
                 }
-                if let Some(only) = status.as_object()
-                    && only.len() == 1
-                    && whole["status"].is_object()
-                {
-                    whole["status"]["contextHistory"] = status["contextHistory"].clone();
+                (StatusCode::OK, whole.clone())
+            }
+            // The verdicts are applied alone under their own field manager, and the
+            // operator's other ConfigMap applies leave them.
+            Method::PATCH if path.contains("/configmaps/") => {
+                let whole = server.objects.entry(path.to_string()).or_default();
+                let verdicts = whole["data"][VERDICTS_KEY].clone();
+                let alone = body["data"]
+                    .as_object()
+                    .is_some_and(|d| d.len() == 1 && d.contains_key(VERDICTS_KEY));
+                if alone && whole.is_object() {
+                    whole["data"][VERDICTS_KEY] = body["data"][VERDICTS_KEY].clone();
                 } else {
-                    whole["status"] = status;
+                    *whole = body;
+                    if !verdicts.is_null() {
+                        whole["data"][VERDICTS_KEY] = verdicts;
+                    }
                 }
                 (StatusCode::OK, whole.clone())
             }
@@ -169,7 +200,8 @@ struct Harness {
     ctx: Arc<Context>,
     jobs: Index<JobFacts>,
     config_maps: Index<ConfigMapFacts>,
-    leases: Index<i64>,
+    leases: Index<approvals::LeaseFacts>,
+    decisions: Index<approvals::DecisionFacts>,
 }
 
 impl Harness {
@@ -204,12 +236,14 @@ impl Harness {
         let jobs = Index::default();
         // As after the Job watch's first (empty) list.
         jobs.apply(&watcher::Event::<CachedJob>::InitDone, children::job_facts);
-        let (config_maps, leases) = (Index::default(), Index::default());
+        let (config_maps, leases, decisions) =
+            (Index::default(), Index::default(), Index::default());
         let ctx = Context {
             client: client.clone(),
             jobs: jobs.clone(),
             config_maps: config_maps.clone(),
             leases: leases.clone(),
+            decisions: decisions.clone(),
             render: RenderSettings {
                 sidecar_image: "orchestrator-mcp-proxy:test".into(),
                 agent_image: "claude-code:test".into(),
@@ -232,6 +266,7 @@ impl Harness {
             jobs,
             config_maps,
             leases,
+            decisions,
         }
     }
 
@@ -244,7 +279,7 @@ impl Harness {
         let meta: PartialObjectMeta<Lease> =
             serde_json::from_value(lease).expect("a Lease's metadata");
         self.leases
-            .apply(&watcher::Event::Apply(meta), served::lease_facts);
+            .apply(&watcher::Event::Apply(meta), approvals::lease_facts);
     }
 
     /// One reconcile; fails instead of hanging if it waits on an unanswered request.
@@ -915,5 +950,113 @@ async fn a_version_already_in_the_history_is_not_recorded_again() {
     assert_eq!(
         stored["status"]["contextHistory"],
         serde_json::to_value(&history).expect("serializes")
+    );
+}
+
+/// The proxy of `name` lists `requests` as held on its Lease (besides serving version 1).
+fn proxy_holds(h: &mut Harness, name: &str, requests: Value) {
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": NS,
+                     "annotations": {served::SERVED_ANNOTATION: "1",
+                                     REQUESTS_ANNOTATION: requests.to_string()}}});
+    let meta: PartialObjectMeta<Lease> = serde_json::from_value(lease).expect("a Lease's metadata");
+    h.leases
+        .apply(&watcher::Event::Apply(meta), approvals::lease_facts);
+}
+
+/// A person's ToolApproval, as the operator's watch sees it.
+fn person_decides(h: &mut Harness, task: &str, id: &str, decision: &str, who: &str) {
+    let approval = json!({"apiVersion": "orchestrator.io/v1", "kind": "ToolApproval",
+        "metadata": {"name": object_name(task, id), "namespace": NS,
+                     "creationTimestamp": k8s_openapi::jiff::Timestamp::now().to_string()},
+        "spec": {"taskRun": task, "id": id, "decision": decision, "decidedBy": who,
+                 "reason": "looks right"}});
+    let approval: ToolApproval = serde_json::from_value(approval).expect("a ToolApproval");
+    h.decisions
+        .apply(&watcher::Event::Apply(approval), approvals::decision_facts);
+}
+
+fn approvals_written(writes: &[Write]) -> Option<Vec<Approval>> {
+    writes
+        .iter()
+        .rfind(|w| w.path.ends_with("/status") && w.body["status"].get("approvals").is_some())
+        .map(|w| serde_json::from_value(w.body["status"]["approvals"].clone()).expect("approvals"))
+}
+
+#[tokio::test]
+async fn a_held_call_is_listed_pending_then_its_verdict_reaches_the_proxys_config_map() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.fake.take_writes();
+    h.sync_caches("task-1001");
+    let expires = (k8s_openapi::jiff::Timestamp::now()
+        + k8s_openapi::jiff::SignedDuration::from_secs(300))
+    .to_string();
+    proxy_holds(
+        &mut h,
+        "task-1001",
+        json!([{"id": "a1b2c3d4", "server": "everything", "tool": "echo",
+                "arguments": {"message": "\"hi\""}, "requestedAt": "2026-01-01T00:00:00Z",
+                "expiresAt": expires}]),
+    );
+
+    // Pending: in the status, with an Event; nothing for the proxy yet.
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    let listed = approvals_written(&writes).expect("status.approvals written");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].id.as_str(), listed[0].state),
+        ("a1b2c3d4", ApprovalState::Pending)
+    );
+    assert_eq!(listed[0].arguments["message"], "\"hi\"");
+    assert!(events(&writes).contains(&("Normal".into(), "ApprovalRequested".into())));
+    let cm = path("configmaps", &crate::render::config_map_name("task-1001"));
+    assert!(!writes.iter().any(|w| w.path == cm), "no verdict yet");
+
+    // Unchanged: nothing written again.
+    h.sync_caches("task-1001");
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(approvals_written(&writes), None);
+
+    // alice approves: the status says so, the verdict is applied to the ConfigMap under the
+    // approvals field manager (only that key), and the rendered config is not re-applied.
+    person_decides(&mut h, "task-1001", "a1b2c3d4", "approve", "alice");
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    let listed = approvals_written(&writes).expect("status.approvals written");
+    assert_eq!(listed[0].state, ApprovalState::Approved);
+    assert_eq!(listed[0].decided_by.as_deref(), Some("alice"));
+    let verdict = writes
+        .iter()
+        .find(|w| w.path == cm)
+        .expect("the verdicts were written");
+    let data = verdict.body["data"].as_object().expect("data");
+    assert_eq!(data.keys().collect::<Vec<_>>(), [VERDICTS_KEY]);
+    let verdicts: Vec<Verdict> =
+        serde_json::from_str(data[VERDICTS_KEY].as_str().unwrap_or_default()).expect("verdicts");
+    assert_eq!(verdicts.len(), 1);
+    assert_eq!(
+        (verdicts[0].decision, verdicts[0].decided_by.as_str()),
+        (Decision::Approve, "alice")
+    );
+    assert!(events(&writes).contains(&("Normal".into(), "ApprovalGranted".into())));
+
+    // The ConfigMap now carries the verdict: the next reconcile neither re-renders the config
+    // nor bumps the version.
+    h.sync_caches("task-1001");
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    assert!(!writes.iter().any(|w| w.path == cm), "{:?}", kinds(&writes));
+    assert_eq!(
+        h.with_written_status(&tr)
+            .status
+            .and_then(|s| s.context_version),
+        Some(1)
     );
 }

@@ -56,8 +56,9 @@ pub fn tools_dropped(tr: &TaskRun) -> bool {
     )
 }
 
-/// Whether `tr` (as cached, or as read) has exactly `status`, tools included; the history is
-/// not compared (it is written on its own, see `history.rs`).
+/// Whether `tr` (as cached, or as read) has exactly `status`, tools included; the history and
+/// the approvals are not compared (each is written on its own, see `history.rs`,
+/// `approvals.rs`).
 pub fn has_status(tr: &TaskRun, status: &TaskRunStatus) -> bool {
     let Some(old) = tr.status.as_ref() else {
         return false;
@@ -70,6 +71,7 @@ pub fn has_status(tr: &TaskRun, status: &TaskRunStatus) -> bool {
     *old == TaskRunStatus {
         tools,
         context_history: old.context_history.clone(),
+        approvals: old.approvals.clone(),
         ..status.clone()
     }
 }
