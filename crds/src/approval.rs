@@ -170,6 +170,8 @@ pub struct Approval {
 /// ClusterRole (or equivalent RBAC), and an admission policy shipped by the chart requires
 /// `spec.decidedBy` to be the creating identity. Named `<taskRun>-<id>`, so the first decision
 /// on a request is the only one; the TaskRun owns it (garbage collected with it).
+// kube's `printcolumn(...)` entries repeat `type_ = ...` by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[kube(
     group = "orchestrator.io",
