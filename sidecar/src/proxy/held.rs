@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// How often a held call's client is told it still waits.
-pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// How a wait ended.
 enum Wait {
