@@ -197,6 +197,8 @@ fn audit_ring(iters: usize) {
         upstream_tool: Some("echo"),
         risk: Some("write"),
         decision: "allowed",
+        approval_id: None,
+        decided_by: None,
         rule: Some("servers[every].tools.allow[0] \"echo\"".into()),
         outcome: Outcome::Ok,
         error: None,

@@ -74,9 +74,18 @@ pub struct Record<'a> {
     /// The tool's risk class (`read`, `write`, `destructive`), when its server's list is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub risk: Option<&'static str>,
-    /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`; in a
+    /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`; for a
+    /// call held for approval, `approved`, `rejected`, `expired`, `withdrawn` (cancelled by its client or
+    /// shutdown), and
+    /// `approval_busy` or `approval_unavailable` when it could not be held; in a
     /// definition-change record, `quarantined` or `alerted`.
     pub decision: &'static str,
+    /// The approval request that held the call (`policy.requireApproval`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<&'a str>,
+    /// Who approved or rejected it, as the API server authenticated them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<&'a str>,
     /// The rule that decided, as a config path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
@@ -293,6 +302,8 @@ mod tests {
                 upstream_tool: Some("create_issue"),
                 risk: Some("write"),
                 decision: "allowed",
+                approval_id: None,
+                decided_by: None,
                 rule: Some("servers[gh].tools.allow[0] \"create_issue\"".into()),
                 outcome: Outcome::Ok,
                 error: None,

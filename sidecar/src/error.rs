@@ -43,6 +43,41 @@ pub enum Error {
         problems: Vec<String>,
     },
 
+    /// `policy.requireApproval` holds this call, but as many calls as may wait already do.
+    #[error(
+        "tool {tool:?} needs a person's approval (policy.requireApproval), but {limit} calls already wait for one, the most a task may have; the call was not made: try again once some are decided"
+    )]
+    ApprovalBusy {
+        tool: String,
+        server: ServerName,
+        limit: usize,
+    },
+
+    /// A person rejected the held call; it never reached the upstream.
+    #[error("tool {tool:?} was rejected by {decided_by} (approval {id}){}; the call was not made", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    ApprovalRejected {
+        tool: String,
+        server: ServerName,
+        id: String,
+        decided_by: String,
+        reason: Option<String>,
+    },
+
+    /// Nobody decided on the held call within `policy.requireApproval.timeoutSeconds`.
+    #[error("tool {tool:?} was not approved within {}s (approval {id} expired); the call was not made", timeout.as_secs())]
+    ApprovalExpired {
+        tool: String,
+        server: ServerName,
+        id: String,
+        timeout: Duration,
+    },
+
+    /// The call needs approval but the proxy has no Lease to ask on: nobody could see it.
+    #[error(
+        "tool {tool:?} needs a person's approval (policy.requireApproval), but approval needs the Kubernetes API (the task's Lease, --served-lease), which this proxy does not use; the call was not made"
+    )]
+    ApprovalUnavailable { tool: String, server: ServerName },
+
     #[error("method {0:?} not found")]
     UnknownMethod(String),
 
@@ -149,6 +184,10 @@ impl Error {
             Error::UnknownTool(_) => "PROXY.UNKNOWN_TOOL",
             Error::RateLimited { .. } => "PROXY.RATE_LIMITED",
             Error::InvalidArguments { .. } => "PROXY.INVALID_ARGUMENTS",
+            Error::ApprovalBusy { .. } => "PROXY.APPROVAL_BUSY",
+            Error::ApprovalRejected { .. } => "PROXY.APPROVAL_REJECTED",
+            Error::ApprovalExpired { .. } => "PROXY.APPROVAL_EXPIRED",
+            Error::ApprovalUnavailable { .. } => "PROXY.APPROVAL_UNAVAILABLE",
             Error::UnknownMethod(_) => "PROXY.UNKNOWN_METHOD",
             Error::NotFound { .. } | Error::ResourceNotFound(_) => "PROXY.NOT_FOUND",
             Error::StartFailed { .. } => "PROXY.UPSTREAM_START_FAILED",
@@ -220,6 +259,35 @@ impl Error {
                 data["server"] = json!(server);
                 data["problems"] = json!(problems);
             }
+            Error::ApprovalBusy { server, limit, .. } => {
+                data["server"] = json!(server);
+                data["limit"] = json!(limit);
+            }
+            Error::ApprovalRejected {
+                server,
+                id,
+                decided_by,
+                reason,
+                ..
+            } => {
+                data["server"] = json!(server);
+                data["approvalId"] = json!(id);
+                data["decidedBy"] = json!(decided_by);
+                if let Some(reason) = reason {
+                    data["reason"] = json!(reason);
+                }
+            }
+            Error::ApprovalExpired {
+                server,
+                id,
+                timeout,
+                ..
+            } => {
+                data["server"] = json!(server);
+                data["approvalId"] = json!(id);
+                data["timeoutSeconds"] = json!(timeout.as_secs());
+            }
+            Error::ApprovalUnavailable { server, .. } => data["server"] = json!(server),
             _ => {}
         }
         ErrorData::new(self.json_rpc_code(), self.to_string(), Some(data))
@@ -235,6 +303,41 @@ impl From<Error> for ErrorData {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_approval_refusal_names_who_decided_and_why() {
+        let rejected = Error::ApprovalRejected {
+            tool: "fs__write_file".into(),
+            server: ServerName::new("fs"),
+            id: "0a1b2c3d".into(),
+            decided_by: "alice@example.com".into(),
+            reason: Some("not this file".into()),
+        };
+        assert_eq!(
+            rejected.to_string(),
+            "tool \"fs__write_file\" was rejected by alice@example.com (approval 0a1b2c3d): not this file; the call was not made"
+        );
+        assert_eq!(
+            rejected.to_mcp().data,
+            Some(json!({
+                "code": "PROXY.APPROVAL_REJECTED", "server": "fs", "approvalId": "0a1b2c3d",
+                "decidedBy": "alice@example.com", "reason": "not this file",
+            }))
+        );
+        let expired = Error::ApprovalExpired {
+            tool: "fs__write_file".into(),
+            server: ServerName::new("fs"),
+            id: "0a1b2c3d".into(),
+            timeout: Duration::from_secs(3),
+        };
+        assert!(expired.to_string().contains("not approved within 3s"));
+        assert_eq!(
+            expired.to_mcp().data,
+            Some(
+                json!({"code": "PROXY.APPROVAL_EXPIRED", "server": "fs", "approvalId": "0a1b2c3d", "timeoutSeconds": 3})
+            )
+        );
+    }
 
     #[test]
     fn every_error_carries_its_code_and_peer_errors_pass_unchanged() {

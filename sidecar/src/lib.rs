@@ -8,6 +8,8 @@
 //!   [`metrics`], [`telemetry`] (one JSON line per call, Prometheus, logs and spans), [`reaper`]
 //!   (orphaned grandchildren when the proxy is PID 1), `sync` (a lock helper), [`probe`],
 //!   [`policy`] (definition hashes and changes, rate limits, argument validation).
+//! - [`approval`]: calls held for a person's decision (`policy.requireApproval`): the pending
+//!   set published for the task's Lease, and the verdicts that decide them.
 //! - [`session`]: client sessions as the rest of the proxy sees them, `list_changed` fan-out.
 //! - [`upstream`]: lazy-started upstream servers (stdio children, streamable HTTP), their tool
 //!   lists, crash/restart handling and shutdown.
@@ -21,6 +23,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod approval;
 pub mod audit;
 pub mod cli;
 pub mod config;

@@ -51,6 +51,11 @@ struct ReloadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApprovalLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -76,6 +81,8 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
     list_changed: Family<KindLabels, Counter>,
     definition_changes: Family<ChangeLabels, Counter>,
+    approvals: Family<ApprovalLabels, Counter>,
+    approvals_pending: Gauge,
     context_version: Gauge,
     config_loaded: Gauge,
 }
@@ -98,6 +105,8 @@ impl Metrics {
         let reloads = Family::<ReloadLabels, Counter>::default();
         let list_changed = Family::<KindLabels, Counter>::default();
         let definition_changes = Family::<ChangeLabels, Counter>::default();
+        let approvals = Family::<ApprovalLabels, Counter>::default();
+        let approvals_pending = Gauge::default();
         let context_version = Gauge::default();
         let config_loaded = Gauge::default();
         registry.register(
@@ -146,6 +155,16 @@ impl Metrics {
             definition_changes.clone(),
         );
         registry.register(
+            "approvals",
+            "Calls that policy.requireApproval held (or could not hold), by outcome: approved, rejected, expired, withdrawn (cancelled by the client or shutdown), busy (too many waiting), unavailable (no Lease to ask on)",
+            approvals.clone(),
+        );
+        registry.register(
+            "approvals_pending",
+            "Calls waiting for a person's decision now",
+            approvals_pending.clone(),
+        );
+        registry.register(
             "context_version",
             "contextVersion of the config in use",
             context_version.clone(),
@@ -166,6 +185,8 @@ impl Metrics {
             reloads,
             list_changed,
             definition_changes,
+            approvals,
+            approvals_pending,
             context_version,
             config_loaded,
         }
@@ -195,6 +216,19 @@ impl Metrics {
                 action,
             })
             .inc();
+    }
+
+    /// A call held for approval (or refused a hold) ended with `outcome`.
+    pub fn approval(&self, outcome: &'static str) {
+        self.approvals
+            .get_or_create(&ApprovalLabels { outcome })
+            .inc();
+    }
+
+    /// How many calls wait for a decision now.
+    pub fn approvals_pending(&self, count: usize) {
+        self.approvals_pending
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     pub fn upstream_started(&self, server: &ServerName, reason: &'static str, restart: bool) {
@@ -269,6 +303,8 @@ mod tests {
         m.call("gh", "delete_repo", "denied", 0.0);
         m.reload("file", "failed");
         m.config_in_use(4);
+        m.approval("rejected");
+        m.approvals_pending(2);
         m.upstream_started(&ServerName::new("gh"), "tools_call", true);
         let text = m.encode();
         for needle in [
@@ -276,6 +312,8 @@ mod tests {
             r#"mcp_proxy_tool_calls_total{server="gh",tool="delete_repo",outcome="denied"} 1"#,
             r#"mcp_proxy_config_reloads_total{result="failed",source="file"} 1"#,
             "mcp_proxy_context_version 4",
+            r#"mcp_proxy_approvals_total{outcome="rejected"} 1"#,
+            "mcp_proxy_approvals_pending 2",
             r#"mcp_proxy_upstream_restarts_total{server="gh"} 1"#,
             r#"mcp_proxy_tool_call_duration_seconds_count{server="gh",outcome="ok"} 1"#,
         ] {

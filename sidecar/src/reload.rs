@@ -5,6 +5,10 @@
 //! (an invalid file keeps the last good config, problems logged,
 //! `mcp_proxy_config_reloads_total{result="failed",source="file"}` counted).
 //! A slow periodic re-read backs up the watcher (inotify can miss events on some mounts).
+//!
+//! The ConfigMap's other key the proxy reads, `approvals.json` (the operator's verdicts on calls
+//! held for approval), sits beside the config file; each new content goes to `crate::approval`
+//! and never reloads the config.
 
 use std::{
     path::{Path, PathBuf},
@@ -13,6 +17,7 @@ use std::{
 };
 
 use notify::{RecursiveMode, Watcher};
+use orchestrator_crds::approval::VERDICTS_KEY;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -72,6 +77,11 @@ async fn reload_loop(
     applier: Arc<Applier>,
     mut events: mpsc::UnboundedReceiver<()>,
 ) {
+    let mut verdicts = Verdicts {
+        path: path.with_file_name(VERDICTS_KEY),
+        last: None,
+    };
+    verdicts.check(&applier).await;
     let mut poll = tokio::time::interval(POLL_EVERY);
     poll.tick().await;
     loop {
@@ -85,6 +95,7 @@ async fn reload_loop(
             }
             _ = poll.tick() => {}
         }
+        verdicts.check(&applier).await;
         let bytes = match tokio::fs::read(&path).await {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -101,5 +112,36 @@ async fn reload_loop(
         applier
             .offer(Source::File, &path.display().to_string(), &bytes)
             .await;
+    }
+}
+
+/// The verdicts file beside the config file, and the fingerprint of its last content handed on.
+struct Verdicts {
+    path: PathBuf,
+    last: Option<[u8; 32]>,
+}
+
+impl Verdicts {
+    async fn check(&mut self, applier: &Applier) {
+        let bytes = match tokio::fs::read(&self.path).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    self.last = None;
+                } else {
+                    tracing::debug!(file = %self.path.display(), error = %e, "verdicts file not readable right now");
+                }
+                return;
+            }
+        };
+        let print = fingerprint(&bytes);
+        if self.last == Some(print) {
+            return;
+        }
+        self.last = Some(print);
+        applier
+            .proxy()
+            .approvals
+            .verdicts(&self.path.display().to_string(), &bytes);
     }
 }

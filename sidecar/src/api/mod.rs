@@ -1,9 +1,12 @@
 //! The proxy's optional use of the Kubernetes API, both with the pod's own least-privilege
 //! identity (the standard in-cluster config, or `$KUBECONFIG` outside a cluster): `watch` follows
 //! the task's ConfigMap so a new config is served at once instead of when the kubelet updates the
-//! mounted file, and `lease` reports the `contextVersion` served on the task's Lease. Neither
-//! blocks the proxy: when the API is unreachable the mounted file still applies changes.
+//! mounted file (and hands the approval verdicts it carries to `crate::approval`), `lease`
+//! reports the `contextVersion` served on the task's Lease, and `approvals` publishes the calls
+//! held for approval there. None blocks the proxy: when the API is unreachable the mounted file
+//! still applies changes.
 
+mod approvals;
 mod events;
 mod lease;
 mod watch;
@@ -100,6 +103,13 @@ pub async fn start(opts: &ApiOptions, applier: &Arc<Applier>) -> ApiTasks {
     }
     if let Some(name) = &opts.served_lease {
         let api: Api<Lease> = Api::namespaced(client, &namespace);
+        // From here on a call that needs approval can be held: someone can see it.
+        let requests = applier.proxy().approvals.reporter();
+        tasks.tasks.push(tokio::spawn(approvals::publish(
+            api.clone(),
+            name.clone(),
+            requests,
+        )));
         tasks.tasks.push(tokio::spawn(lease::report(
             api,
             name.clone(),

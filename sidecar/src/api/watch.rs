@@ -1,6 +1,7 @@
 //! Follows the task's ConfigMap through the API (list + watch restricted to it by a field
 //! selector, as its Role's `resourceNames` require) and offers each new `proxy.yaml` to
-//! [`Applier`]. kube's watcher resumes by itself after a lost connection or an API server
+//! [`Applier`]; each new `approvals.json` (the operator's verdicts on held calls) goes to
+//! `crate::approval`, without any reload. kube's watcher resumes by itself after a lost connection or an API server
 //! restart (re-watch, or re-list when the resource version is gone, with backoff); we log the
 //! state changes, not every retry.
 
@@ -15,6 +16,8 @@ use kube::{
         watcher::{self, Event},
     },
 };
+
+use orchestrator_crds::approval::VERDICTS_KEY;
 
 use crate::{
     apply::{Applier, Source},
@@ -33,6 +36,7 @@ pub async fn follow(api: Api<ConfigMap>, origin: String, name: String, applier: 
         origin,
         applier,
         last: None,
+        last_verdicts: None,
         state: State::Starting,
         seen_in_list: false,
     };
@@ -55,6 +59,8 @@ struct Follower {
     /// Fingerprint of the last `proxy.yaml` offered: a re-list after a reconnect re-delivers
     /// the object, which must not count as a change (nor an invalid one as another failure).
     last: Option<Option<[u8; 32]>>,
+    /// Fingerprint of the last `approvals.json` handed on (`None`: none yet, or the key is gone).
+    last_verdicts: Option<[u8; 32]>,
     state: State,
     seen_in_list: bool,
 }
@@ -107,10 +113,19 @@ impl Follower {
     }
 
     async fn offer(&mut self, cm: ConfigMap) {
-        let bytes = cm
-            .data
-            .and_then(|mut data| data.remove(CONFIG_KEY))
-            .map(String::into_bytes);
+        let mut data = cm.data.unwrap_or_default();
+        let verdicts = data.remove(VERDICTS_KEY);
+        let print = verdicts.as_deref().map(|v| fingerprint(v.as_bytes()));
+        if print != self.last_verdicts {
+            self.last_verdicts = print;
+            if let Some(verdicts) = verdicts {
+                self.applier
+                    .proxy()
+                    .approvals
+                    .verdicts(&self.origin, verdicts.as_bytes());
+            }
+        }
+        let bytes = data.remove(CONFIG_KEY).map(String::into_bytes);
         let print = Some(bytes.as_deref().map(fingerprint));
         if print == self.last {
             return;

@@ -178,6 +178,8 @@ pub(crate) mod tests {
             upstream_tool: upstream,
             risk,
             decision,
+            approval_id: None,
+            decided_by: None,
             rule: None,
             outcome: Outcome::Ok,
             error: None,

@@ -2,6 +2,7 @@
 //! and normalize into [`Config`]. The rest of the proxy only ever sees [`Config`], never the
 //! wire types of `orchestrator_crds::proxy`.
 
+mod approval;
 mod normalize;
 mod problem;
 mod shape;
@@ -14,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+pub use approval::{ApprovalPattern, ApprovalPolicy};
 use orchestrator_crds::proxy::{OnChange, ProxyConfig, RateLimits, Risk, ToolPrefix};
 pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
@@ -41,6 +43,8 @@ pub struct Config {
     pub validate_arguments: bool,
     /// `policy.onChange`: what a changed or mis-pinned tool definition does.
     pub on_change: OnChange,
+    /// `policy.requireApproval`: calls that wait for a person's decision (none when unset).
+    pub require_approval: Option<ApprovalPolicy>,
     /// In file order; names are unique.
     pub servers: Vec<Arc<Server>>,
 }

@@ -10,8 +10,8 @@ use orchestrator_crds::{
 use sha2::{Digest, Sha256};
 
 use super::{
-    AuditConfig, Code, Config, DEFAULT_CALL_TIMEOUT, HttpTransport, Loaded, Problem, Problems,
-    Server, SpecHash, StdioTransport, Transport,
+    ApprovalPolicy, AuditConfig, Code, Config, DEFAULT_CALL_TIMEOUT, HttpTransport, Loaded,
+    Problem, Problems, Server, SpecHash, StdioTransport, Transport,
 };
 use crate::{
     filter::ToolFilter,
@@ -125,6 +125,12 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         ));
     }
 
+    let require_approval = wire
+        .policy
+        .require_approval
+        .as_ref()
+        .map(|wire| ApprovalPolicy::normalize(wire, &mut problems));
+
     let problems = sorted(problems);
     if problems.has_errors() {
         return Loaded {
@@ -153,6 +159,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         max_risk: wire.policy.max_risk,
         validate_arguments: wire.policy.validate_arguments,
         on_change: wire.policy.on_change,
+        require_approval,
         servers: servers.into_iter().map(|(_, s)| s).collect(),
     };
     Loaded {

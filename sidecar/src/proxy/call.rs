@@ -82,8 +82,18 @@ impl Proxy {
                 }
             }
         };
-        if let Err(refused) = self.check_policy(&snap, &route, &req) {
+        if let Err(refused) = self.check_arguments(&snap, &route, &req) {
             let (error, denial) = *refused;
+            return self.refuse(&snap, &req, started, error, Some(denial));
+        }
+        // A call that waits for approval takes no rate-limit token while it waits.
+        let approved = match self.await_approval(&snap, &route, &req, started).await {
+            Ok(approved) => approved,
+            Err(answered) => return *answered,
+        };
+        if let Err(refused) = self.check_limits(&route, &req) {
+            let (error, denial) = *refused;
+            let denial = denial.held(approved);
             return self.refuse(&snap, &req, started, error, Some(denial));
         }
         let timeout = snap.config.call_timeout;
@@ -93,14 +103,22 @@ impl Proxy {
             // Shutdown's grace is over: the call is answered now, not cut off silently.
             () = self.cut_off.cancelled() => Err(Error::ShuttingDown),
         };
-        self.finish(&snap, &req, &route, started, &result, &span);
+        self.finish(
+            &snap,
+            &req,
+            &route,
+            started,
+            &result,
+            &span,
+            approved.as_ref(),
+        );
         result
     }
 
-    /// The call policy for an exposed tool: its arguments must fit its input schema (unless
-    /// `policy.validateArguments` is off), then the call must fit its rate limits (so a refused
-    /// call costs no token).
-    fn check_policy(
+    /// The call policy for an exposed tool, first: its arguments must fit its input schema
+    /// (unless `policy.validateArguments` is off). Then (after any wait for approval) it must
+    /// fit its rate limits, so a refused call costs no token.
+    fn check_arguments(
         &self,
         snap: &Snapshot,
         route: &Route,
@@ -127,6 +145,11 @@ impl Proxy {
                 Denial::by_policy(route, rule, "invalid_arguments"),
             )));
         }
+        Ok(())
+    }
+
+    /// The call's rate limits (see [`Proxy::check_arguments`]).
+    fn check_limits(&self, route: &Route, req: &CallRequest) -> Result<(), Box<(Error, Denial)>> {
         if let Err(limited) = self.limiters.check(&route.server, route.tool.as_str()) {
             let error = Error::RateLimited {
                 tool: req.name.clone(),

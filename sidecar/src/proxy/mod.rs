@@ -2,12 +2,13 @@
 //! (one `Arc` swapped atomically), `tools/list` (lazy, parallel starts of servers whose list is
 //! unknown), config application, upstream list changes and draining on shutdown.
 //!
-//! Children: `call` (the `tools/call` path: enforce, forward, record), `passthrough` (prompts,
-//! resources, completions, logging level), `bridge` (initialize-era upstreams asking 2026-07-28
-//! clients).
+//! Children: `call` (the `tools/call` path: enforce, forward, record), `held` (a call waiting
+//! for a person's approval), `passthrough` (prompts, resources, completions, logging level),
+//! `bridge` (initialize-era upstreams asking 2026-07-28 clients).
 
 mod bridge;
 mod call;
+mod held;
 pub mod passthrough;
 mod record;
 
@@ -26,6 +27,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    approval::Approvals,
     audit::Audit,
     config::{Config, Server},
     error::Error,
@@ -89,6 +91,8 @@ pub struct Proxy {
     pub(crate) limiters: Limiters,
     /// Compiled input schemas, by definition hash.
     pub(crate) validators: Validators,
+    /// Calls held for a person's decision (`policy.requireApproval`).
+    pub approvals: Approvals,
     /// Events about the task for the API reporter (`api::events`), which takes the receiver.
     task_events: tokio::sync::mpsc::Sender<TaskEvent>,
     task_events_rx: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<TaskEvent>>>,
@@ -103,6 +107,7 @@ pub struct Proxy {
 impl Proxy {
     pub fn new(pool: Pool, metrics: Arc<Metrics>, audit: Audit) -> Arc<Self> {
         let (task_events, task_events_rx) = tokio::sync::mpsc::channel(TASK_EVENTS_QUEUED);
+        let approvals = Approvals::new(metrics.clone());
         Arc::new(Self {
             snapshot: ArcSwapOption::empty(),
             rebuild: Default::default(),
@@ -114,6 +119,7 @@ impl Proxy {
             audit,
             limiters: Default::default(),
             validators: Default::default(),
+            approvals,
             task_events,
             task_events_rx: std::sync::Mutex::new(Some(task_events_rx)),
             calls_in_flight: AtomicUsize::new(0),

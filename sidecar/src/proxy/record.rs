@@ -23,8 +23,19 @@ pub(super) struct Denial {
     /// What decided, as a config path (`servers[fs].tools.deny[0] "write_*"`).
     pub rule: String,
     pub risk: Option<Risk>,
-    /// The audit record's `decision`: `denied`, `rate_limited` or `invalid_arguments`.
+    /// The audit record's `decision`: `denied`, `rate_limited`, `invalid_arguments`, or one of
+    /// the approval outcomes (`rejected`, `expired`, ...).
     pub decision: &'static str,
+    /// The approval request that held the call, when one did.
+    pub approval: Option<ApprovalNote>,
+}
+
+/// What the audit record of a call held for approval names.
+#[derive(Clone, Debug)]
+pub(super) struct ApprovalNote {
+    pub id: String,
+    /// Who decided (approved, rejected); `None` when nobody did.
+    pub decided_by: Option<String>,
 }
 
 impl Denial {
@@ -41,6 +52,7 @@ impl Denial {
             rule,
             risk,
             decision: "denied",
+            approval: None,
         }
     }
 
@@ -52,7 +64,13 @@ impl Denial {
             rule,
             risk: Some(route.risk),
             decision,
+            approval: None,
         }
+    }
+
+    /// The same refusal, of a call that an approval request held.
+    pub fn held(self, approval: Option<ApprovalNote>) -> Self {
+        Self { approval, ..self }
     }
 }
 
@@ -75,9 +93,15 @@ impl Proxy {
                 | Error::UnknownTool(_)
                 | Error::RateLimited { .. }
                 | Error::InvalidArguments { .. }
+                | Error::ApprovalBusy { .. }
+                | Error::ApprovalRejected { .. }
+                | Error::ApprovalExpired { .. }
+                | Error::ApprovalUnavailable { .. }
         );
         let outcome = match (&denied, as_result) {
-            (Some(_), _) => Outcome::Denied,
+            (Some(_), true) => Outcome::Denied,
+            // A held call that ended without a decision (cancelled, shutdown).
+            (Some(_), false) => Outcome::ProtocolError,
             (None, true) => Outcome::ToolError,
             (None, false) => Outcome::ProtocolError,
         };
@@ -128,6 +152,7 @@ impl Proxy {
             outcome,
             Some(error.to_string()),
             started,
+            denied.as_ref().and_then(|d| d.approval.as_ref()),
         );
         if !as_result {
             return Err(error);
@@ -180,6 +205,8 @@ impl Proxy {
             upstream_tool: Some(c.tool.as_str()),
             risk: None,
             decision,
+            approval_id: None,
+            decided_by: None,
             rule: Some(format!("policy.onChange \"{}\" ({what})", c.on_change)),
             outcome: Outcome::DefinitionChanged,
             error: None,
@@ -190,6 +217,8 @@ impl Proxy {
         self.audit.record(config.audit.path.as_ref(), &record);
     }
 
+    /// Records a call that was forwarded (after a person approved it, when `approved`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn finish(
         &self,
         snap: &Snapshot,
@@ -198,7 +227,13 @@ impl Proxy {
         started: Instant,
         result: &Result<CallToolResponse, Error>,
         span: &tracing::Span,
+        approved: Option<&ApprovalNote>,
     ) {
+        let decision = if approved.is_some() {
+            "approved"
+        } else {
+            "allowed"
+        };
         let (outcome, error) = match result {
             Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
                 (Outcome::ToolError, None)
@@ -212,7 +247,7 @@ impl Proxy {
         let elapsed = started.elapsed();
         if !span.is_none() {
             span.record("mcp.server", route.server.name.as_str());
-            span.record("mcp.decision", "allowed");
+            span.record("mcp.decision", decision);
             span.record("mcp.outcome", outcome.as_str());
             span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
         }
@@ -234,11 +269,12 @@ impl Proxy {
             Some(route.server.name.as_str()),
             Some(route.tool.as_str()),
             Some(route.risk),
-            "allowed",
+            decision,
             Some(rule),
             outcome,
             error,
             started,
+            approved,
         );
     }
 
@@ -255,6 +291,7 @@ impl Proxy {
         outcome: Outcome,
         error: Option<String>,
         started: Instant,
+        approval: Option<&ApprovalNote>,
     ) {
         let config = &snap.config;
         let argument_bytes = req
@@ -280,6 +317,8 @@ impl Proxy {
             upstream_tool,
             risk: risk.map(Risk::as_str),
             decision,
+            approval_id: approval.map(|a| a.id.as_str()),
+            decided_by: approval.and_then(|a| a.decided_by.as_deref()),
             rule,
             outcome,
             error,

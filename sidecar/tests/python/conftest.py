@@ -93,18 +93,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_configmap(directory: Path, text: str) -> None:
-    """Writes proxy.yaml like the kubelet's AtomicWriter: new data dir, atomic `..data` swap."""
+def write_configmap(directory: Path, text: str, other_keys: dict[str, str] | None = None) -> None:
+    """Writes proxy.yaml (and `other_keys`, e.g. approvals.json) like the kubelet's AtomicWriter:
+    new data dir, atomic `..data` swap, one symlink per key."""
     directory.mkdir(parents=True, exist_ok=True)
     old = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
     data = f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{uuid.uuid4().hex[:8]}"
     (directory / data).mkdir()
-    (directory / data / "proxy.yaml").write_text(text)
+    files = {"proxy.yaml": text, **(other_keys or {})}
+    for key, value in files.items():
+        (directory / data / key).write_text(value)
     tmp = directory / "..data_tmp"
     os.symlink(data, tmp)
     os.rename(tmp, directory / "..data")
-    if not (directory / "proxy.yaml").is_symlink():
-        os.symlink("..data/proxy.yaml", directory / "proxy.yaml")
+    for key in files:
+        if not (directory / key).is_symlink():
+            os.symlink(f"..data/{key}", directory / key)
     if old:
         shutil.rmtree(directory / old)
 

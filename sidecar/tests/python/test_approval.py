@@ -1,0 +1,383 @@
+"""Human approval of risky calls, the proxy's side (policy.requireApproval): a call the policy
+names is held; its request is published on the task's Lease (annotation
+orchestrator.io/approval-requests); the operator's verdict arrives in the task ConfigMap's key
+approvals.json (written here as the operator will) and the held call goes on, or is refused.
+
+Against the real API server that ./test brings up ($KUBECONFIG, else <repo>/e2e/.cluster/
+kubeconfig), the real everything server as the upstream, the official MCP SDK as the client.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+import uuid
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from conftest import await_for, recorded, recorded_calls, text_of, to_yaml, write_configmap
+from kubeapi import Kube, kubeconfig_path
+
+pytestmark = pytest.mark.anyio
+
+BOTH = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+REQUESTS = "orchestrator.io/approval-requests"
+CONFIGMAP = "task-a-tools"
+LEASE = "task-a"
+# Shaped like a credential: the summary on the Lease must not show it.
+SECRET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def kube() -> Kube:
+    path = kubeconfig_path()
+    if not path.exists():
+        pytest.skip(f"no Kubernetes API server: {path} does not exist (./test brings the cluster up; or set KUBECONFIG)")
+    return Kube(path)
+
+
+class Task:
+    """A namespace with the task's Lease and ConfigMap, as the operator creates them; `decide`
+    writes a verdict into the ConfigMap as the operator will (all verdicts so far, one array)."""
+
+    def __init__(self, kube: Kube):
+        self.kube = kube
+        self.namespace = f"sc-approval-{uuid.uuid4().hex[:8]}"
+        self.verdicts: list[dict] = []
+        kube.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
+        kube.ok(
+            "POST",
+            f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
+            {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE}, "spec": {}},
+        )
+
+    def create_configmap(self, text: str) -> None:
+        self.kube.ok(
+            "POST",
+            f"/api/v1/namespaces/{self.namespace}/configmaps",
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIGMAP}, "data": {"proxy.yaml": text}},
+        )
+
+    def verdict(self, id: str, decision: str, by: str, reason: str | None = None) -> str:
+        """Adds a verdict; returns the document (approvals.json) with every verdict so far."""
+        entry = {"id": id, "decision": decision, "decidedBy": by}
+        if reason is not None:
+            entry["reason"] = reason
+        self.verdicts.append(entry)
+        return json.dumps(self.verdicts)
+
+    def decide(self, id: str, decision: str, by: str, reason: str | None = None) -> None:
+        document = self.verdict(id, decision, by, reason)
+        self.kube.merge_patch(
+            f"/api/v1/namespaces/{self.namespace}/configmaps/{CONFIGMAP}", {"data": {"approvals.json": document}}
+        )
+
+    def annotation(self) -> str | None:
+        lease = self.kube.ok("GET", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{LEASE}")
+        return (lease["metadata"].get("annotations") or {}).get(REQUESTS)
+
+    def requests(self) -> list[dict] | None:
+        text = self.annotation()
+        return None if text is None else json.loads(text)
+
+    def watch_args(self) -> list[str]:
+        return ["--watch-config-map", CONFIGMAP, *self.lease_args()]
+
+    def lease_args(self) -> list[str]:
+        return ["--served-lease", LEASE, "--namespace", self.namespace, "--pod-name", "task-a-x7k2p"]
+
+
+@pytest.fixture
+def task(kube):
+    task = Task(kube)
+    yield task
+    kube.request("DELETE", f"/api/v1/namespaces/{task.namespace}")
+
+
+def proxy_config(tools, workdir, namespace: str, require: dict, record=None) -> dict:
+    """The everything server's echo and get-sum; `require` is policy.requireApproval. With
+    `record`, what the upstream receives is written there (support/record_stdin.py)."""
+    stdio = recorded(tools, record, str(tools.node), str(tools.everything), "stdio") if record else tools.everything_stdio()
+    return {
+        "task": {"name": "task-a", "namespace": namespace},
+        "audit": {"path": str(workdir / "audit.jsonl")},
+        "contextVersion": 1,
+        "policy": {"requireApproval": require},
+        "servers": [{"name": "every", "stdio": stdio, "tools": {"allow": ["echo", "get-sum"]}}],
+    }
+
+
+def start(make_proxy, kube, task: Task, config: dict, workdir, extra: list[str] | None = None, watch: bool = True):
+    """The proxy as the operator runs it: the same config in the ConfigMap and the mounted file."""
+    task.create_configmap(to_yaml(config))
+    args = task.watch_args() if watch else task.lease_args()
+    return make_proxy(config, env={"KUBECONFIG": str(kube.path)}, extra_args=[*args, *(extra or [])], workdir=workdir)
+
+
+def proxy_meta(result) -> dict:
+    return (result.meta or {}).get("io.orchestrator/proxy", {})
+
+
+def reloads(proxy) -> list[float]:
+    return [
+        proxy.metric("mcp_proxy_config_reloads_total", result=r, source=s)
+        for r in ("ok", "stale", "failed")
+        for s in ("api", "file")
+    ]
+
+
+def approvals(proxy, outcome: str) -> float:
+    return proxy.metric("mcp_proxy_approvals_total", outcome=outcome)
+
+
+def echo_records(proxy, at_least: int = 1) -> list[dict]:
+    """The audit records of calls to echo, once `at_least` records of any call are written."""
+    return [r for r in proxy.audit(at_least) if r["tool"] == "every__echo"]
+
+
+async def held(task: Task, count: int = 1) -> list[dict]:
+    """The requests on the Lease, once `count` are there."""
+    return await await_for(
+        lambda: (lambda r: r if r is not None and len(r) == count else None)(task.requests()),
+        what=f"{count} approval request(s) on the Lease",
+    )
+
+
+@BOTH
+async def test_an_approved_call_is_forwarded_and_its_client_hears_while_it_waits(make_proxy, kube, task, tools, tmp_path, mode):
+    workdir = tmp_path / "proxy"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"], "timeoutSeconds": 60})
+    proxy = start(make_proxy, kube, task, config, workdir)
+    await await_for(lambda: task.requests() == [], what="the proxy to publish an empty set at start")
+    # The ConfigMap's copy of the config is the file's: the watch finds it not newer.
+    await await_for(lambda: reloads(proxy)[2] == 1, what="the watch to deliver the ConfigMap")
+    heard: list[tuple[float, str]] = []
+
+    async def on_progress(progress, total, message):
+        heard.append((progress, message))
+
+    results = []
+    async with Client(proxy.url, mode=mode) as client:
+
+        async def call():
+            message = f"deploy with {SECRET}"
+            results.append(await client.call_tool("every__echo", {"message": message}, progress_callback=on_progress))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [request] = await held(task)
+            text = task.annotation()
+            assert SECRET not in text
+            assert request["server"] == "every" and request["tool"] == "echo"
+            assert request["arguments"] == {"message": "<redacted>"}, request
+            assert re.fullmatch(r"[0-9a-f]{8}", request["id"]), request["id"]
+            span = time.mktime(time.strptime(request["expiresAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(
+                time.strptime(request["requestedAt"], "%Y-%m-%dT%H:%M:%SZ")
+            )
+            assert span == 60, request
+            reloads_before = reloads(proxy)
+            # Told at once, then every 5 s.
+            await await_for(lambda: len(heard) >= 2, timeout=15, what="two progress notifications")
+            waiting = rf"waiting for approval {request['id']} of every/echo \(expires in (\d+m)?\d+s\)"
+            assert all(re.fullmatch(waiting, m) for _, m in heard), heard
+            assert heard[0][1].endswith("(expires in 1m0s)") or heard[0][1].endswith("(expires in 59s)"), heard
+            assert heard[0][0] < heard[1][0], heard
+            assert not results, "the call went on before anyone decided"
+            assert proxy.metric("mcp_proxy_approvals_pending") == 1
+            task.decide(request["id"], "approve", "alice@example.com")
+    [result] = results
+    assert not result.is_error and text_of(result) == f"Echo: deploy with {SECRET}"
+    await await_for(lambda: task.requests() == [], what="the request to leave the Lease")
+    # The verdict reloaded nothing.
+    assert reloads(proxy) == reloads_before
+    [record] = echo_records(proxy)
+    assert record["decision"] == "approved" and record["outcome"] == "ok", record
+    assert record["approvalId"] == request["id"] and record["decidedBy"] == "alice@example.com"
+    assert approvals(proxy, "approved") == 1 and proxy.metric("mcp_proxy_approvals_pending") == 0
+    assert SECRET not in (workdir / "audit.jsonl").read_text() and SECRET not in proxy.log()
+
+
+async def test_a_rejected_call_never_reaches_the_upstream_and_says_who_and_why(make_proxy, kube, task, tools, tmp_path):
+    workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"]}, record=record)
+    proxy = start(make_proxy, kube, task, config, workdir)
+    results = []
+    async with Client(proxy.url, mode="legacy") as client:
+
+        async def call():
+            results.append(await client.call_tool("every__echo", {"message": "rm -rf /"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [request] = await held(task)
+            assert request["arguments"] == {"message": '"rm -rf /"'}
+            # Calls the policy does not name go on meanwhile.
+            assert "3" in text_of(await client.call_tool("every__get-sum", {"a": 1, "b": 2}))
+            task.decide(request["id"], "reject", "bob@example.com", "not on a Friday")
+        [rejected] = results
+    assert rejected.is_error
+    assert text_of(rejected) == (
+        f'tool "every__echo" was rejected by bob@example.com (approval {request["id"]}): not on a Friday; the call was not made'
+    )
+    assert proxy_meta(rejected) == {
+        "code": "PROXY.APPROVAL_REJECTED",
+        "server": "every",
+        "approvalId": request["id"],
+        "decidedBy": "bob@example.com",
+        "reason": "not on a Friday",
+    }
+    assert recorded_calls(record) == ["get-sum"], "the rejected call reached the upstream"
+    await await_for(lambda: task.requests() == [], what="the request to leave the Lease")
+    [audited] = echo_records(proxy, at_least=2)
+    assert audited["decision"] == "rejected" and audited["outcome"] == "denied", audited
+    assert audited["approvalId"] == request["id"] and audited["decidedBy"] == "bob@example.com"
+    assert audited["rule"] == 'policy.requireApproval.tools[0] "every/echo"'
+    assert approvals(proxy, "rejected") == 1
+    assert proxy.metric("mcp_proxy_tool_calls_total", server="every", tool="every__echo", outcome="rejected") == 1
+
+
+async def test_an_undecided_call_expires_and_a_late_verdict_is_ignored(make_proxy, kube, task, tools, tmp_path):
+    workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
+    config = proxy_config(tools, workdir, task.namespace, {"risk": "read", "timeoutSeconds": 2}, record=record)
+    proxy = start(make_proxy, kube, task, config, workdir)
+    async with Client(proxy.url, mode="legacy") as client:
+        started = time.monotonic()
+        expired = await client.call_tool("every__echo", {"message": "anyone?"})
+        waited = time.monotonic() - started
+        assert 2 <= waited < 10, waited
+        assert expired.is_error and "was not approved within 2s" in text_of(expired), text_of(expired)
+        meta = proxy_meta(expired)
+        assert meta["code"] == "PROXY.APPROVAL_EXPIRED" and meta["timeoutSeconds"] == 2, meta
+        await await_for(lambda: task.requests() == [], what="the expired request to leave the Lease")
+
+        # A verdict on it now changes nothing; the one on a new call in the same document does.
+        results = []
+
+        async def call():
+            results.append(await client.call_tool("every__echo", {"message": "again"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [request] = await held(task)
+            task.verdict(meta["approvalId"], "approve", "late@example.com")
+            task.decide(request["id"], "approve", "alice@example.com")
+        assert text_of(results[0]) == "Echo: again"
+    assert recorded_calls(record) == ["echo"]
+    assert approvals(proxy, "expired") == 1 and approvals(proxy, "approved") == 1
+    first, second = echo_records(proxy, at_least=2)
+    assert first["decision"] == "expired" and first["approvalId"] == meta["approvalId"] and "decidedBy" not in first
+    assert second["decision"] == "approved" and second["decidedBy"] == "alice@example.com"
+
+
+async def test_beyond_max_pending_a_call_is_refused_at_once(make_proxy, kube, task, tools, tmp_path):
+    workdir = tmp_path / "proxy"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/*"]})
+    proxy = start(make_proxy, kube, task, config, workdir)
+    results: list = []
+    async with Client(proxy.url, mode="legacy") as client:
+
+        async def call(i: int):
+            results.append(await client.call_tool("every__echo", {"message": f"m{i} " + "x" * 500}))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(call, i)
+            requests = await held(task, 16)
+            assert len(task.annotation().encode()) < 64 * 1024
+            started = time.monotonic()
+            busy = await client.call_tool("every__get-sum", {"a": 1, "b": 2})
+            assert time.monotonic() - started < 5
+            assert busy.is_error and proxy_meta(busy)["code"] == "PROXY.APPROVAL_BUSY", text_of(busy)
+            assert "16 calls already wait" in text_of(busy)
+            # One document decides them all.
+            for r in requests:
+                task.verdict(r["id"], "reject", "bob@example.com", "too many")
+            task.decide(requests[0]["id"], "reject", "bob@example.com", "too many")
+    assert len(results) == 16 and all(proxy_meta(r)["code"] == "PROXY.APPROVAL_REJECTED" for r in results)
+    await await_for(lambda: task.requests() == [], what="every request to leave the Lease")
+    assert approvals(proxy, "busy") == 1 and approvals(proxy, "rejected") == 16
+
+
+async def test_a_held_call_its_client_gives_up_on_is_withdrawn(make_proxy, kube, task, tools, tmp_path):
+    workdir = tmp_path / "proxy"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"]})
+    proxy = start(make_proxy, kube, task, config, workdir)
+    async with Client(proxy.url, mode="legacy") as client:
+        with pytest.raises(MCPError) as abandoned:
+            # The SDK sends notifications/cancelled when it stops waiting.
+            await client.call_tool("every__echo", {"message": "never mind"}, read_timeout_seconds=1)
+        assert "timed out" in abandoned.value.message.lower()
+        await await_for(lambda: approvals(proxy, "withdrawn") == 1, what="the proxy to withdraw the request")
+        assert task.requests() == []
+    [record] = echo_records(proxy)
+    assert record["decision"] == "withdrawn" and "cancelled by the client" in record["error"], record
+    assert record["approvalId"]
+
+
+async def test_a_held_call_is_answered_when_shutdown_cuts_it_off(make_proxy, kube, task, tools, tmp_path):
+    workdir = tmp_path / "proxy"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"]})
+    proxy = start(make_proxy, kube, task, config, workdir, extra=["--shutdown-grace-seconds", "1"])
+    errors: list[MCPError] = []
+    async with Client(proxy.url, mode="legacy") as client:
+
+        async def call():
+            try:
+                await client.call_tool("every__echo", {"message": "late"})
+            except MCPError as e:
+                errors.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await held(task)
+            proxy.process.send_signal(signal.SIGTERM)
+    assert errors and errors[0].error.data["code"] == "PROXY.SHUTTING_DOWN", errors
+    assert proxy.process.wait(timeout=15) == 0
+    [record] = echo_records(proxy)
+    assert record["decision"] == "withdrawn" and record["outcome"] == "protocol_error", record
+
+
+async def test_a_verdict_in_the_mounted_file_decides_too(make_proxy, kube, task, tools, tmp_path):
+    """Without the ConfigMap watch the kubelet's copy of approvals.json still decides (the Lease
+    is still needed to be seen)."""
+    workdir = tmp_path / "proxy"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"]})
+    proxy = start(make_proxy, kube, task, config, workdir, watch=False)
+    results = []
+    async with Client(proxy.url, mode="legacy") as client:
+
+        async def call():
+            results.append(await client.call_tool("every__echo", {"message": "via the file"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [request] = await held(task)
+            document = task.verdict(request["id"], "approve", "alice@example.com")
+            write_configmap(proxy.config_dir, to_yaml(proxy.complete(config)), {"approvals.json": document})
+    assert text_of(results[0]) == "Echo: via the file"
+    assert reloads(proxy) == [0.0] * 6, "the verdict reloaded the config"
+    assert echo_records(proxy)[0]["decidedBy"] == "alice@example.com"
+
+
+async def test_without_the_api_a_call_that_needs_approval_is_refused_at_once(make_proxy, tools, tmp_path):
+    workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
+    proxy = make_proxy(proxy_config(tools, workdir, "test", {"tools": ["every/echo"]}, record=record), workdir=workdir)
+    async with Client(proxy.url, mode="legacy") as client:
+        refused = await client.call_tool("every__echo", {"message": "hi"})
+        assert "3" in text_of(await client.call_tool("every__get-sum", {"a": 1, "b": 2}))
+    assert refused.is_error and proxy_meta(refused)["code"] == "PROXY.APPROVAL_UNAVAILABLE"
+    assert "approval needs the Kubernetes API" in text_of(refused)
+    assert recorded_calls(record) == ["get-sum"]
+    [audited] = echo_records(proxy, at_least=2)
+    assert audited["decision"] == "approval_unavailable" and "approvalId" not in audited
+    assert approvals(proxy, "unavailable") == 1
