@@ -1,0 +1,177 @@
+"""Human approval of held tool calls, end to end on the real node: Claude Code (with the scripted
+model stand-in) calls a tool that `toolConfig.policy.requireApproval` names; its proxy holds the
+call and lists it on the task's Lease; the operator shows it in status.approvals; a person decides
+with `orchestrator-cli task approve|reject` (a ToolApproval); the verdict reaches the proxy
+through the task's ConfigMap and the agent gets the call's result, the rejection, or, when nobody
+decides in time, the expiry. And who may decide: only an identity with the chart's
+`orchestrator-approver` ClusterRole (403 for others, the task pod's own ServiceAccount
+included), and only in its own name (the chart's admission policy).
+
+Needs the cluster with its real node (`./test` provides it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
+
+from story import (  # noqa: E402
+    MCP,
+    MODEL_PORT,
+    REAL_NODE,
+    ScriptedModel,
+    Story,
+    text,
+    tool_result_text,
+    tool_use,
+    wait_until,
+)
+
+TASK = "held"
+TIMEOUT = 20  # requireApproval.timeoutSeconds
+
+
+class HeldCalls:
+    """The model asks for echo three times; what each call answered is kept by message."""
+
+    def __init__(self):
+        self.results: dict[str, str] = {}
+        self.done = threading.Event()
+
+    def __call__(self, first):
+        for message in ["approve me", "reject me", "let me expire"]:
+            r = yield tool_use(MCP + "everything__echo", {"message": message})
+            self.results[message] = tool_result_text(r)
+        self.done.set()
+        yield text("done")
+
+
+@pytest.fixture(scope="module")
+def story():
+    story = Story(say=lambda *_: None)
+    with ExitStack() as cleanup:
+        story.prepare(cleanup)
+        yield story
+
+
+def approvals(story: Story) -> list[dict]:
+    tr = story.json("get", "taskrun", TASK, "-n", story.work_ns)
+    return tr.get("status", {}).get("approvals", [])
+
+
+def pending(story: Story, message: str) -> dict:
+    def find():
+        for a in approvals(story):
+            if a["state"] == "Pending" and message in a.get("arguments", {}).get("message", ""):
+                return a
+        return None
+
+    return wait_until(f"the call {message!r} to be listed as pending", find, timeout=120, interval=0.2)
+
+
+def cli_as(story: Story, user: str, *args: str) -> subprocess.CompletedProcess:
+    return story.cli("--as", user, *args)
+
+
+def test_approve_reject_and_expire_while_claude_code_waits_and_only_approvers_decide(story: Story):
+    script = HeldCalls()
+    story.model = ScriptedModel(script, port=MODEL_PORT).start()
+    story.cleanup.callback(story.model.stop)
+    ns = story.work_ns
+    story.kubectl("create", "secret", "generic", "anthropic", "-n", ns, "--from-literal=api-key=sk-ant-stand-in-approval")
+    # alice may decide (the chart's ClusterRole, bound in the namespace); mallory may only read.
+    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver", "--user=alice")
+    story.kubectl("create", "role", "taskrun-reader", "-n", ns, "--verb=get,list,watch", "--resource=taskruns.orchestrator.io")
+    story.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=taskrun-reader", "--user=mallory")
+    taskrun = {
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": TASK},
+        "spec": {
+            "taskId": 3001, "serviceName": "approval", "task": {"prompt": "echo three things"},
+            "agent": {"env": [
+                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
+                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
+            "podTemplate": {
+                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+            },
+            "toolConfig": {
+                "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": TIMEOUT}},
+                "mcpServers": [{"name": "everything", "tools": {"allow": ["echo", "get-sum"]}}],
+            },
+        },
+    }
+    story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(taskrun))
+
+    # 1. The first call is held: listed with a summary of its arguments, and the agent waits.
+    first = pending(story, "approve me")
+    listed = cli_as(story, "alice", "task", "approvals", TASK)
+    assert listed.returncode == 0, listed.stderr
+    assert first["id"] in listed.stdout and "everything/echo" in listed.stdout and "Pending" in listed.stdout, listed.stdout
+    asked = len(story.model.requests)
+    assert "approve me" not in script.results, "the held call answered before any decision"
+
+    # 2. Who may not decide. mallory (can read the TaskRun, no approver role): 403 from the API
+    # server, and nothing changes.
+    refused = cli_as(story, "mallory", "task", "approve", TASK, first["id"])
+    assert refused.returncode == 1, refused
+    assert "HTTP 403" in refused.stderr and "toolapprovals" in refused.stderr, refused.stderr
+    # The task pod's own ServiceAccount cannot either.
+    sa = story.json("get", "pods", "-n", ns, "-l", f"job-name={TASK}")["items"][0]["spec"]["serviceAccountName"]
+    can = subprocess.run([str(story.bins / "kubectl"), "--kubeconfig", str(story.kubeconfig), "auth", "can-i",
+                          "create", "toolapprovals.orchestrator.io", "-n", ns, "--as", f"system:serviceaccount:{ns}:{sa}"],
+                         capture_output=True, text=True)
+    assert can.stdout.strip() == "no", can
+    # alice cannot decide in bob's name: the chart's admission policy.
+    spoof = {"apiVersion": "orchestrator.io/v1", "kind": "ToolApproval",
+             "metadata": {"name": f"{TASK}-{first['id']}", "namespace": ns},
+             "spec": {"taskRun": TASK, "id": first["id"], "decision": "approve", "decidedBy": "bob"}}
+    with pytest.raises(subprocess.CalledProcessError) as spoofed:
+        story.kubectl("--as", "alice", "create", "-f", "-", stdin=json.dumps(spoof))
+    assert "spec.decidedBy must be the identity making the request (alice)" in spoofed.value.stderr, spoofed.value.stderr
+    assert [a["state"] for a in approvals(story) if a["id"] == first["id"]] == ["Pending"]
+    assert len(story.model.requests) == asked and "approve me" not in script.results
+
+    # 3. alice approves: the call is made and Claude Code gets echo's real answer.
+    approved = cli_as(story, "alice", "task", "approve", TASK, first["id"], "--reason", "fine")
+    assert approved.returncode == 0, approved.stderr
+    assert f"approved: request {first['id']} (everything/echo) of TaskRun {TASK}, by alice" in approved.stdout
+    wait_until("the approved call's result", lambda: "approve me" in script.results, timeout=60, interval=0.2)
+    assert script.results["approve me"] == "Echo: approve me", script.results
+    again = cli_as(story, "alice", "task", "reject", TASK, first["id"])
+    assert again.returncode == 5 and "is Approved already (by alice)" in again.stderr, again
+
+    # 4. The second call: alice rejects it with a reason, which the agent sees.
+    second = pending(story, "reject me")
+    rejected = cli_as(story, "alice", "task", "reject", TASK, second["id"], "--reason", "not today")
+    assert rejected.returncode == 0, rejected.stderr
+    wait_until("the rejected call's answer", lambda: "reject me" in script.results, timeout=60, interval=0.2)
+    answer = script.results["reject me"]
+    assert answer.startswith("ERROR") and "rejected by alice" in answer and "not today" in answer, answer
+
+    # 5. The third: nobody decides; past the timeout the proxy refuses it.
+    third = pending(story, "let me expire")
+    wait_until("the expired call's answer", lambda: "let me expire" in script.results, timeout=TIMEOUT + 60, interval=0.5)
+    answer = script.results["let me expire"]
+    assert answer.startswith("ERROR") and f"was not approved within {TIMEOUT}s (approval {third['id']} expired)" in answer, answer
+    wait_until("the TaskRun to succeed", lambda: story.json("get", "taskrun", TASK, "-n", ns)
+               .get("status", {}).get("phase") == "Succeeded", timeout=120, interval=0.5)
+
+    # What a person reads afterwards: the status, the events, describe.
+    states = {a["id"]: (a["state"], a.get("decidedBy"), a.get("reason")) for a in approvals(story)}
+    assert states == {first["id"]: ("Approved", "alice", "fine"),
+                      second["id"]: ("Rejected", "alice", "not today"),
+                      third["id"]: ("Expired", None, None)}, states
+    reasons = [e["reason"] for e in story.json("get", "events", "-n", ns,
+                                               "--field-selector", f"involvedObject.name={TASK}")["items"]]
+    for reason in ["ApprovalRequested", "ApprovalGranted", "ApprovalRejected", "ApprovalExpired"]:
+        assert reason in reasons, reasons
+    described = story.cli("task", "describe", TASK)
+    assert "Approvals:" in described.stdout and "alice: not today" in described.stdout, described.stdout
