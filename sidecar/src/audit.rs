@@ -87,6 +87,23 @@ pub struct Record<'a> {
     pub argument_bytes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// What the agent declared, for a call made through a `call_tool_*` (intent mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent: Option<Intent<'a>>,
+}
+
+/// The intent declared with a call in intent mode (`policy.toolMode: intent`), as the agent gave
+/// it (each field clipped), whether or not the call was allowed.
+#[derive(Debug, Serialize)]
+pub struct Intent<'a> {
+    /// The tool called: `call_tool_read`, `call_tool_write` or `call_tool_destructive`.
+    pub variant: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_type: Option<std::borrow::Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_sensitivity: Option<std::borrow::Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// Lines are batched: the writer thread wakes on the first line of a batch, collects for
@@ -299,6 +316,7 @@ mod tests {
                 duration_ms: 1.5,
                 argument_bytes: 20,
                 arguments: include.then_some(&args),
+                intent: None,
             };
             audit.record(Some(&path), &record);
         }

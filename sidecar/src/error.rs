@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use orchestrator_crds::proxy::Risk;
 use rmcp::{ErrorData, model::ErrorCode};
 use serde_json::json;
 
@@ -40,6 +41,49 @@ pub enum Error {
     InvalidArguments {
         tool: String,
         server: ServerName,
+        problems: Vec<String>,
+    },
+
+    /// Intent mode: a `call_tool_*` call without `intent.operation_type`.
+    #[error(
+        "intent.operation_type is required (call {variant} with intent: {{\"operation_type\": \"{operation}\"}})"
+    )]
+    IntentRequired {
+        variant: &'static str,
+        operation: &'static str,
+    },
+
+    /// Intent mode: a tool called by its own name instead of through a `call_tool_*`.
+    #[error(
+        "tool {tool:?} is not called by its name in intent mode (policy.toolMode: intent): call call_tool_read, call_tool_write or call_tool_destructive with \"name\": {tool:?} (retrieve_tools says which)"
+    )]
+    IntentDirectCall { tool: String },
+
+    /// Intent mode: the declared operation is not the one of the `call_tool_*` called.
+    #[error(
+        "Intent mismatch: tool is {variant} but intent declares {declared} (for a {declared} call {fits})"
+    )]
+    IntentMismatch {
+        variant: &'static str,
+        declared: &'static str,
+        /// The variant that takes the declared operation.
+        fits: &'static str,
+    },
+
+    /// Intent mode: the tool's server (or its `risk` override) marks it riskier than the
+    /// `call_tool_*` called.
+    #[error("Tool '{tool}' is marked {marked} by server, use {fits}")]
+    IntentServerMismatch {
+        tool: String,
+        server: ServerName,
+        marked: Risk,
+        fits: &'static str,
+    },
+
+    /// Intent mode: the arguments of one of the four tools themselves are wrong.
+    #[error("invalid arguments for {tool}: {}", problems.join("; "))]
+    IntentArguments {
+        tool: &'static str,
         problems: Vec<String>,
     },
 
@@ -142,13 +186,48 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the agent sees this as a tool error result it can read and correct (a tool that is
+    /// not on offer, a call the policy refuses) rather than a JSON-RPC error.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::ToolDenied { .. }
+                | Error::UnknownTool(_)
+                | Error::RateLimited { .. }
+                | Error::InvalidArguments { .. }
+                | Error::IntentRequired { .. }
+                | Error::IntentDirectCall { .. }
+                | Error::IntentMismatch { .. }
+                | Error::IntentServerMismatch { .. }
+                | Error::IntentArguments { .. }
+        )
+    }
+
+    /// The audit `decision` of a refusal made before the call's tool was known (intent mode's
+    /// checks of the call itself); `unknown` for everything else.
+    pub fn decision(&self) -> &'static str {
+        match self {
+            Error::IntentRequired { .. } | Error::IntentDirectCall { .. } => "intent_required",
+            Error::IntentMismatch { .. } | Error::IntentServerMismatch { .. } => "intent_mismatch",
+            Error::IntentArguments { .. } => "invalid_arguments",
+            _ => "unknown",
+        }
+    }
+
     /// The stable code carried in the JSON-RPC error `data`.
     pub fn code(&self) -> &'static str {
         match self {
             Error::ToolDenied { .. } => "PROXY.TOOL_DENIED",
             Error::UnknownTool(_) => "PROXY.UNKNOWN_TOOL",
             Error::RateLimited { .. } => "PROXY.RATE_LIMITED",
-            Error::InvalidArguments { .. } => "PROXY.INVALID_ARGUMENTS",
+            Error::InvalidArguments { .. } | Error::IntentArguments { .. } => {
+                "PROXY.INVALID_ARGUMENTS"
+            }
+            Error::IntentRequired { .. } | Error::IntentDirectCall { .. } => {
+                "PROXY.INTENT_REQUIRED"
+            }
+            Error::IntentMismatch { .. } => "PROXY.INTENT_MISMATCH",
+            Error::IntentServerMismatch { .. } => "PROXY.INTENT_SERVER_MISMATCH",
             Error::UnknownMethod(_) => "PROXY.UNKNOWN_METHOD",
             Error::NotFound { .. } | Error::ResourceNotFound(_) => "PROXY.NOT_FOUND",
             Error::StartFailed { .. } => "PROXY.UPSTREAM_START_FAILED",
@@ -177,6 +256,11 @@ impl Error {
             Error::ToolDenied { .. }
             | Error::UnknownTool(_)
             | Error::InvalidArguments { .. }
+            | Error::IntentRequired { .. }
+            | Error::IntentDirectCall { .. }
+            | Error::IntentMismatch { .. }
+            | Error::IntentServerMismatch { .. }
+            | Error::IntentArguments { .. }
             | Error::NotFound { .. }
             | Error::InvalidParams(_) => ErrorCode::INVALID_PARAMS,
             Error::ResourceNotFound(_) => ErrorCode::RESOURCE_NOT_FOUND,
@@ -219,6 +303,11 @@ impl Error {
             } => {
                 data["server"] = json!(server);
                 data["problems"] = json!(problems);
+            }
+            Error::IntentArguments { problems, .. } => data["problems"] = json!(problems),
+            Error::IntentServerMismatch { server, marked, .. } => {
+                data["server"] = json!(server);
+                data["risk"] = json!(marked);
             }
             _ => {}
         }

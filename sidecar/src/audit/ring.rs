@@ -184,6 +184,7 @@ pub(crate) mod tests {
             duration_ms: 1.0,
             argument_bytes: 0,
             arguments: None,
+            intent: None,
         }
     }
 
