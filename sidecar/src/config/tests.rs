@@ -602,3 +602,15 @@ servers:
         ]
     );
 }
+
+#[test]
+fn tool_mode_is_direct_or_intent() {
+    let text =
+        "task: {name: t}\npolicy: {toolMode: intent}\nservers: [{name: a, stdio: {command: x}}]";
+    let config = load(text).config.expect("config");
+    assert_eq!(config.tool_mode, ToolMode::Intent);
+    assert_eq!(
+        codes(&text.replace("intent", "intnet")),
+        vec!["PROXY.BAD_VALUE"]
+    );
+}
