@@ -90,17 +90,10 @@ fn call_schema(variant: Variant) -> JsonObject {
     object(json!({
         "type": "object",
         "properties": {
-            "name": {
-                "type": "string",
-                "description": "The tool's name, as retrieve_tools returned it."
-            },
-            "args": {
-                "type": "object",
-                "description": "The tool's arguments, matching its inputSchema."
-            },
+            "name": {"type": "string", "description": "As retrieve_tools returned it."},
+            "args": {"type": "object", "description": "The tool's arguments (its inputSchema)."},
             "intent": {
                 "type": "object",
-                "description": "What the call is for (recorded with it).",
                 "properties": {
                     "operation_type": {
                         "type": "string",
@@ -112,11 +105,7 @@ fn call_schema(variant: Variant) -> JsonObject {
                         "enum": SENSITIVITIES,
                         "description": "How sensitive the data the call touches is."
                     },
-                    "reason": {
-                        "type": "string",
-                        "maxLength": MAX_REASON,
-                        "description": "Why the call is made."
-                    }
+                    "reason": {"type": "string", "maxLength": MAX_REASON, "description": "Why the call is made."}
                 },
                 "required": ["operation_type"],
                 "additionalProperties": false
