@@ -203,14 +203,18 @@ impl Error {
         )
     }
 
-    /// The audit `decision` of a refusal made before the call's tool was known (intent mode's
-    /// checks of the call itself); `unknown` for everything else.
-    pub fn decision(&self) -> &'static str {
+    /// The audit `decision` of an intent-mode refusal, which may come before the call's tool is
+    /// known (its checks of the call itself); `None` for every other error.
+    pub fn decision(&self) -> Option<&'static str> {
         match self {
-            Error::IntentRequired { .. } | Error::IntentDirectCall { .. } => "intent_required",
-            Error::IntentMismatch { .. } | Error::IntentServerMismatch { .. } => "intent_mismatch",
-            Error::IntentArguments { .. } => "invalid_arguments",
-            _ => "unknown",
+            Error::IntentRequired { .. } | Error::IntentDirectCall { .. } => {
+                Some("intent_required")
+            }
+            Error::IntentMismatch { .. } | Error::IntentServerMismatch { .. } => {
+                Some("intent_mismatch")
+            }
+            Error::IntentArguments { .. } => Some("invalid_arguments"),
+            _ => None,
         }
     }
 
@@ -350,5 +354,54 @@ mod tests {
             source: rmcp::ServiceError::McpError(theirs.clone()),
         };
         assert_eq!(upstream.to_mcp(), theirs);
+    }
+
+    /// The texts of the validation matrix (docs/design/approval-and-intent.md), each followed by
+    /// its fix where the matrix's words lack one.
+    #[test]
+    fn intent_refusals_say_the_matrix_words_and_carry_their_codes() {
+        let required = Error::IntentRequired {
+            variant: "call_tool_read",
+            operation: "read",
+        };
+        assert_eq!(
+            required.to_string(),
+            "intent.operation_type is required (call call_tool_read with intent: {\"operation_type\": \"read\"})"
+        );
+        let mismatch = Error::IntentMismatch {
+            variant: "call_tool_read",
+            declared: "write",
+            fits: "call_tool_write",
+        };
+        assert_eq!(
+            mismatch.to_string(),
+            "Intent mismatch: tool is call_tool_read but intent declares write (for a write call call_tool_write)"
+        );
+        let server = Error::IntentServerMismatch {
+            tool: "fs__write_file".into(),
+            server: ServerName::new("fs"),
+            marked: Risk::Destructive,
+            fits: "call_tool_destructive",
+        };
+        assert_eq!(
+            server.to_string(),
+            "Tool 'fs__write_file' is marked destructive by server, use call_tool_destructive"
+        );
+        assert_eq!(
+            server.to_mcp().data,
+            Some(
+                json!({"code": "PROXY.INTENT_SERVER_MISMATCH", "server": "fs", "risk": "destructive"})
+            )
+        );
+        for (error, code, decision) in [
+            (required, "PROXY.INTENT_REQUIRED", "intent_required"),
+            (mismatch, "PROXY.INTENT_MISMATCH", "intent_mismatch"),
+            (server, "PROXY.INTENT_SERVER_MISMATCH", "intent_mismatch"),
+        ] {
+            assert_eq!(error.code(), code);
+            assert_eq!(error.decision(), Some(decision));
+            assert!(error.is_refusal(), "{code} is a tool error result");
+        }
+        assert_eq!(Error::UnknownTool("x".into()).decision(), None);
     }
 }

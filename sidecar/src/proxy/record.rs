@@ -73,7 +73,7 @@ impl Proxy {
         let outcome = match (&denied, as_result) {
             (Some(_), _) => Outcome::Denied,
             // Intent mode's checks of the call itself refuse before its tool is known.
-            (None, true) if error.decision() != "unknown" => Outcome::Denied,
+            (None, true) if error.decision().is_some() => Outcome::Denied,
             (None, true) => Outcome::ToolError,
             (None, false) => Outcome::ProtocolError,
         };
@@ -85,7 +85,13 @@ impl Proxy {
                 d.risk,
                 d.decision,
             ),
-            None => (None, None, None, None, error.decision()),
+            None => (
+                None,
+                None,
+                None,
+                None,
+                error.decision().unwrap_or("unknown"),
+            ),
         };
         let tool = clip(&req.name);
         tracing::info!(%tool, session = %req.session.id, error = %error, "tools/call refused");

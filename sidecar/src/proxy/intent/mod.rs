@@ -83,7 +83,7 @@ impl Proxy {
             };
             let denial = snap.router.route(&req.name).map(|route| {
                 let rule = "policy.toolMode \"intent\" (tools are called through call_tool_*)";
-                Denial::by_policy(route, rule.into(), error.decision())
+                Denial::by_policy(route, rule.into(), "intent_required")
             });
             return ControlFlow::Break(self.refuse(snap, &req, started, error, denial));
         };
@@ -94,21 +94,24 @@ impl Proxy {
             // Not one of the three: among the problems.
             (Some(_), None) => None,
         };
-        let (error, what) = match refusal {
+        let takes = format!("takes intent.operation_type {:?}", variant.operation());
+        let (error, what, decision) = match refusal {
             Some(Refusal::Mismatch { declared }) => (
                 Error::IntentMismatch {
                     variant: variant.tool(),
                     declared: declared.operation(),
                     fits: declared.tool(),
                 },
-                format!("takes intent.operation_type {:?}", variant.operation()),
+                takes,
+                "intent_mismatch",
             ),
             Some(_) => (
                 Error::IntentRequired {
                     variant: variant.tool(),
                     operation: variant.operation(),
                 },
-                format!("takes intent.operation_type {:?}", variant.operation()),
+                takes,
+                "intent_required",
             ),
             None if !call.problems.is_empty() => (
                 Error::IntentArguments {
@@ -116,6 +119,7 @@ impl Proxy {
                     problems: call.problems,
                 },
                 "arguments".to_string(),
+                "invalid_arguments",
             ),
             None => {
                 return ControlFlow::Continue(CallRequest {
@@ -136,7 +140,7 @@ impl Proxy {
         let denial = snap
             .router
             .route(&req.name)
-            .map(|route| Denial::by_policy(route, rule(variant, &what), error.decision()));
+            .map(|route| Denial::by_policy(route, rule(variant, &what), decision));
         ControlFlow::Break(self.refuse(snap, &req, started, error, denial))
     }
 
