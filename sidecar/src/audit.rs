@@ -64,7 +64,7 @@ pub struct Record<'a> {
     pub protocol: Option<&'a str>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub request_id: String,
-    /// The name the client called.
+    /// The name the client called (in intent mode, the tool a `call_tool_*` named).
     pub tool: &'a str,
     /// The upstream server and its name for the tool (when known).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,8 +74,9 @@ pub struct Record<'a> {
     /// The tool's risk class (`read`, `write`, `destructive`), when its server's list is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub risk: Option<&'static str>,
-    /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`; in a
-    /// definition-change record, `quarantined` or `alerted`.
+    /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`,
+    /// `intent_required`, `intent_mismatch`; in a definition-change record, `quarantined` or
+    /// `alerted`.
     pub decision: &'static str,
     /// The rule that decided, as a config path.
     #[serde(skip_serializing_if = "Option::is_none")]
