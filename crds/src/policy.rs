@@ -13,6 +13,12 @@ use crate::{approval::RequireApproval, tools::Risk};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolPolicy {
+    /// How the agent is offered the tools: `direct` (the default: each enabled tool as itself)
+    /// or `intent` (four fixed tools: `retrieve_tools` finds the enabled tools, and
+    /// `call_tool_read`, `call_tool_write` and `call_tool_destructive` call one with a declared
+    /// intent that must match both the variant and what the tool's server says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_mode: Option<ToolMode>,
     /// The riskiest tools the agent may see and call: `read`, `write` or `destructive`. A tool's
     /// class comes from the server's annotations for it (`readOnlyHint` -> read,
     /// `destructiveHint` -> destructive, neither -> write) unless the catalog or the server's
@@ -41,6 +47,36 @@ impl ToolPolicy {
         self.max_risk
             .zip(risk)
             .is_none_or(|(max, risk)| risk <= max)
+    }
+}
+
+/// How the proxy offers the enabled tools to the agent: `direct` (the default: each as itself)
+/// or `intent` (`retrieve_tools` finds them; `call_tool_read`, `call_tool_write` and
+/// `call_tool_destructive` call one, with a declared intent that must match).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default, Hash)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolMode {
+    /// Each enabled tool is in `tools/list` as itself (`server__tool`).
+    #[default]
+    Direct,
+    /// `tools/list` holds four fixed tools: `retrieve_tools` (search the enabled tools) and
+    /// `call_tool_read` / `call_tool_write` / `call_tool_destructive` (call one, declaring the
+    /// intent), so a client can approve reads and ask about the rest.
+    Intent,
+}
+
+impl ToolMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolMode::Direct => "direct",
+            ToolMode::Intent => "intent",
+        }
+    }
+}
+
+impl fmt::Display for ToolMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

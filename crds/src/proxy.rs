@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::{
     approval::RequireApproval,
-    policy::{OnChange, RateLimit, RateLimits},
+    policy::{OnChange, RateLimit, RateLimits, ToolMode},
     tools::Risk,
 };
 
@@ -94,6 +94,10 @@ pub struct AuditSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicySpec {
+    /// `direct` (each enabled tool offered as itself) or `intent` (`retrieve_tools` and the
+    /// three `call_tool_*` variants, each call declaring its intent).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub tool_mode: ToolMode,
     /// Tools whose risk class is above this are hidden and refused, whatever the patterns say.
     /// A tool's class comes from its annotations (`readOnlyHint` -> read, `destructiveHint` ->
     /// destructive, neither -> write) unless its server's `risk` names it. Unset: no limit.
@@ -116,6 +120,7 @@ pub struct PolicySpec {
 impl Default for PolicySpec {
     fn default() -> Self {
         Self {
+            tool_mode: ToolMode::default(),
             max_risk: None,
             validate_arguments: true,
             on_change: OnChange::default(),

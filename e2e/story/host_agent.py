@@ -155,10 +155,14 @@ class HostProxy:
 
 
 @contextmanager
-def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy") -> Iterator[HostProxy]:
+def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
+               policy: dict | None = None) -> Iterator[HostProxy]:
     """The proxy with the sample's rendered proxy.yaml, on a free port, its audit in a file; the
-    memory server's file under `work`. Stopped with SIGTERM (as the kubelet stops the sidecar)."""
+    memory server's file under `work`; `policy` entries set over the rendered ones (e.g.
+    `{"toolMode": "intent"}`). Stopped with SIGTERM (as the kubelet stops the sidecar)."""
     cfg = yaml.safe_load(rendered_files()["proxy.yaml"])
+    if policy:
+        cfg["policy"] = {**cfg.get("policy", {}), **policy}
     port = free_port()
     cfg["listen"] = f"127.0.0.1:{port}"
     audit = work / f"{name}-audit.jsonl"

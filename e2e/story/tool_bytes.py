@@ -1,11 +1,13 @@
-"""What the model is offered: the sample TaskRun's MCP tools through the proxy against Claude Code
-connected directly to the same servers (docs/benchmarks.md, "What the model is offered").
+"""What the model is offered: the sample TaskRun's MCP tools through the proxy (direct and intent
+mode) against Claude Code connected directly to the same servers (docs/benchmarks.md, "What the
+model is offered").
 
     python3 e2e/story/tool_bytes.py [--markdown]
 
-Runs the real Claude Code (the agent image's binary, e2e/story/host_agent.py) four times with the
+Runs the real Claude Code (the agent image's binary, e2e/story/host_agent.py) six times with the
 pod's rendered command and files for config/samples/taskrun.yaml: through the proxy (the rendered
-proxy.yaml), and directly with the same two servers as stdio servers in its --mcp-config (the
+proxy.yaml), through the proxy in intent mode (the same with `policy.toolMode: intent`: four fixed
+tools), and directly with the same two servers as stdio servers in its --mcp-config (the
 rendered settings' permissions, with each server allowed instead of the proxy); each with Claude
 Code's default tool search (MCP tools deferred: the model is told their names and loads a schema
 with ToolSearch) and with ENABLE_TOOL_SEARCH=false (every definition in the request). The model is
@@ -14,7 +16,9 @@ them in the background; until then it keeps the agent busy with a harmless Glob)
 is measured: the MCP tools named, the bytes of their definitions in `tools`, the bytes of the
 deferred names, the whole request. Both connections run as the caller (the directly connected
 servers are the test tools under $HOME), without the rendered `defaultMode: bypassPermissions`
-(Claude Code refuses it as root; it decides prompts, not what is offered).
+(Claude Code refuses it as root; it decides prompts, not what is offered). In intent mode the
+model loads definitions later, from `retrieve_tools` answers: the bytes of the answer for every
+tool (no query, the largest limit) are measured too, with the official Python SDK.
 
 Needs the test tools (eval "$(e2e/setup env)"); builds the proxy and unpacks Claude Code if needed.
 """
@@ -37,7 +41,7 @@ from host_agent import ScriptedModel, host_proxy, rendered_files, run_claude  # 
 from scripted_model import text, tool_use  # noqa: E402
 
 CONNECT_BUDGET_S = 60
-PROXIED, DIRECT = "through the proxy", "direct"
+PROXIED, INTENT, DIRECT = "through the proxy", "through the proxy, intent mode", "direct"
 DEFERRED, ALL_DEFINITIONS = "default (deferred)", "ENABLE_TOOL_SEARCH=false"
 
 
@@ -78,8 +82,29 @@ def offered(proxy_url: str, work: Path, mcp_config: dict | None, settings: dict,
     return seen["measured"]
 
 
+def retrieve_every_tool(url: str) -> dict:
+    """The `retrieve_tools` answer for every tool (no query, the largest limit), as the model
+    would get it: its tools and the bytes of its text. The client declares roots, as Claude Code
+    does (server-everything offers get-roots-list only then)."""
+    import anyio
+    import mcp_types as types
+    from mcp import Client
+
+    async def roots(context):
+        return types.ListRootsResult(roots=[])
+
+    async def ask() -> str:
+        async with Client(url, mode="legacy", list_roots_callback=roots) as client:
+            result = await client.call_tool("retrieve_tools", {"limit": 100})
+            return "".join(getattr(c, "text", "") for c in result.content)
+
+    text = anyio.run(ask)
+    return {"tools": len(json.loads(text)["tools"]), "bytes": len(text.encode())}
+
+
 def compare() -> list[tuple[str, str, dict]]:
-    """(connection, tool search mode, measurement) for the four runs."""
+    """(connection, tool search mode, measurement) for the six runs; the intent rows' measurement
+    also has `retrieve_every_tool`."""
     files = rendered_files()
     work = Path(tempfile.mkdtemp(prefix="tool-bytes-"))
     settings = json.loads(files["settings.json"])
@@ -94,10 +119,16 @@ def compare() -> list[tuple[str, str, dict]]:
     direct_settings = {"permissions": {**settings["permissions"], "allow": [f"mcp__{n}" for n in direct["mcpServers"]]}}
     rows = []
     try:
-        with host_proxy(work, None) as proxy:
+        with host_proxy(work, None) as proxy, \
+                host_proxy(work, None, "intent", policy={"toolMode": "intent"}) as intent:
+            every = retrieve_every_tool(intent.url)
             for tool_search in (True, False):
-                for label, mcp, sett in ((PROXIED, None, settings), (DIRECT, direct, direct_settings)):
-                    m = offered(proxy.url, work, mcp, sett, tool_search)
+                for label, url, mcp, sett in ((PROXIED, proxy.url, None, settings),
+                                              (INTENT, intent.url, None, settings),
+                                              (DIRECT, proxy.url, direct, direct_settings)):
+                    m = offered(url, work, mcp, sett, tool_search)
+                    if label == INTENT:
+                        m["retrieve_every_tool"] = every
                     rows.append((label, DEFERRED if tool_search else ALL_DEFINITIONS, m))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -114,6 +145,8 @@ def main() -> None:
     for label, mode, m in rows:
         print(f"| {label} | {mode} | {m['mcp_tools']} | {m['definition_bytes']:,} | {m['deferred_name_bytes']:,} "
               f"| {m['request_bytes']:,} |")
+    every = next(m["retrieve_every_tool"] for label, _, m in rows if label == INTENT)
+    print(f"\nIntent mode: retrieve_tools for every tool answers {every['tools']} tools in {every['bytes']:,} bytes.")
     if not args.markdown:
         for label, mode, m in rows:
             print(f"\n{label}, {mode}: {', '.join(m['names'])}")

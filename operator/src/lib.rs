@@ -131,7 +131,7 @@ pub async fn run_with(
             watcher::watcher(api::<PartialObjectMeta<Lease>>(&client, ns), selector)
                 .default_backoff(),
             leases.clone(),
-            reconcile::approvals::lease_facts,
+            reconcile::served::lease_facts,
         )
         .touched_objects();
         // People's decisions on held calls; each reconciles the TaskRun it names.

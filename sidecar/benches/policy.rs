@@ -205,6 +205,7 @@ fn audit_ring(iters: usize) {
         duration_ms: 0.61,
         argument_bytes: 53,
         arguments: None,
+        intent: None,
     };
     let ring = Ring::new(DEFAULT_MAX_RECORDS, DEFAULT_MAX_BYTES);
     let mut serialize = Vec::with_capacity(iters);

@@ -64,7 +64,7 @@ pub struct Record<'a> {
     pub protocol: Option<&'a str>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub request_id: String,
-    /// The name the client called.
+    /// The name the client called (in intent mode, the tool a `call_tool_*` named).
     pub tool: &'a str,
     /// The upstream server and its name for the tool (when known).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,9 +74,9 @@ pub struct Record<'a> {
     /// The tool's risk class (`read`, `write`, `destructive`), when its server's list is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub risk: Option<&'static str>,
-    /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`; for a
-    /// call held for approval, `approved`, `rejected`, `expired`, `withdrawn` (cancelled by its client or
-    /// shutdown), and
+    /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`,
+    /// `intent_required`, `intent_mismatch`; for a call held for approval, `approved`,
+    /// `rejected`, `expired`, `withdrawn` (cancelled by its client or shutdown), and
     /// `approval_busy` or `approval_unavailable` when it could not be held; in a
     /// definition-change record, `quarantined` or `alerted`.
     pub decision: &'static str,
@@ -96,6 +96,23 @@ pub struct Record<'a> {
     pub argument_bytes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// What the agent declared, for a call made through a `call_tool_*` (intent mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent: Option<Intent<'a>>,
+}
+
+/// The intent declared with a call in intent mode (`policy.toolMode: intent`), as the agent gave
+/// it (each field clipped), whether or not the call was allowed.
+#[derive(Debug, Serialize)]
+pub struct Intent<'a> {
+    /// The tool called: `call_tool_read`, `call_tool_write` or `call_tool_destructive`.
+    pub variant: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_type: Option<std::borrow::Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_sensitivity: Option<std::borrow::Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// Lines are batched: the writer thread wakes on the first line of a batch, collects for
@@ -310,6 +327,7 @@ mod tests {
                 duration_ms: 1.5,
                 argument_bytes: 20,
                 arguments: include.then_some(&args),
+                intent: None,
             };
             audit.record(Some(&path), &record);
         }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use orchestrator_crds::proxy::Risk;
 use rmcp::{ErrorData, model::ErrorCode};
 use serde_json::json;
 
@@ -77,6 +78,49 @@ pub enum Error {
         "tool {tool:?} needs a person's approval (policy.requireApproval), but approval needs the Kubernetes API (the task's Lease, --served-lease), which this proxy does not use; the call was not made"
     )]
     ApprovalUnavailable { tool: String, server: ServerName },
+
+    /// Intent mode: a `call_tool_*` call without `intent.operation_type`.
+    #[error(
+        "intent.operation_type is required (call {variant} with intent: {{\"operation_type\": \"{operation}\"}})"
+    )]
+    IntentRequired {
+        variant: &'static str,
+        operation: &'static str,
+    },
+
+    /// Intent mode: a tool called by its own name instead of through a `call_tool_*`.
+    #[error(
+        "tool {tool:?} is not called by its name in intent mode (policy.toolMode: intent): call call_tool_read, call_tool_write or call_tool_destructive with \"name\": {tool:?} (retrieve_tools says which)"
+    )]
+    IntentDirectCall { tool: String },
+
+    /// Intent mode: the declared operation is not the one of the `call_tool_*` called.
+    #[error(
+        "Intent mismatch: tool is {variant} but intent declares {declared} (for a {declared} call {fits})"
+    )]
+    IntentMismatch {
+        variant: &'static str,
+        declared: &'static str,
+        /// The variant that takes the declared operation.
+        fits: &'static str,
+    },
+
+    /// Intent mode: the tool's server (or its `risk` override) marks it riskier than the
+    /// `call_tool_*` called.
+    #[error("Tool '{tool}' is marked {marked} by server, use {fits}")]
+    IntentServerMismatch {
+        tool: String,
+        server: ServerName,
+        marked: Risk,
+        fits: &'static str,
+    },
+
+    /// Intent mode: the arguments of one of the four tools themselves are wrong.
+    #[error("invalid arguments for {tool}: {}", problems.join("; "))]
+    IntentArguments {
+        tool: &'static str,
+        problems: Vec<String>,
+    },
 
     #[error("method {0:?} not found")]
     UnknownMethod(String),
@@ -177,13 +221,56 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the agent sees this as a tool error result it can read and correct (a tool that is
+    /// not on offer, a call the policy refuses) rather than a JSON-RPC error.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::ToolDenied { .. }
+                | Error::UnknownTool(_)
+                | Error::RateLimited { .. }
+                | Error::InvalidArguments { .. }
+                | Error::IntentRequired { .. }
+                | Error::IntentDirectCall { .. }
+                | Error::IntentMismatch { .. }
+                | Error::IntentServerMismatch { .. }
+                | Error::IntentArguments { .. }
+                | Error::ApprovalBusy { .. }
+                | Error::ApprovalRejected { .. }
+                | Error::ApprovalExpired { .. }
+                | Error::ApprovalUnavailable { .. }
+        )
+    }
+
+    /// The audit `decision` of an intent-mode refusal, which may come before the call's tool is
+    /// known (its checks of the call itself); `None` for every other error.
+    pub fn decision(&self) -> Option<&'static str> {
+        match self {
+            Error::IntentRequired { .. } | Error::IntentDirectCall { .. } => {
+                Some("intent_required")
+            }
+            Error::IntentMismatch { .. } | Error::IntentServerMismatch { .. } => {
+                Some("intent_mismatch")
+            }
+            Error::IntentArguments { .. } => Some("invalid_arguments"),
+            _ => None,
+        }
+    }
+
     /// The stable code carried in the JSON-RPC error `data`.
     pub fn code(&self) -> &'static str {
         match self {
             Error::ToolDenied { .. } => "PROXY.TOOL_DENIED",
             Error::UnknownTool(_) => "PROXY.UNKNOWN_TOOL",
             Error::RateLimited { .. } => "PROXY.RATE_LIMITED",
-            Error::InvalidArguments { .. } => "PROXY.INVALID_ARGUMENTS",
+            Error::InvalidArguments { .. } | Error::IntentArguments { .. } => {
+                "PROXY.INVALID_ARGUMENTS"
+            }
+            Error::IntentRequired { .. } | Error::IntentDirectCall { .. } => {
+                "PROXY.INTENT_REQUIRED"
+            }
+            Error::IntentMismatch { .. } => "PROXY.INTENT_MISMATCH",
+            Error::IntentServerMismatch { .. } => "PROXY.INTENT_SERVER_MISMATCH",
             Error::ApprovalBusy { .. } => "PROXY.APPROVAL_BUSY",
             Error::ApprovalRejected { .. } => "PROXY.APPROVAL_REJECTED",
             Error::ApprovalExpired { .. } => "PROXY.APPROVAL_EXPIRED",
@@ -216,6 +303,11 @@ impl Error {
             Error::ToolDenied { .. }
             | Error::UnknownTool(_)
             | Error::InvalidArguments { .. }
+            | Error::IntentRequired { .. }
+            | Error::IntentDirectCall { .. }
+            | Error::IntentMismatch { .. }
+            | Error::IntentServerMismatch { .. }
+            | Error::IntentArguments { .. }
             | Error::NotFound { .. }
             | Error::InvalidParams(_) => ErrorCode::INVALID_PARAMS,
             Error::ResourceNotFound(_) => ErrorCode::RESOURCE_NOT_FOUND,
@@ -288,6 +380,11 @@ impl Error {
                 data["timeoutSeconds"] = json!(timeout.as_secs());
             }
             Error::ApprovalUnavailable { server, .. } => data["server"] = json!(server),
+            Error::IntentArguments { problems, .. } => data["problems"] = json!(problems),
+            Error::IntentServerMismatch { server, marked, .. } => {
+                data["server"] = json!(server);
+                data["risk"] = json!(marked);
+            }
             _ => {}
         }
         ErrorData::new(self.json_rpc_code(), self.to_string(), Some(data))
@@ -364,5 +461,54 @@ mod tests {
             source: rmcp::ServiceError::McpError(theirs.clone()),
         };
         assert_eq!(upstream.to_mcp(), theirs);
+    }
+
+    /// The texts of the validation matrix (docs/design/approval-and-intent.md), each followed by
+    /// its fix where the matrix's words lack one.
+    #[test]
+    fn intent_refusals_say_the_matrix_words_and_carry_their_codes() {
+        let required = Error::IntentRequired {
+            variant: "call_tool_read",
+            operation: "read",
+        };
+        assert_eq!(
+            required.to_string(),
+            "intent.operation_type is required (call call_tool_read with intent: {\"operation_type\": \"read\"})"
+        );
+        let mismatch = Error::IntentMismatch {
+            variant: "call_tool_read",
+            declared: "write",
+            fits: "call_tool_write",
+        };
+        assert_eq!(
+            mismatch.to_string(),
+            "Intent mismatch: tool is call_tool_read but intent declares write (for a write call call_tool_write)"
+        );
+        let server = Error::IntentServerMismatch {
+            tool: "fs__write_file".into(),
+            server: ServerName::new("fs"),
+            marked: Risk::Destructive,
+            fits: "call_tool_destructive",
+        };
+        assert_eq!(
+            server.to_string(),
+            "Tool 'fs__write_file' is marked destructive by server, use call_tool_destructive"
+        );
+        assert_eq!(
+            server.to_mcp().data,
+            Some(
+                json!({"code": "PROXY.INTENT_SERVER_MISMATCH", "server": "fs", "risk": "destructive"})
+            )
+        );
+        for (error, code, decision) in [
+            (required, "PROXY.INTENT_REQUIRED", "intent_required"),
+            (mismatch, "PROXY.INTENT_MISMATCH", "intent_mismatch"),
+            (server, "PROXY.INTENT_SERVER_MISMATCH", "intent_mismatch"),
+        ] {
+            assert_eq!(error.code(), code);
+            assert_eq!(error.decision(), Some(decision));
+            assert!(error.is_refusal(), "{code} is a tool error result");
+        }
+        assert_eq!(Error::UnknownTool("x".into()).decision(), None);
     }
 }

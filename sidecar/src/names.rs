@@ -64,14 +64,19 @@ pub const MAX_NAME_IN_LOGS: usize = 128;
 /// `name`, cut to [`MAX_NAME_IN_LOGS`] bytes (at a character boundary) with a note of how much
 /// was left out: a client cannot make a log line or an audit record as long as it likes.
 pub fn clip(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.len() <= MAX_NAME_IN_LOGS {
-        return name.into();
+    clip_to(name, MAX_NAME_IN_LOGS)
+}
+
+/// `text`, cut to `max` bytes (at a character boundary) with a note of how much was left out.
+pub fn clip_to(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
     }
-    let mut end = MAX_NAME_IN_LOGS;
-    while !name.is_char_boundary(end) {
+    let mut end = max;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…(+{} bytes)", &name[..end], name.len() - end).into()
+    format!("{}…(+{} bytes)", &text[..end], text.len() - end).into()
 }
 
 #[cfg(test)]

@@ -23,6 +23,26 @@ pub struct Route {
     /// The hash of the tool's definition (keys its compiled input schema).
     pub definition: DefinitionHash,
     pub input_schema: Arc<JsonObject>,
+    /// What the server's annotations say, for intent mode's check (the class above also
+    /// follows a `risk` override).
+    pub hints: Hints,
+}
+
+/// A tool's `readOnlyHint` and `destructiveHint`, as its server gave them (`None`: not said).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hints {
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+}
+
+impl Hints {
+    pub fn of(tool: &Tool) -> Self {
+        let annotations = tool.annotations.as_ref();
+        Self {
+            read_only: annotations.and_then(|a| a.read_only_hint),
+            destructive: annotations.and_then(|a| a.destructive_hint),
+        }
+    }
 }
 
 /// One upstream tool known to the proxy, with its verdict (for `GET /tools`).
@@ -154,6 +174,7 @@ impl Router {
                             risk,
                             definition: seen.hash.clone(),
                             input_schema: tool.input_schema.clone(),
+                            hints: Hints::of(tool),
                         },
                     );
                 }

@@ -132,7 +132,7 @@ def test_the_model_is_offered_only_the_allowed_tools_fewer_bytes_than_directly()
     """The seed's promise, "agents only see relevant tools", measured as the model sees it: the
     first request Claude Code sends with MCP tools, through the proxy vs connected directly to
     the same servers, with its default tool search and with every definition sent."""
-    from tool_bytes import ALL_DEFINITIONS, DEFERRED, DIRECT, PROXIED, compare
+    from tool_bytes import ALL_DEFINITIONS, DEFERRED, DIRECT, INTENT, PROXIED, compare
 
     rows = {(label, mode): m for label, mode, m in compare()}
     for mode in (DEFERRED, ALL_DEFINITIONS):
@@ -145,3 +145,11 @@ def test_the_model_is_offered_only_the_allowed_tools_fewer_bytes_than_directly()
     assert rows[(PROXIED, ALL_DEFINITIONS)]["definition_bytes"] < rows[(DIRECT, ALL_DEFINITIONS)]["definition_bytes"]
     assert rows[(PROXIED, DEFERRED)]["deferred_name_bytes"] < rows[(DIRECT, DEFERRED)]["deferred_name_bytes"]
     assert rows[(PROXIED, DEFERRED)]["definition_bytes"] == 0, "deferred: no MCP schema before ToolSearch"
+    # Intent mode: the four fixed tools, whatever the TaskRun enables; retrieve_tools lists the
+    # same tools as direct mode offers.
+    four = {"retrieve_tools", "call_tool_read", "call_tool_write", "call_tool_destructive"}
+    for mode in (DEFERRED, ALL_DEFINITIONS):
+        assert {n.removeprefix("mcp__orchestrator__") for n in rows[(INTENT, mode)]["names"]} == four
+    assert rows[(INTENT, ALL_DEFINITIONS)]["definition_bytes"] < rows[(PROXIED, ALL_DEFINITIONS)]["definition_bytes"]
+    assert rows[(INTENT, DEFERRED)]["deferred_name_bytes"] < rows[(PROXIED, DEFERRED)]["deferred_name_bytes"]
+    assert rows[(INTENT, DEFERRED)]["retrieve_every_tool"]["tools"] == len(rows[(PROXIED, DEFERRED)]["names"])

@@ -1,7 +1,7 @@
 //! `status.approvals` and the verdicts the proxy waits for (see `orchestrator_crds::approval`).
 //!
 //! The proxy lists the calls it holds on its Lease ([`REQUESTS_ANNOTATION`], kept in
-//! [`LeaseFacts`]); people decide with ToolApproval objects named `<taskRun>-<id>` (kept as
+//! `served::LeaseFacts`); people decide with ToolApproval objects named `<taskRun>-<id>` (kept as
 //! [`DecisionFacts`]). Each reconcile of a running task merges the two into the status: a new
 //! request becomes `Pending`; a pending one with a decision made before it expired becomes
 //! `Approved` or `Rejected`; one past its expiry `Expired`; one the proxy stopped holding
@@ -13,57 +13,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use orchestrator_crds::approval::{
     APPROVALS_MANAGER, Approval, ApprovalRequest, ApprovalState, Decision, MAX_DECIDED,
-    MAX_PENDING, MAX_REASON_CHARS, REQUESTS_ANNOTATION, ToolApproval, VERDICTS_KEY, Verdict, clip,
-    object_name,
+    MAX_REASON_CHARS, ToolApproval, VERDICTS_KEY, Verdict, clip, object_name,
 };
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
 use serde_json::json;
 
-use super::served::SERVED_ANNOTATION;
 use super::{Context, events};
 use crate::error::Result;
 
 /// A call the proxy stopped holding this close to its expiry (clocks differ a little) expired.
 const EXPIRY_SLACK_SECONDS: i64 = 2;
-
-/// What the operator keeps of a task Lease: the version its proxy serves, and the calls it
-/// holds for approval.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct LeaseFacts {
-    pub served: Option<i64>,
-    /// `None`: the proxy never published any (nothing to withdraw).
-    pub requests: Option<Vec<ApprovalRequest>>,
-}
-
-/// The facts of a task Lease; a malformed request list counts as none published (logged).
-pub fn lease_facts(lease: &PartialObjectMeta<Lease>) -> Option<LeaseFacts> {
-    let annotations = lease.metadata.annotations.as_ref()?;
-    let served = annotations
-        .get(SERVED_ANNOTATION)
-        .and_then(|v| v.parse().ok());
-    let requests = annotations
-        .get(REQUESTS_ANNOTATION)
-        .and_then(|v| match serde_json::from_str::<Vec<ApprovalRequest>>(v) {
-            Ok(mut requests) => {
-                requests.truncate(MAX_PENDING);
-                Some(requests)
-            }
-            Err(e) => {
-                tracing::warn!(lease = %lease.name_any(), error = %e, "ignoring a malformed {REQUESTS_ANNOTATION}");
-                None
-            }
-        });
-    (served.is_some() || requests.is_some()).then_some(LeaseFacts { served, requests })
-}
 
 /// What the operator keeps of a ToolApproval.
 #[derive(Clone, Debug, PartialEq)]

@@ -68,7 +68,7 @@ pub struct Context {
     pub config_maps: Index<ConfigMapFacts>,
     /// What each task's proxy reports on its Lease: the version it serves (see `served.rs`)
     /// and the calls it holds for approval (see `approvals.rs`).
-    pub leases: Index<approvals::LeaseFacts>,
+    pub leases: Index<served::LeaseFacts>,
     /// The ToolApprovals: people's decisions on held calls (see `approvals.rs`).
     pub decisions: Index<approvals::DecisionFacts>,
     pub render: RenderSettings,

@@ -200,7 +200,7 @@ struct Harness {
     ctx: Arc<Context>,
     jobs: Index<JobFacts>,
     config_maps: Index<ConfigMapFacts>,
-    leases: Index<approvals::LeaseFacts>,
+    leases: Index<served::LeaseFacts>,
     decisions: Index<approvals::DecisionFacts>,
 }
 
@@ -279,7 +279,7 @@ impl Harness {
         let meta: PartialObjectMeta<Lease> =
             serde_json::from_value(lease).expect("a Lease's metadata");
         self.leases
-            .apply(&watcher::Event::Apply(meta), approvals::lease_facts);
+            .apply(&watcher::Event::Apply(meta), served::lease_facts);
     }
 
     /// One reconcile; fails instead of hanging if it waits on an unanswered request.
@@ -961,7 +961,7 @@ fn proxy_holds(h: &mut Harness, name: &str, requests: Value) {
                                      REQUESTS_ANNOTATION: requests.to_string()}}});
     let meta: PartialObjectMeta<Lease> = serde_json::from_value(lease).expect("a Lease's metadata");
     h.leases
-        .apply(&watcher::Event::Apply(meta), approvals::lease_facts);
+        .apply(&watcher::Event::Apply(meta), served::lease_facts);
 }
 
 /// A person's ToolApproval, as the operator's watch sees it.

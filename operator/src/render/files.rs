@@ -101,6 +101,7 @@ impl Files {
             policy: {
                 let policy = &tr.spec.tool_config.policy;
                 PolicySpec {
+                    tool_mode: policy.tool_mode.unwrap_or_default(),
                     max_risk: policy.max_risk,
                     validate_arguments: policy.validate_arguments.unwrap_or(true),
                     on_change: policy.on_change.unwrap_or_default(),

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::proxy::{OnChange, ProxyConfig, Risk};
+use orchestrator_crds::proxy::{OnChange, ProxyConfig, Risk, ToolMode};
 use orchestrator_crds::taskrun::{McpServer, TaskRun};
 
 use super::*;
@@ -113,6 +113,7 @@ fn the_call_policy_rate_limits_and_the_catalogs_pins_reach_the_proxy() {
     let mut tr = task_1002();
     tr.spec.tool_config.policy.validate_arguments = Some(false);
     tr.spec.tool_config.policy.on_change = Some(OnChange::Alert);
+    tr.spec.tool_config.policy.tool_mode = Some(ToolMode::Intent);
     tr.spec.tool_config.mcp_servers[0].rate_limit = serde_json::from_value(serde_json::json!(
         {"perMinute": 30, "tools": {"create_issue": {"perMinute": 2, "burst": 1}}}
     ))
@@ -135,6 +136,7 @@ fn the_call_policy_rate_limits_and_the_catalogs_pins_reach_the_proxy() {
     let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
     assert!(!parsed.policy.validate_arguments);
     assert_eq!(parsed.policy.on_change, OnChange::Alert);
+    assert_eq!(parsed.policy.tool_mode, ToolMode::Intent);
     assert_eq!(
         parsed.servers[0].rate_limit,
         tr.spec.tool_config.mcp_servers[0].rate_limit

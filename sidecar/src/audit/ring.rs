@@ -186,6 +186,7 @@ pub(crate) mod tests {
             duration_ms: 1.0,
             argument_bytes: 0,
             arguments: None,
+            intent: None,
         }
     }
 

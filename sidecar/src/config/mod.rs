@@ -16,7 +16,7 @@ use std::{
 };
 
 pub use approval::{ApprovalPattern, ApprovalPolicy};
-use orchestrator_crds::proxy::{OnChange, ProxyConfig, RateLimits, Risk, ToolPrefix};
+use orchestrator_crds::proxy::{OnChange, ProxyConfig, RateLimits, Risk, ToolMode, ToolPrefix};
 pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
 
@@ -37,6 +37,8 @@ pub struct Config {
     pub allowed_hosts: Vec<String>,
     pub call_timeout: Duration,
     pub audit: AuditConfig,
+    /// `policy.toolMode`: each tool offered as itself, or the four intent tools.
+    pub tool_mode: ToolMode,
     /// `policy.maxRisk`: tools above it are hidden and refused.
     pub max_risk: Option<Risk>,
     /// `policy.validateArguments`: check arguments against the tool's input schema.

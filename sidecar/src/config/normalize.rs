@@ -156,6 +156,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
             path: wire.audit.path.as_ref().map(PathBuf::from),
             include_arguments: wire.audit.include_arguments,
         },
+        tool_mode: wire.policy.tool_mode,
         max_risk: wire.policy.max_risk,
         validate_arguments: wire.policy.validate_arguments,
         on_change: wire.policy.on_change,

@@ -1,6 +1,6 @@
 use orchestrator_crds::proxy::{
     HttpSpec, OnChange, PolicySpec, ProxyConfig, RateLimit, RateLimits, Risk, ServerSpec,
-    StdioSpec, TaskRef, ToolFilter as WireFilter, ToolPrefix,
+    StdioSpec, TaskRef, ToolFilter as WireFilter, ToolMode, ToolPrefix,
 };
 
 use super::*;
@@ -424,6 +424,7 @@ fn what_the_operator_renders_round_trips() {
         call_timeout_seconds: Some(30),
         audit: Default::default(),
         policy: PolicySpec {
+            tool_mode: ToolMode::Intent,
             max_risk: Some(Risk::Write),
             validate_arguments: false,
             on_change: OnChange::Alert,
@@ -492,6 +493,7 @@ fn what_the_operator_renders_round_trips() {
         assert_eq!(config.max_risk, Some(Risk::Write));
         assert!(!config.validate_arguments);
         assert_eq!(config.on_change, OnChange::Alert);
+        assert_eq!(config.tool_mode, ToolMode::Intent);
         assert_eq!(config.servers[0].rate_limit, wire.servers[0].rate_limit);
         assert_eq!(config.servers[0].pins, wire.servers[0].pins);
         assert_eq!(
@@ -508,6 +510,7 @@ fn policy_defaults_to_validating_and_blocking_and_bad_limits_and_pins_are_named(
         .expect("config");
     assert!(config.validate_arguments);
     assert_eq!(config.on_change, OnChange::Block);
+    assert_eq!(config.tool_mode, ToolMode::Direct);
     let text = r#"
 task: {name: t}
 servers:
@@ -598,5 +601,17 @@ servers:
             ("PROXY.DUPLICATE_SERVER", "servers[1].name"),
             ("PROXY.BAD_PATTERN", "servers[1].tools.allow[0]"),
         ]
+    );
+}
+
+#[test]
+fn tool_mode_is_direct_or_intent() {
+    let text =
+        "task: {name: t}\npolicy: {toolMode: intent}\nservers: [{name: a, stdio: {command: x}}]";
+    let config = load(text).config.expect("config");
+    assert_eq!(config.tool_mode, ToolMode::Intent);
+    assert_eq!(
+        codes(&text.replace("intent", "intnet")),
+        vec!["PROXY.BAD_VALUE"]
     );
 }

@@ -2,6 +2,7 @@
 //! touching any upstream), forward what is, and record every call (audit line, metrics, span).
 
 use std::{
+    ops::ControlFlow,
     sync::{Arc, atomic::Ordering},
     time::{Duration, Instant},
 };
@@ -39,6 +40,11 @@ impl Proxy {
         if self.draining.load(Ordering::Acquire) {
             return self.refuse(&snap, &req, started, Error::ShuttingDown, None);
         }
+        // Intent mode: its own tools; a call_tool_* goes on as the call of the tool it names.
+        let req = match self.intent_front(&snap, req, started).await {
+            ControlFlow::Continue(req) => req,
+            ControlFlow::Break(answer) => return answer,
+        };
         let mut fetched = false;
         let mut fetch_errors = Vec::new();
         let route: Route = loop {
@@ -115,15 +121,17 @@ impl Proxy {
         result
     }
 
-    /// The call policy for an exposed tool, first: its arguments must fit its input schema
-    /// (unless `policy.validateArguments` is off). Then (after any wait for approval) it must
-    /// fit its rate limits, so a refused call costs no token.
+    /// The call policy for an exposed tool, first: in intent mode the declared intent must fit
+    /// what the tool's server says; its arguments must fit its input schema (unless
+    /// `policy.validateArguments` is off). Then (after any wait for approval) it must fit its
+    /// rate limits, so a refused call costs no token.
     fn check_arguments(
         &self,
         snap: &Snapshot,
         route: &Route,
         req: &CallRequest,
     ) -> Result<(), Box<(Error, Denial)>> {
+        self.check_intent(route, req)?;
         if snap.config.validate_arguments
             && let Err(problems) = self.validators.check(
                 &route.definition,

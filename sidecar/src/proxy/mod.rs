@@ -3,12 +3,14 @@
 //! unknown), config application, upstream list changes and draining on shutdown.
 //!
 //! Children: `call` (the `tools/call` path: enforce, forward, record), `held` (a call waiting
-//! for a person's approval), `passthrough` (prompts, resources, completions, logging level),
-//! `bridge` (initialize-era upstreams asking 2026-07-28 clients).
+//! for a person's approval), `intent` (intent mode's four tools in front of the call path),
+//! `passthrough` (prompts, resources, completions, logging level), `bridge` (initialize-era
+//! upstreams asking 2026-07-28 clients).
 
 mod bridge;
 mod call;
 mod held;
+mod intent;
 pub mod passthrough;
 mod record;
 
@@ -22,6 +24,7 @@ use std::{
 };
 
 use arc_swap::ArcSwapOption;
+use orchestrator_crds::proxy::ToolMode;
 use rmcp::model::{InputResponses, JsonObject, RequestId, RequestMetaObject, Tool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -75,6 +78,9 @@ pub struct CallRequest {
     pub request_id: RequestId,
     pub ct: CancellationToken,
     pub session: SessionRef,
+    /// The intent declared with it in intent mode (set by `intent` for a `call_tool_*`); `None`
+    /// for a direct call.
+    pub intent: Option<intent::Declared>,
 }
 
 pub struct Proxy {
@@ -147,9 +153,11 @@ impl Proxy {
             let _guard = self.rebuild.lock().await;
             let before = self.snapshot();
             let router = Router::build(&config, &self.pool.known_lists(&config));
-            let changed = before
-                .as_ref()
-                .is_none_or(|b| surface_changed(&b.router, &router));
+            let changed = before.as_ref().is_none_or(|b| {
+                intent::offer_changed(b.config.tool_mode, config.tool_mode, || {
+                    surface_changed(&b.router, &router)
+                })
+            });
             self.install(
                 before.as_deref(),
                 Snapshot {
@@ -181,7 +189,9 @@ impl Proxy {
             return false;
         };
         let router = Router::build(&current.config, &self.pool.known_lists(&current.config));
-        let changed = surface_changed(&current.router, &router);
+        let mode = current.config.tool_mode;
+        let changed =
+            intent::offer_changed(mode, mode, || surface_changed(&current.router, &router));
         self.install(
             Some(&current),
             Snapshot {
@@ -218,9 +228,13 @@ impl Proxy {
     }
 
     /// The exposed tools. Servers whose list is not known are started (in parallel) first;
-    /// one that fails is left out and logged, the others are still listed.
+    /// one that fails is left out and logged, the others are still listed. In intent mode: its
+    /// four tools, starting nothing.
     pub async fn list_tools(&self, session: &SessionRef) -> Result<Arc<Vec<Tool>>, Error> {
         let snap = self.snapshot().ok_or(Error::NotReady)?;
+        if snap.config.tool_mode == ToolMode::Intent {
+            return Ok(intent::offered());
+        }
         let missing = snap.router.missing_lists().to_vec();
         if missing.is_empty() {
             return Ok(snap.router.tools());

@@ -87,21 +87,13 @@ impl Proxy {
         // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
         // error result it can read (as most MCP servers answer unknown tools). Failures of the
         // proxy itself stay JSON-RPC errors.
-        let as_result = matches!(
-            error,
-            Error::ToolDenied { .. }
-                | Error::UnknownTool(_)
-                | Error::RateLimited { .. }
-                | Error::InvalidArguments { .. }
-                | Error::ApprovalBusy { .. }
-                | Error::ApprovalRejected { .. }
-                | Error::ApprovalExpired { .. }
-                | Error::ApprovalUnavailable { .. }
-        );
+        let as_result = error.is_refusal();
         let outcome = match (&denied, as_result) {
             (Some(_), true) => Outcome::Denied,
             // A held call that ended without a decision (cancelled, shutdown).
             (Some(_), false) => Outcome::ProtocolError,
+            // Intent mode's checks of the call itself refuse before its tool is known.
+            (None, true) if error.decision().is_some() => Outcome::Denied,
             (None, true) => Outcome::ToolError,
             (None, false) => Outcome::ProtocolError,
         };
@@ -113,7 +105,13 @@ impl Proxy {
                 d.risk,
                 d.decision,
             ),
-            None => (None, None, None, None, "unknown"),
+            None => (
+                None,
+                None,
+                None,
+                None,
+                error.decision().unwrap_or("unknown"),
+            ),
         };
         let tool = clip(&req.name);
         tracing::info!(%tool, session = %req.session.id, error = %error, "tools/call refused");
@@ -213,6 +211,7 @@ impl Proxy {
             duration_ms: 0.0,
             argument_bytes: 0,
             arguments: None,
+            intent: None,
         };
         self.audit.record(config.audit.path.as_ref(), &record);
     }
@@ -278,6 +277,29 @@ impl Proxy {
         );
     }
 
+    /// Records a call the proxy answered itself (intent mode's `retrieve_tools`): no server.
+    pub(super) fn answered(
+        &self,
+        snap: &Snapshot,
+        req: &CallRequest,
+        started: Instant,
+        result: &CallToolResponse,
+    ) {
+        let outcome = match result {
+            CallToolResponse::Complete(r) if r.is_error == Some(true) => Outcome::ToolError,
+            _ => Outcome::Ok,
+        };
+        self.metrics.call(
+            "(proxy)",
+            &req.name,
+            outcome.as_str(),
+            started.elapsed().as_secs_f64(),
+        );
+        self.write_audit(
+            snap, req, None, None, None, "allowed", None, outcome, None, started, None,
+        );
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn write_audit(
         &self,
@@ -329,6 +351,7 @@ impl Proxy {
             } else {
                 None
             },
+            intent: req.intent.as_ref().map(|declared| declared.audit()),
         };
         self.audit.record(config.audit.path.as_ref(), &record);
     }

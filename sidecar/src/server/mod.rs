@@ -163,6 +163,7 @@ impl ServerHandler for Front {
                 request_id: context.id,
                 ct: context.ct,
                 session,
+                intent: None,
             })
             .await
             .map_err(Into::into)
