@@ -5,7 +5,9 @@ with `orchestrator-cli task approve|reject` (a ToolApproval); the verdict reache
 through the task's ConfigMap and the agent gets the call's result, the rejection, or, when nobody
 decides in time, the expiry. And who may decide: only an identity with the chart's
 `orchestrator-approver` ClusterRole (403 for others, the task pod's own ServiceAccount
-included), and only in its own name (the chart's admission policy).
+included), and only in its own name (the chart's admission policy). Then intent mode with the
+same agent: four tools offered, a search, a read through call_tool_read, a declared intent that
+does not fit refused, and approval holding a call made through call_tool_read.
 
 Needs the cluster with its real node (`./test` provides it).
 """
@@ -175,3 +177,73 @@ def test_approve_reject_and_expire_while_claude_code_waits_and_only_approvers_de
         assert reason in reasons, reasons
     described = story.cli("task", "describe", TASK)
     assert "Approvals:" in described.stdout and "alice: not today" in described.stdout, described.stdout
+
+
+class IntentCalls:
+    """In intent mode: what the model is offered, a search, a read through call_tool_read, a
+    declared intent that does not fit, and a held call through call_tool_read."""
+
+    def __init__(self):
+        self.offered: list[str] = []
+        self.results: dict[str, str] = {}
+
+    def __call__(self, first):
+        self.offered = first.mcp_tools()
+        steps = {
+            "search": ("retrieve_tools", {"query": "sum"}),
+            "read": ("call_tool_read", {"name": "everything__get-sum", "args": {"a": 2, "b": 3},
+                                        "intent": {"operation_type": "read", "reason": "add"}}),
+            "mismatch": ("call_tool_read", {"name": "everything__get-sum", "args": {"a": 1, "b": 1},
+                                            "intent": {"operation_type": "write"}}),
+            "held": ("call_tool_read", {"name": "everything__echo", "args": {"message": "intent held"},
+                                        "intent": {"operation_type": "read"}}),
+        }
+        for step, (tool, arguments) in steps.items():
+            r = yield tool_use(MCP + tool, arguments)
+            self.results[step] = tool_result_text(r)
+        yield text("done")
+
+
+def test_intent_mode_on_the_real_node_offers_four_tools_checks_the_intent_and_still_holds_for_approval(story: Story):
+    script = IntentCalls()
+    story.model.stop()
+    story.model = ScriptedModel(script, port=MODEL_PORT).start()
+    story.cleanup.callback(story.model.stop)
+    ns, task = story.work_ns, "intent"
+    taskrun = {
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": task},
+        "spec": {
+            "taskId": 3002, "serviceName": "approval", "task": {"prompt": "add two numbers"},
+            "agent": {"env": [
+                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
+                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
+            "podTemplate": {
+                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+            },
+            "toolConfig": {
+                "policy": {"toolMode": "intent",
+                           "requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 120}},
+                "mcpServers": [{"name": "everything", "tools": {"allow": ["echo", "get-sum"]}}],
+            },
+        },
+    }
+    story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(taskrun))
+
+    def held():
+        tr = story.json("get", "taskrun", task, "-n", ns)
+        return next((a for a in tr.get("status", {}).get("approvals", []) if a["state"] == "Pending"), None)
+
+    request = wait_until("the intent-mode call to be held", held, timeout=180, interval=0.3)
+    assert script.offered == ["call_tool_destructive", "call_tool_read", "call_tool_write", "retrieve_tools"], script.offered
+    found = json.loads(script.results["search"])
+    sums = [t for t in found["tools"] if t["name"] == "everything__get-sum"]
+    assert sums and sums[0]["call_with"] == "call_tool_read", found
+    assert script.results["read"] == "The sum of 2 and 3 is 5.", script.results
+    mismatch = script.results["mismatch"]
+    assert mismatch.startswith("ERROR") and "Intent mismatch: tool is call_tool_read but intent declares write" in mismatch, mismatch
+    assert (request["server"], request["tool"]) == ("everything", "echo"), request
+    decided = story.cli("--as", "alice", "task", "approve", task, request["id"])
+    assert decided.returncode == 0, decided.stderr
+    wait_until("the held intent call's result", lambda: "held" in script.results, timeout=60, interval=0.2)
+    assert script.results["held"] == "Echo: intent held", script.results
