@@ -79,6 +79,25 @@ def pending(story: Story, message: str) -> dict:
     return wait_until(f"the call {message!r} to be listed as pending", find, timeout=120, interval=0.2)
 
 
+def apply_task(story: Story, name: str, task_id: int, prompt: str, tool_config: dict) -> None:
+    """A TaskRun on the real node whose agent (Claude Code) talks to the scripted model."""
+    taskrun = {
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": name},
+        "spec": {
+            "taskId": task_id, "serviceName": "approval", "task": {"prompt": prompt},
+            "agent": {"env": [
+                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
+                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
+            "podTemplate": {
+                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+            },
+            "toolConfig": tool_config,
+        },
+    }
+    story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
+
+
 def cli_as(story: Story, user: str, *args: str) -> subprocess.CompletedProcess:
     return story.cli("--as", user, *args)
 
@@ -93,24 +112,10 @@ def test_approve_reject_and_expire_while_claude_code_waits_and_only_approvers_de
     story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver", "--user=alice")
     story.kubectl("create", "role", "taskrun-reader", "-n", ns, "--verb=get,list,watch", "--resource=taskruns.orchestrator.io")
     story.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=taskrun-reader", "--user=mallory")
-    taskrun = {
-        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": TASK},
-        "spec": {
-            "taskId": 3001, "serviceName": "approval", "task": {"prompt": "echo three things"},
-            "agent": {"env": [
-                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
-                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
-            "podTemplate": {
-                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
-                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
-            },
-            "toolConfig": {
-                "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": TIMEOUT}},
-                "mcpServers": [{"name": "everything", "tools": {"allow": ["echo", "get-sum"]}}],
-            },
-        },
-    }
-    story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(taskrun))
+    apply_task(story, TASK, 3001, "echo three things", {
+        "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": TIMEOUT}},
+        "mcpServers": [{"name": "everything", "tools": {"allow": ["echo", "get-sum"]}}],
+    })
 
     # 1. The first call is held: listed with a summary of its arguments, and the agent waits.
     first = pending(story, "approve me")
@@ -210,25 +215,10 @@ def test_intent_mode_on_the_real_node_offers_four_tools_checks_the_intent_and_st
     story.model = ScriptedModel(script, port=MODEL_PORT).start()
     story.cleanup.callback(story.model.stop)
     ns, task = story.work_ns, "intent"
-    taskrun = {
-        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": task},
-        "spec": {
-            "taskId": 3002, "serviceName": "approval", "task": {"prompt": "add two numbers"},
-            "agent": {"env": [
-                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
-                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
-            "podTemplate": {
-                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
-                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
-            },
-            "toolConfig": {
-                "policy": {"toolMode": "intent",
-                           "requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 120}},
-                "mcpServers": [{"name": "everything", "tools": {"allow": ["echo", "get-sum"]}}],
-            },
-        },
-    }
-    story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(taskrun))
+    apply_task(story, task, 3002, "add two numbers", {
+        "policy": {"toolMode": "intent", "requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 120}},
+        "mcpServers": [{"name": "everything", "tools": {"allow": ["echo", "get-sum"]}}],
+    })
 
     def held():
         tr = story.json("get", "taskrun", task, "-n", ns)
