@@ -251,7 +251,7 @@ pub async fn reconcile(
             .await?;
     }
     for t in transitions {
-        let (kind, reason, note) = describe(&t.approval);
+        let (kind, reason, note) = describe(&t.approval, &name);
         tracing::info!(approval = %t.approval.id, state = t.approval.state.as_str(), "approval");
         events::publish(ctx, tr, kind, reason, "Approve", note).await;
     }
@@ -259,7 +259,7 @@ pub async fn reconcile(
 }
 
 /// The Event of a transition: its type, reason and note.
-fn describe(a: &Approval) -> (EventType, &'static str, String) {
+fn describe(a: &Approval, task: &str) -> (EventType, &'static str, String) {
     let call = format!("{} of {}/{}", a.id, a.server, a.tool);
     let by = a.decided_by.as_deref().unwrap_or("unknown");
     let because = a
@@ -272,9 +272,8 @@ fn describe(a: &Approval) -> (EventType, &'static str, String) {
             EventType::Normal,
             "ApprovalRequested",
             format!(
-                "call {call} waits for approval until {} (orchestrator-cli task approve|reject {} {}); arguments: {}",
+                "call {call} waits for approval until {} (orchestrator-cli task approve|reject {task} {}); arguments: {}",
                 a.expires_at,
-                "TASK",
                 a.id,
                 summary(&a.arguments)
             ),
