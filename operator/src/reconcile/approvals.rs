@@ -131,19 +131,30 @@ pub fn merge(
             approval: approval.clone(),
         });
     }
-    bound(&mut approvals);
+    // Decided entries in the order they were decided: the newly decided go last.
+    let (mut kept, decided_now): (Vec<_>, Vec<_>) = approvals.into_iter().partition(|a| {
+        !transitions
+            .iter()
+            .any(|t| t.approval.id == a.id && a.state != ApprovalState::Pending)
+    });
+    kept.extend(decided_now);
+    let mut approvals = kept;
+    bound(&mut approvals, requests);
     (approvals, transitions)
 }
 
-/// Keeps every pending approval and the last [`MAX_DECIDED`] decided ones.
-fn bound(approvals: &mut Vec<Approval>) {
+/// Keeps every pending approval and the last [`MAX_DECIDED`] decided ones (oldest decided go
+/// first), and never one the proxy still holds: its verdict must reach it.
+fn bound(approvals: &mut Vec<Approval>, requests: Option<&[ApprovalRequest]>) {
+    let held = |a: &Approval| requests.is_some_and(|r| r.iter().any(|q| q.id == a.id));
+    let droppable = |a: &Approval| a.state != ApprovalState::Pending && !held(a);
     let decided = approvals
         .iter()
         .filter(|a| a.state != ApprovalState::Pending)
         .count();
     let mut drop = decided.saturating_sub(MAX_DECIDED);
     approvals.retain(|a| {
-        if drop > 0 && a.state != ApprovalState::Pending {
+        if drop > 0 && droppable(a) {
             drop -= 1;
             false
         } else {
@@ -410,6 +421,57 @@ mod tests {
         // A Lease that never published requests withdraws nothing.
         let (kept, t) = merge(&pending, None, |_| None, at("2026-01-01T00:02:00Z"));
         assert_eq!((kept[0].state, t.len()), (ApprovalState::Pending, 0));
+    }
+
+    #[test]
+    fn a_request_decided_after_twenty_others_keeps_its_verdict() {
+        let mut requests: Vec<_> = (0..21).map(|i| request(&format!("r{i:02}"))).collect();
+        let (mut approvals, _) = merge(&[], Some(&requests), |_| None, at("2026-01-01T00:01:00Z"));
+        // r01..r20 are rejected and leave the proxy; r00 still waits.
+        (approvals, _) = merge(
+            &approvals,
+            Some(&requests),
+            |id| (id != "r00").then(|| decided(id, Decision::Reject, "2026-01-01T00:02:00Z")),
+            at("2026-01-01T00:02:00Z"),
+        );
+        requests.truncate(1);
+        let (approvals, _) = merge(
+            &approvals,
+            Some(&requests),
+            |_| None,
+            at("2026-01-01T00:02:30Z"),
+        );
+        let (approvals, t) = merge(
+            &approvals,
+            Some(&requests),
+            |id| (id == "r00").then(|| decided(id, Decision::Approve, "2026-01-01T00:03:00Z")),
+            at("2026-01-01T00:03:00Z"),
+        );
+        assert_eq!(t.len(), 1);
+        // The oldest decided (r01) went; r00, decided last, stays with its verdict.
+        assert_eq!(approvals.len(), MAX_DECIDED);
+        assert!(!approvals.iter().any(|a| a.id == "r01"));
+        assert_eq!(
+            approvals.last().map(|a| a.id.as_str()),
+            Some("r00"),
+            "decided last, listed last"
+        );
+        assert!(
+            verdicts(&approvals)
+                .iter()
+                .any(|v| v.id == "r00" && v.decision == Decision::Approve)
+        );
+        // Decided entries the proxy still holds are never dropped, even past the bound.
+        let all_held: Vec<_> = (0..25).map(|i| request(&format!("h{i:02}"))).collect();
+        let (held, _) = merge(&[], Some(&all_held), |_| None, at("2026-01-01T00:01:00Z"));
+        let (held, _) = merge(
+            &held,
+            Some(&all_held),
+            |id| Some(decided(id, Decision::Approve, "2026-01-01T00:02:00Z")),
+            at("2026-01-01T00:02:00Z"),
+        );
+        assert_eq!(held.len(), 25);
+        assert_eq!(verdicts(&held).len(), 25);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
-use orchestrator_crds::approval::{ApprovalRequest, MAX_PENDING, REQUESTS_ANNOTATION};
+use orchestrator_crds::approval::{
+    ApprovalRequest, MAX_PENDING, MAX_SUMMARY_CHARS, MAX_SUMMARY_KEYS, REQUESTS_ANNOTATION,
+};
 use orchestrator_crds::taskrun::conditions as ct;
 
 use super::children::Index;
@@ -60,6 +62,11 @@ pub fn lease_facts(lease: &PartialObjectMeta<Lease>) -> Option<LeaseFacts> {
         .get(REQUESTS_ANNOTATION)
         .and_then(|v| match serde_json::from_str::<Vec<ApprovalRequest>>(v) {
             Ok(mut requests) => {
+                let before = requests.len();
+                requests.retain(well_formed);
+                if requests.len() != before {
+                    tracing::warn!(lease = %lease.name_any(), dropped = before - requests.len(), "ignoring approval requests with oversized or malformed fields");
+                }
                 requests.truncate(MAX_PENDING);
                 Some(requests)
             }
@@ -69,4 +76,50 @@ pub fn lease_facts(lease: &PartialObjectMeta<Lease>) -> Option<LeaseFacts> {
             }
         });
     (served.is_some() || requests.is_some()).then_some(LeaseFacts { served, requests })
+}
+
+/// Whether a request's fields are within what a proxy writes (`orchestrator_crds::approval`):
+/// anything else did not come from our proxy, and would only bloat the status.
+fn well_formed(r: &ApprovalRequest) -> bool {
+    let short = |s: &str, max: usize| !s.is_empty() && s.len() <= max;
+    short(&r.id, 64)
+        && r.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && short(&r.server, 128)
+        && short(&r.tool, 128)
+        && short(&r.requested_at, 64)
+        && short(&r.expires_at, 64)
+        && r.arguments.len() <= MAX_SUMMARY_KEYS + 1
+        && r.arguments
+            .iter()
+            .all(|(k, v)| k.len() <= 4 * MAX_SUMMARY_CHARS && v.len() <= 16 * MAX_SUMMARY_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversized_or_malformed_requests_are_dropped() {
+        let lease = |requests: serde_json::Value| -> PartialObjectMeta<Lease> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "t", "annotations": {REQUESTS_ANNOTATION: requests.to_string()}}}))
+            .unwrap_or_else(|e| panic!("a Lease: {e}"))
+        };
+        let ok = serde_json::json!({"id": "a1b2c3d4", "server": "fs", "tool": "write",
+            "arguments": {"path": "\"/w\""}, "requestedAt": "2026-01-01T00:00:00Z",
+            "expiresAt": "2026-01-01T00:05:00Z"});
+        let mut huge = ok.clone();
+        huge["tool"] = serde_json::json!("x".repeat(10_000));
+        let mut bad_id = ok.clone();
+        bad_id["id"] = serde_json::json!("../../etc");
+        let facts = lease_facts(&lease(serde_json::json!([ok, huge, bad_id]))).unwrap_or_default();
+        let ids: Vec<_> = facts
+            .requests
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, ["a1b2c3d4"]);
+    }
 }
