@@ -228,10 +228,10 @@ pub fn summarize(
     let Some(arguments) = arguments else {
         return out;
     };
-    for (key, value) in arguments.iter().take(MAX_SUMMARY_KEYS) {
-        let key = clip(key, MAX_SUMMARY_CHARS);
+    for (full_key, value) in arguments.iter().take(MAX_SUMMARY_KEYS) {
+        let key = clip(full_key, MAX_SUMMARY_CHARS);
         let shown = match value {
-            _ if secret_key(&key) => "<redacted>".to_string(),
+            _ if secret_key(full_key) => "<redacted>".to_string(),
             Value::String(s) if looks_like_credential(s) => "<redacted>".to_string(),
             Value::String(s) if s.chars().count() > MAX_SUMMARY_CHARS => format!(
                 "{:?}… ({} chars)",
@@ -275,8 +275,10 @@ fn secret_key(key: &str) -> bool {
     .any(|word| key.contains(word))
 }
 
-/// A value shaped like a credential: a known token prefix, or a long unbroken run of
-/// letters, digits and `-_+/=` (an API key, a JWT, base64 of a secret).
+/// A value holding something shaped like a credential anywhere in it: a known token prefix, a
+/// long unbroken run of letters, digits and `-_+/=.` (an API key, a JWT, base64 of a secret), or
+/// a secret-sounding name followed by `=` or `:` (`PGPASSWORD=...`, `"api_key": "..."`). The value
+/// is cut into runs at every other character, so quotes, `@`, `:` and spaces hide nothing.
 fn looks_like_credential(value: &str) -> bool {
     const PREFIXES: [&str; 8] = [
         "sk-",
@@ -288,15 +290,31 @@ fn looks_like_credential(value: &str) -> bool {
         "AKIA",
         "eyJ",
     ];
-    let value = value.trim();
-    PREFIXES.iter().any(|p| value.starts_with(p))
-        || value.split_whitespace().any(|word| {
-            word.len() >= 32
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_+/=.".contains(c))
-                && word.chars().any(|c| c.is_ascii_digit())
-                && word.chars().any(|c| c.is_ascii_alphabetic())
+    let credential_char = |c: char| c.is_ascii_alphanumeric() || "-_+/=.".contains(c);
+    let run_is_secret = |run: &str| {
+        PREFIXES.iter().any(|p| run.starts_with(p))
+            || (run.len() >= 32
+                && run.chars().any(|c| c.is_ascii_digit())
+                && run.chars().any(|c| c.is_ascii_alphabetic()))
+    };
+    if value
+        .split(|c: char| !credential_char(c))
+        .any(run_is_secret)
+    {
+        return true;
+    }
+    // A secret-sounding name with a value after it.
+    let lower = value.to_ascii_lowercase();
+    lower
+        .match_indices(|c: char| c == '=' || c == ':')
+        .any(|(at, _)| {
+            let name: String = lower[..at]
+                .trim_end_matches(['"', '\'', ' '])
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                .collect();
+            secret_key(&name.chars().rev().collect::<String>())
         })
 }
 
@@ -349,6 +367,27 @@ mod tests {
         assert_eq!(summary["force"], "true");
         let text = serde_json::to_string(&summary).unwrap_or_default();
         assert!(!text.contains("hunter2") && !text.contains("ghp_abc"));
+    }
+
+    #[test]
+    fn credentials_inside_longer_text_are_redacted_too() {
+        let args = json!({
+            "command": "curl -H \"Authorization: Bearer ghp_abcdefabcdefabcdef\" https://x",
+            "url": "https://x-access-token:ghs_abcdefabcdef@github.com/o/r.git",
+            "body": "{\"api_key\":\"k123\"}",
+            "env": "PGPASSWORD=hunter2 psql",
+            "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx_token": "t0k3n",
+            "note": "keep the build green",
+        });
+        let summary = summarize(args.as_object());
+        for key in ["command", "url", "body", "env"] {
+            assert_eq!(summary[key], "<redacted>", "{key}: {}", summary[key]);
+        }
+        assert!(
+            summary.values().filter(|v| *v == "<redacted>").count() == 5,
+            "{summary:?}"
+        );
+        assert_eq!(summary["note"], "\"keep the build green\"");
     }
 
     #[test]

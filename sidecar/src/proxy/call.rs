@@ -47,7 +47,7 @@ impl Proxy {
         };
         let mut fetched = false;
         let mut fetch_errors = Vec::new();
-        let route: Route = loop {
+        let mut route: Route = loop {
             match snap.router.lookup(&req.name) {
                 Lookup::Routed(route) => break route.clone(),
                 Lookup::Denied {
@@ -97,6 +97,32 @@ impl Proxy {
             Ok(approved) => approved,
             Err(answered) => return *answered,
         };
+        // The wait may have been long: an approved call goes on only if its tool is still on
+        // offer, with the definition that was approved, under the config in force now.
+        if approved.is_some() {
+            snap = self.snapshot().ok_or(Error::NotReady)?;
+            match snap.router.lookup(&req.name) {
+                Lookup::Routed(now)
+                    if now.server.name == route.server.name
+                        && now.definition == route.definition =>
+                {
+                    route = now.clone();
+                }
+                _ => {
+                    let rule = format!(
+                        "the tool was withdrawn or changed while its call waited for approval (servers[{}])",
+                        route.server.name
+                    );
+                    let error = Error::ToolDenied {
+                        tool: req.name.clone(),
+                        server: route.server.name.clone(),
+                        rule: rule.clone(),
+                    };
+                    let denial = Denial::by_policy(&route, rule, "denied").held(approved);
+                    return self.refuse(&snap, &req, started, error, Some(denial));
+                }
+            }
+        }
         if let Err(refused) = self.check_limits(&route, &req) {
             let (error, denial) = *refused;
             let denial = denial.held(approved);

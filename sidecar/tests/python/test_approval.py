@@ -246,6 +246,35 @@ async def test_a_rejected_call_never_reaches_the_upstream_and_says_who_and_why(m
     assert proxy.metric("mcp_proxy_tool_calls_total", server="every", tool="every__echo", outcome="rejected") == 1
 
 
+async def test_an_approved_call_whose_tool_was_withdrawn_meanwhile_is_refused(make_proxy, kube, task, tools, tmp_path):
+    """The wait can be long: what counts is the config when the approval comes, not before."""
+    workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"]}, record=record)
+    proxy = start(make_proxy, kube, task, config, workdir)
+    await await_for(lambda: reloads(proxy)[2] == 1, what="the watch to deliver the ConfigMap")
+    results = []
+    async with Client(proxy.url, mode="legacy") as client:
+
+        async def call():
+            results.append(await client.call_tool("every__echo", {"message": "hello"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [request] = await held(task)
+            # add-context takes echo away while the call waits.
+            narrowed = dict(config, contextVersion=2)
+            narrowed["servers"] = [dict(config["servers"][0], tools={"allow": ["get-sum"]})]
+            kube.merge_patch(f"/api/v1/namespaces/{task.namespace}/configmaps/{CONFIGMAP}",
+                             {"data": {"proxy.yaml": to_yaml(narrowed)}})
+            await await_for(lambda: reloads(proxy)[0] >= 1, what="the narrowed config to apply")
+            task.decide(request["id"], "approve", "alice@example.com")
+        [refused] = results
+    assert refused.is_error, text_of(refused)
+    assert "withdrawn or changed while its call waited for approval" in text_of(refused), text_of(refused)
+    assert proxy_meta(refused)["code"] == "PROXY.TOOL_DENIED"
+    assert "echo" not in recorded_calls(record), "the withdrawn tool's call reached the upstream"
+
+
 async def test_an_undecided_call_expires_and_a_late_verdict_is_ignored(make_proxy, kube, task, tools, tmp_path):
     workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
     config = proxy_config(tools, workdir, task.namespace, {"risk": "read", "timeoutSeconds": 2}, record=record)
