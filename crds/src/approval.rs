@@ -305,17 +305,15 @@ fn looks_like_credential(value: &str) -> bool {
     }
     // A secret-sounding name with a value after it.
     let lower = value.to_ascii_lowercase();
-    lower
-        .match_indices(|c: char| c == '=' || c == ':')
-        .any(|(at, _)| {
-            let name: String = lower[..at]
-                .trim_end_matches(['"', '\'', ' '])
-                .chars()
-                .rev()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-                .collect();
-            secret_key(&name.chars().rev().collect::<String>())
-        })
+    lower.match_indices(['=', ':']).any(|(at, _)| {
+        let name: String = lower[..at]
+            .trim_end_matches(['"', '\'', ' '])
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect();
+        secret_key(&name.chars().rev().collect::<String>())
+    })
 }
 
 #[cfg(test)]
