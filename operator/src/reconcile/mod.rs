@@ -378,6 +378,9 @@ async fn blocked(
     let mut status = TaskRunStatus {
         observed_generation: tr.metadata.generation,
         conditions: Vec::new(),
+        // Written on their own, under their own field manager (`approvals.rs`): never here,
+        // where a lagging cache could put a decided approval back to pending.
+        approvals: Vec::new(),
         ..previous.clone()
     };
     let state = job.cloned().or_else(|| status::remembered(previous));
