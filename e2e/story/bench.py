@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from story import (  # noqa: E402
     MCP,
     MODEL_PORT,
-    REAL_NODE,
     ScriptedModel,
     Story,
     StoryError,
+    agent_task,
     check,
     diagnosis,
     text,
@@ -70,20 +70,8 @@ def start_busy_task(story: Story) -> BusyAgent:
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "anthropic"},
               "stringData": {"api-key": "sk-ant-stand-in-bench"}}
     story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(secret))
-    taskrun = {
-        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": "task-1001"},
-        "spec": {
-            "taskId": 1001, "serviceName": "bench", "task": {"prompt": "stay busy"},
-            "agent": {"env": [
-                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
-                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
-            "podTemplate": {
-                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
-                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
-            },
-            "toolConfig": {"mcpServers": [{"name": "everything", "tools": {"deny": ["get-env"]}}]},
-        },
-    }
+    taskrun = agent_task("task-1001", 1001, "bench", "stay busy",
+                         {"mcpServers": [{"name": "everything", "tools": {"deny": ["get-env"]}}]})
     story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
     try:
         story.model.wait_for(lambda r: True, timeout=120, what="the agent's first request")

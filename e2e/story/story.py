@@ -328,6 +328,25 @@ class AgentScript:
         yield text("Done: the todo-api facts are in the knowledge graph; 2 + 3 = 5.")
 
 
+def agent_task(name: str, task_id: int, service: str, prompt: str, tool_config: dict) -> dict:
+    """A TaskRun on the real node whose agent (Claude Code, the default) talks to the scripted
+    model on MODEL_PORT, with the API key from the Secret `anthropic`."""
+    return {
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": name},
+        "spec": {
+            "taskId": task_id, "serviceName": service, "task": {"prompt": prompt},
+            "agent": {"env": [
+                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
+                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
+            "podTemplate": {
+                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+            },
+            "toolConfig": tool_config,
+        },
+    }
+
+
 @dataclass
 class Story:
     say: callable = print

@@ -282,7 +282,7 @@ impl Router {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     use crate::config::valid as config;
@@ -423,7 +423,12 @@ servers:
         assert!(matches!(empty.lookup("secret"), Lookup::Unknown));
     }
 
-    fn annotated(name: &str, read_only: Option<bool>, destructive: Option<bool>) -> Tool {
+    /// A tool with these hints (also for other modules' tests).
+    pub(crate) fn annotated(
+        name: &str,
+        read_only: Option<bool>,
+        destructive: Option<bool>,
+    ) -> Tool {
         let mut t = tool(name);
         let mut hints = rmcp::model::ToolAnnotations::new();
         if let Some(r) = read_only {

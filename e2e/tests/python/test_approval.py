@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 from story import (  # noqa: E402
     MCP,
     MODEL_PORT,
-    REAL_NODE,
     ScriptedModel,
     Story,
+    agent_task,
     text,
     tool_result_text,
     tool_use,
@@ -81,20 +81,7 @@ def pending(story: Story, message: str) -> dict:
 
 def apply_task(story: Story, name: str, task_id: int, prompt: str, tool_config: dict) -> None:
     """A TaskRun on the real node whose agent (Claude Code) talks to the scripted model."""
-    taskrun = {
-        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": name},
-        "spec": {
-            "taskId": task_id, "serviceName": "approval", "task": {"prompt": prompt},
-            "agent": {"env": [
-                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
-                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
-            "podTemplate": {
-                "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
-                "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
-            },
-            "toolConfig": tool_config,
-        },
-    }
+    taskrun = agent_task(name, task_id, "approval", prompt, tool_config)
     story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
 
 

@@ -59,20 +59,15 @@ pub fn decision_facts(approval: &ToolApproval) -> Option<DecisionFacts> {
     })
 }
 
-/// One change of an approval's state, for its Event.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Transition {
-    pub approval: Approval,
-}
-
 /// The new `status.approvals` from the old, the proxy's requests (`None`: never published) and
-/// the decisions found for pending ids; with the transitions, in order.
+/// the decisions found for pending ids; with each approval whose state changed (an Event each),
+/// in order.
 pub fn merge(
     old: &[Approval],
     requests: Option<&[ApprovalRequest]>,
     decision: impl Fn(&str) -> Option<DecisionFacts>,
     now: Timestamp,
-) -> (Vec<Approval>, Vec<Transition>) {
+) -> (Vec<Approval>, Vec<Approval>) {
     let mut approvals: Vec<Approval> = old.to_vec();
     let mut transitions = Vec::new();
     for request in requests.unwrap_or_default() {
@@ -91,9 +86,7 @@ pub fn merge(
             decided_at: None,
             reason: None,
         };
-        transitions.push(Transition {
-            approval: approval.clone(),
-        });
+        transitions.push(approval.clone());
         approvals.push(approval);
     }
     for approval in approvals
@@ -127,15 +120,13 @@ pub fn merge(
         } else {
             continue;
         }
-        transitions.push(Transition {
-            approval: approval.clone(),
-        });
+        transitions.push(approval.clone());
     }
     // Decided entries in the order they were decided: the newly decided go last.
     let (mut kept, decided_now): (Vec<_>, Vec<_>) = approvals.into_iter().partition(|a| {
         !transitions
             .iter()
-            .any(|t| t.approval.id == a.id && a.state != ApprovalState::Pending)
+            .any(|t| t.id == a.id && a.state != ApprovalState::Pending)
     });
     kept.extend(decided_now);
     let mut approvals = kept;
@@ -262,8 +253,8 @@ pub async fn reconcile(
             .await?;
     }
     for t in transitions {
-        let (kind, reason, note) = describe(&t.approval, &name);
-        tracing::info!(approval = %t.approval.id, state = t.approval.state.as_str(), "approval");
+        let (kind, reason, note) = describe(&t, &name);
+        tracing::info!(approval = %t.id, state = t.state.as_str(), "approval");
         events::publish(ctx, tr, kind, reason, "Approve", note).await;
     }
     Ok(next_expiry(&approvals, now))

@@ -440,3 +440,15 @@ def recorded_calls(log: Path) -> list[str]:
     """The tool names of the `tools/call` requests a `recorded` server received, in order."""
     received = [json.loads(line) for line in log.read_text().splitlines()]
     return [m["params"]["name"] for m in received if m.get("method") == "tools/call"]
+
+
+@pytest.fixture(scope="module")
+def kube():
+    """The real API server that ./test brings up ($KUBECONFIG, else <repo>/e2e/.cluster/kubeconfig),
+    with admin credentials; the module is skipped without one."""
+    from kubeapi import Kube, kubeconfig_path
+
+    path = kubeconfig_path()
+    if not path.exists():
+        pytest.skip(f"no Kubernetes API server: {path} does not exist (./test brings the cluster up; or set KUBECONFIG)")
+    return Kube(path)

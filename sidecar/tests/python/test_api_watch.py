@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 
 from conftest import SUPPORT, alive, await_for, free_port, to_yaml, wait_for
-from kubeapi import Kube, Relay, kubeconfig_path
+from kubeapi import Kube, Relay
 
 SERVED = "orchestrator.io/served-context-version"
 POD = "task-a-7xk2p"
@@ -31,14 +31,6 @@ LEASE = "task-a-served"
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def kube() -> Kube:
-    path = kubeconfig_path()
-    if not path.exists():
-        pytest.skip(f"no Kubernetes API server: {path} does not exist (./test brings the cluster up; or set KUBECONFIG)")
-    return Kube(path)
 
 
 class Task:

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from conftest import await_for, recorded, recorded_calls, text_of, to_yaml, write_configmap
-from kubeapi import Kube, kubeconfig_path
+from kubeapi import Kube
 
 pytestmark = pytest.mark.anyio
 
@@ -36,14 +36,6 @@ SECRET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def kube() -> Kube:
-    path = kubeconfig_path()
-    if not path.exists():
-        pytest.skip(f"no Kubernetes API server: {path} does not exist (./test brings the cluster up; or set KUBECONFIG)")
-    return Kube(path)
 
 
 class Task:

@@ -183,17 +183,8 @@ mod tests {
         read_only: Option<bool>,
         destructive: Option<bool>,
     ) -> Tool {
-        let mut t = Tool::default();
-        t.name = name.to_string().into();
+        let mut t = crate::router::tests::annotated(name, read_only, destructive);
         t.description = Some(description.to_string().into());
-        let mut hints = rmcp::model::ToolAnnotations::new();
-        if let Some(r) = read_only {
-            hints = hints.read_only(r);
-        }
-        if let Some(d) = destructive {
-            hints = hints.destructive(d);
-        }
-        t.annotations = Some(hints);
         t
     }
 
