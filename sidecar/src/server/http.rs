@@ -18,7 +18,7 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{Front, hosts, limits};
+use super::{Front, hosts, limits, sessions};
 use crate::proxy::Proxy;
 
 /// The HTTP front's settings (flags).
@@ -50,11 +50,10 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         // sessions keep rmcp's SSE answers.
         .with_json_response(true)
         .with_cancellation_token(cancel.clone());
-    let cap = Arc::new(limits::SessionCap {
-        manager: sessions.clone(),
-        max: settings.max_sessions,
-        creating: Default::default(),
-    });
+    let cap = Arc::new(sessions::SessionCap::new(
+        sessions.clone(),
+        settings.max_sessions,
+    ));
     let mcp = {
         let proxy = proxy.clone();
         StreamableHttpService::new(move || Ok(Front::new(proxy.clone())), sessions, config)
@@ -62,7 +61,7 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
         .layer(middleware::from_fn(session_delete_status))
-        .layer(middleware::from_fn_with_state(cap, limits::session_cap))
+        .layer(middleware::from_fn_with_state(cap, sessions::session_cap))
         .layer(middleware::from_fn(limits::read_body));
     // What the task runs, its rules and pids, its calls and its metrics are not for other web
     // pages.

@@ -1,13 +1,12 @@
 //! Bounds on what a client can make the HTTP front hold: the request body ([`MAX_BODY`], the same
-//! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]) and the number of initialize-era
-//! sessions (a configurable cap; over it an `initialize` gets a JSON-RPC error). Also the
-//! JSON-RPC answer to a body rmcp cannot read as a message.
+//! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]; the session cap is `sessions`'). Also
+//! the JSON-RPC answer to a body rmcp cannot read as a message.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use axum::{
     body::{Body, Bytes},
-    extract::{Request, State},
+    extract::Request,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
@@ -15,7 +14,6 @@ use axum::{
 use futures::StreamExt;
 use rmcp::{
     model::{ClientJsonRpcMessage, ProtocolVersion, RequestId},
-    transport::streamable_http_server::session::local::LocalSessionManager,
 };
 
 use crate::{error::Error, names::clip};
@@ -145,53 +143,9 @@ fn too_large() -> Response {
         .into_response()
 }
 
-/// The cap on initialize-era sessions.
-pub struct SessionCap {
-    pub manager: Arc<LocalSessionManager>,
-    pub max: usize,
-    /// Held from the count to the session's creation, so concurrent `initialize`s cannot
-    /// overshoot the cap.
-    pub creating: tokio::sync::Mutex<()>,
-}
-
-/// Refuses an `initialize` that would open a session beyond the cap, with a JSON-RPC error
-/// (`PROXY.TOO_MANY_SESSIONS`, HTTP 503). Requests that cannot open a session pass untouched.
-pub async fn session_cap(
-    State(cap): State<Arc<SessionCap>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if !may_open_session(&request) {
-        return next.run(request).await;
-    }
-    let _creating = cap.creating.lock().await;
-    if cap.manager.sessions.read().await.len() < cap.max {
-        return next.run(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    // The body is already whole (`read_body`): this only takes it.
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .unwrap_or_default();
-    let Some(id) = initialize_id(&bytes) else {
-        return next
-            .run(Request::from_parts(parts, Body::from(bytes)))
-            .await;
-    };
-    tracing::warn!(
-        limit = cap.max,
-        "refused a new client session: too many open"
-    );
-    json_rpc_error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        Error::TooManySessions { limit: cap.max },
-        Some(id),
-    )
-}
-
 /// A POST without a session id on the initialize lifecycle (2026-07-28 requests carry their
 /// version and never open a session).
-fn may_open_session(request: &Request) -> bool {
+pub(super) fn may_open_session(request: &Request) -> bool {
     request.method() == http::Method::POST
         && !request.headers().contains_key("mcp-session-id")
         && !modern(request.headers())
@@ -205,7 +159,7 @@ fn modern(headers: &HeaderMap) -> bool {
 }
 
 /// The id of an `initialize` request, if that is what `body` is.
-fn initialize_id(body: &[u8]) -> Option<RequestId> {
+pub(super) fn initialize_id(body: &[u8]) -> Option<RequestId> {
     #[derive(serde::Deserialize)]
     struct Head<'a> {
         #[serde(borrow)]

@@ -9,6 +9,7 @@ pub mod hosts;
 pub mod http;
 pub mod limits;
 pub mod listener;
+pub mod sessions;
 
 use std::sync::{
     Arc,
