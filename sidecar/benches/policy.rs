@@ -143,8 +143,9 @@ async fn in_process(
             let Lookup::Routed(route) = router.lookup(std::hint::black_box("every__echo")) else {
                 bail!("echo is not routed");
             };
-            if let Err(problems) =
-                validators.check(&route.definition, &route.input_schema, Some(&args))
+            if let Err(problems) = validators
+                .check(&route.definition, &route.input_schema, Some(&args))
+                .await
             {
                 bail!("valid arguments refused: {problems:?}");
             }

@@ -135,7 +135,8 @@ pub enum Error {
     #[error("upstream server {server:?} could not be started: {reason}")]
     StartFailed { server: ServerName, reason: String },
 
-    #[error("upstream server {server:?} is restarting after {failures} failure(s); next attempt in {}ms", retry_in.as_millis())]
+    /// Starts are spaced by the restart backoff; the request can be made again after `retry_in`.
+    #[error("upstream server {server:?} is waiting out its restart backoff after {failures} failed start(s) or early exit(s); retry in {:.1}s", retry_in.as_secs_f64())]
     Backoff {
         server: ServerName,
         failures: u32,
@@ -344,6 +345,15 @@ impl Error {
                 data["server"] = json!(server);
                 data["rule"] = json!(limit);
                 data["retryAfterSeconds"] = json!(retry_after.as_secs_f64());
+            }
+            Error::Backoff {
+                server,
+                failures,
+                retry_in,
+            } => {
+                data["server"] = json!(server);
+                data["failures"] = json!(failures);
+                data["retryAfterSeconds"] = json!(retry_in.as_secs_f64());
             }
             Error::InvalidArguments {
                 server, problems, ..

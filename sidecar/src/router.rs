@@ -224,6 +224,16 @@ impl Router {
         self.routes.get(exposed)
     }
 
+    /// Whether an upstream listed `exposed` (on offer or not). Only such names, never a name a
+    /// client made up, become metric labels.
+    pub fn is_listed(&self, exposed: &str) -> bool {
+        self.routes.contains_key(exposed)
+            || self
+                .known
+                .iter()
+                .any(|k| exposed_name(self.prefix, &k.server, k.tool.as_str()).as_str() == exposed)
+    }
+
     /// Decides where an exposed name goes, or why it goes nowhere.
     pub fn lookup(&self, exposed: &str) -> Lookup<'_> {
         if let Some(route) = self.routes.get(exposed) {
@@ -395,6 +405,10 @@ servers:
             "the disabled server is never needed"
         );
         assert!(matches!(r.lookup("gh__delete_repo"), Lookup::Denied { .. }));
+        assert!(
+            !r.is_listed("gh__delete_repo"),
+            "denied by rule, but no upstream listed it"
+        );
         assert!(matches!(
             r.lookup("off__anything"),
             Lookup::Denied {
@@ -418,6 +432,9 @@ servers:
         assert_eq!(names, vec!["echo"]);
         assert!(matches!(r.lookup("echo"), Lookup::Routed(_)));
         assert!(matches!(r.lookup("secret"), Lookup::Denied { .. }));
+        // Listed (offered or denied) names may become metric labels; made-up ones may not.
+        assert!(r.is_listed("echo") && r.is_listed("secret"));
+        assert!(!r.is_listed("made_up"));
         let empty = Router::build(&c, &HashMap::new());
         assert!(matches!(empty.lookup("echo"), Lookup::NeedsLists(_)));
         assert!(matches!(empty.lookup("secret"), Lookup::Unknown));

@@ -1,77 +1,129 @@
 //! Argument validation: a call's arguments are checked against the tool's `inputSchema` before
 //! they leave the pod. Each schema is compiled once per definition hash and kept (bounded); a
-//! schema that does not compile (a remote `$ref`, a bad regex) is not enforced and said so once.
+//! schema that does not compile (a remote `$ref`, a bad regex) or is beyond [`MAX_SCHEMA_BYTES`]
+//! or [`MAX_SCHEMA_DEPTH`] is not enforced and said so once.
+//!
+//! The work of one check is bounded ([`super::budget`]): it runs on the calling thread within a
+//! small budget that every ordinary call fits in, and only a call that spends it is checked
+//! again on a blocking thread (at most [`HEAVY_AT_ONCE`] at a time) within the full budget, so
+//! the runtime thread that serves the other clients never stalls for long. A call over the full
+//! budget is refused.
 
 use std::{collections::HashMap, sync::Arc};
 
 use rmcp::model::JsonObject;
 use serde_json::Value;
 
-use super::definitions::DefinitionHash;
+use super::{
+    budget::{self, Budget, Budgeted},
+    definitions::DefinitionHash,
+};
 use crate::sync::lock;
 
 /// Compiled schemas kept at most; past it the cache starts over (a task has far fewer tools).
 const MAX_COMPILED: usize = 1024;
 /// Problems named in one error at most.
 const MAX_PROBLEMS: usize = 5;
+/// The largest input schema enforced (serialized bytes); a larger one is not compiled.
+pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+/// The deepest input schema enforced (nested objects and arrays).
+pub const MAX_SCHEMA_DEPTH: usize = 64;
+/// Steps a check may take on the calling (runtime) thread before it moves to a blocking one.
+const INLINE_STEPS: u64 = 10_000;
+/// Checks that ran past [`INLINE_STEPS`] running at once; more wait for a turn.
+pub const HEAVY_AT_ONCE: usize = 2;
 
 enum Compiled {
-    Enforced(jsonschema::Validator),
-    /// The schema could not be compiled: calls pass unchecked.
+    Enforced(jsonschema::Validator<Budgeted>),
+    /// The schema could not be compiled, or is too large to: calls pass unchecked.
     Unusable,
 }
 
 /// Compiled input schemas by definition hash.
-#[derive(Default)]
 pub struct Validators {
     compiled: std::sync::Mutex<HashMap<DefinitionHash, Arc<Compiled>>>,
+    heavy: tokio::sync::Semaphore,
+}
+
+impl Default for Validators {
+    fn default() -> Self {
+        Self {
+            compiled: Default::default(),
+            heavy: tokio::sync::Semaphore::new(HEAVY_AT_ONCE),
+        }
+    }
+}
+
+/// The outcome of one check, when it is not a pass.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// What is wrong, each naming the field (`arguments.path: ...`).
+    Invalid(Vec<String>),
+    /// The check took its whole budget without an answer.
+    TooCostly { steps: u64 },
+}
+
+impl Refused {
+    /// The problems to name in the refusal.
+    pub fn problems(self) -> Vec<String> {
+        match self {
+            Refused::Invalid(problems) => problems,
+            Refused::TooCostly { steps } => vec![format!(
+                "arguments: checking them against the tool's inputSchema took more than its \
+                 budget ({steps} steps into members and elements, at most {}s); send them less \
+                 deeply nested",
+                budget::DEADLINE.as_secs()
+            )],
+        }
+    }
 }
 
 impl Validators {
     /// Checks `arguments` (absent: `{}`) against `schema`, compiled once per `definition`.
-    /// `Err` lists what is wrong, each naming the field (`arguments.path: ...`).
-    pub fn check(
+    pub async fn check(
         &self,
         definition: &DefinitionHash,
         schema: &JsonObject,
         arguments: Option<&JsonObject>,
-    ) -> Result<(), Vec<String>> {
-        let compiled = self.compiled(definition, schema);
-        let Compiled::Enforced(validator) = &*compiled else {
+    ) -> Result<(), Refused> {
+        let compiled = self.compiled(definition, schema).await;
+        if matches!(*compiled, Compiled::Unusable) {
             return Ok(());
-        };
+        }
         let instance = match arguments {
             Some(args) => Value::Object(args.clone()),
             None => Value::Object(Default::default()),
         };
-        let problems: Vec<String> = validator
-            .iter_errors(&instance)
-            .take(MAX_PROBLEMS)
-            .map(|error| {
-                let field = error.instance_path().to_string().replace('/', ".");
-                // Masked: the message names the field and the rule, not the value (which the
-                // audit log records only when asked to).
-                format!("arguments{field}: {}", error.masked())
-            })
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
+        let inline = Budget::new(INLINE_STEPS, budget::DEADLINE);
+        if let Some(outcome) = check_within(&compiled, &instance, &inline) {
+            return outcome;
         }
+        // Costly: off the runtime thread, a few at a time, within the whole budget.
+        let Ok(_turn) = self.heavy.acquire().await else {
+            return Err(Refused::TooCostly {
+                steps: inline.spent(),
+            });
+        };
+        let run = tokio::task::spawn_blocking(move || {
+            let full = Budget::new(budget::STEPS, budget::DEADLINE);
+            check_within(&compiled, &instance, &full).unwrap_or(Err(Refused::TooCostly {
+                steps: full.spent(),
+            }))
+        });
+        run.await.unwrap_or(Err(Refused::TooCostly {
+            steps: budget::STEPS,
+        }))
     }
 
-    fn compiled(&self, definition: &DefinitionHash, schema: &JsonObject) -> Arc<Compiled> {
+    async fn compiled(&self, definition: &DefinitionHash, schema: &JsonObject) -> Arc<Compiled> {
         if let Some(c) = lock(&self.compiled).get(definition) {
             return c.clone();
         }
-        let compiled = match jsonschema::validator_for(&Value::Object(schema.clone())) {
-            Ok(v) => Compiled::Enforced(v),
-            Err(e) => {
-                tracing::warn!(definition = %definition, error = %e.masked(), "a tool's inputSchema does not compile; its calls are not validated");
-                Compiled::Unusable
-            }
-        };
+        let schema = Value::Object(schema.clone());
+        let name = definition.clone();
+        let compiled = tokio::task::spawn_blocking(move || compile(&name, &schema))
+            .await
+            .unwrap_or(Compiled::Unusable);
         let compiled = Arc::new(compiled);
         let mut all = lock(&self.compiled);
         if all.len() >= MAX_COMPILED {
@@ -80,6 +132,69 @@ impl Validators {
         all.insert(definition.clone(), compiled.clone());
         compiled
     }
+}
+
+/// The check within `budget`: `None` when the budget ran out first.
+fn check_within(
+    compiled: &Compiled,
+    instance: &Value,
+    budget: &Budget,
+) -> Option<Result<(), Refused>> {
+    let Compiled::Enforced(validator) = compiled else {
+        return Some(Ok(()));
+    };
+    let valid = validator.is_valid(budget.root(instance));
+    if budget.exhausted() {
+        return None;
+    }
+    if valid {
+        return Some(Ok(()));
+    }
+    let problems: Vec<String> = validator
+        .iter_errors(budget.root(instance))
+        .take(MAX_PROBLEMS)
+        .map(|error| {
+            let field = error.instance_path().to_string().replace('/', ".");
+            // Masked: the message names the field and the rule, not the value (which the
+            // audit log records only when asked to).
+            format!("arguments{field}: {}", error.masked())
+        })
+        .collect();
+    if budget.exhausted() {
+        return None;
+    }
+    Some(Err(Refused::Invalid(problems)))
+}
+
+fn compile(definition: &DefinitionHash, schema: &Value) -> Compiled {
+    let bytes = serde_json::to_vec(schema).map_or(usize::MAX, |b| b.len());
+    let depth = depth(schema);
+    if bytes > MAX_SCHEMA_BYTES || depth > MAX_SCHEMA_DEPTH {
+        tracing::warn!(definition = %definition, bytes, depth, max_bytes = MAX_SCHEMA_BYTES, max_depth = MAX_SCHEMA_DEPTH, "a tool's inputSchema is too large to enforce; its calls are not validated");
+        return Compiled::Unusable;
+    }
+    match jsonschema::options_for::<Budgeted>().build(schema) {
+        Ok(v) => Compiled::Enforced(v),
+        Err(e) => {
+            tracing::warn!(definition = %definition, error = %e.masked(), "a tool's inputSchema does not compile; its calls are not validated");
+            Compiled::Unusable
+        }
+    }
+}
+
+/// How deeply `value` nests (a scalar: 0), without recursion.
+fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Object(map) => stack.extend(map.values().map(|c| (c, d + 1))),
+            Value::Array(items) => stack.extend(items.iter().map(|c| (c, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 #[cfg(test)]
@@ -93,8 +208,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn invalid_arguments_name_the_field_and_valid_ones_pass() {
+    fn problems(r: Result<(), Refused>) -> Vec<String> {
+        match r {
+            Err(Refused::Invalid(p)) => p,
+            other => panic!("expected invalid arguments, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn invalid_arguments_name_the_field_and_valid_ones_pass() {
         let schema = object(serde_json::json!({
             "type": "object",
             "properties": {
@@ -106,13 +228,11 @@ mod tests {
         let v = Validators::default();
         let def: DefinitionHash = "sha256:1".into();
         let ok = object(serde_json::json!({"path": "/a", "edits": [{"line": 3}]}));
-        assert_eq!(v.check(&def, &schema, Some(&ok)), Ok(()));
-        let missing = v.check(&def, &schema, None).expect_err("path is required");
+        assert_eq!(v.check(&def, &schema, Some(&ok)).await, Ok(()));
+        let missing = problems(v.check(&def, &schema, None).await);
         assert_eq!(missing, vec!["arguments: \"path\" is a required property"]);
         let bad = object(serde_json::json!({"path": 7, "edits": [{"line": "three"}]}));
-        let errors = v
-            .check(&def, &schema, Some(&bad))
-            .expect_err("two wrong types");
+        let errors = problems(v.check(&def, &schema, Some(&bad)).await);
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(
             errors.iter().any(|e| e.starts_with("arguments.path: ")),
@@ -131,10 +251,74 @@ mod tests {
         assert_eq!(lock(&v.compiled).len(), 1, "compiled once");
     }
 
-    #[test]
-    fn a_schema_that_does_not_compile_is_not_enforced() {
+    #[tokio::test]
+    async fn a_schema_that_does_not_compile_is_not_enforced() {
         let schema = object(serde_json::json!({"$ref": "https://example.invalid/schema.json"}));
         let v = Validators::default();
-        assert_eq!(v.check(&"sha256:2".into(), &schema, None), Ok(()));
+        assert_eq!(v.check(&"sha256:2".into(), &schema, None).await, Ok(()));
+    }
+
+    /// A tree of document blocks: each block is one of three object types whose `children` are
+    /// blocks again. Every branch of the union walks the children, so the work triples per
+    /// level of nesting.
+    fn blocks() -> JsonObject {
+        object(serde_json::json!({
+            "type": "object",
+            "properties": {"root": {"$ref": "#/$defs/block"}},
+            "$defs": {
+                "block": {"oneOf": [
+                    {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/block"}}, "kind": {"const": "paragraph"}}},
+                    {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/block"}}, "kind": {"const": "list"}}},
+                    {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/block"}}, "kind": {"const": "quote"}}}
+                ]}
+            }
+        }))
+    }
+
+    fn nested(levels: usize, kind: &str) -> Value {
+        let mut block = serde_json::json!({"kind": kind, "children": []});
+        for _ in 0..levels {
+            block = serde_json::json!({"kind": kind, "children": [block, {"kind": kind}]});
+        }
+        block
+    }
+
+    #[tokio::test]
+    async fn a_check_that_would_not_finish_is_cut_off_and_refused() {
+        let v = Validators::default();
+        let def: DefinitionHash = "sha256:blocks".into();
+        // 40 levels: 3^40 evaluations without the budget (the request is under 2 KiB).
+        let deep = object(serde_json::json!({"root": nested(40, "zzz")}));
+        match v.check(&def, &blocks(), Some(&deep)).await {
+            Err(Refused::TooCostly { steps }) => assert!(steps >= INLINE_STEPS, "{steps}"),
+            other => panic!("expected a refusal for cost, got {other:?}"),
+        }
+        // Shallow trees are still checked in full, both ways.
+        let fine = object(serde_json::json!({"root": nested(3, "paragraph")}));
+        assert_eq!(v.check(&def, &blocks(), Some(&fine)).await, Ok(()));
+        let wrong = object(serde_json::json!({"root": nested(3, "zzz")}));
+        assert!(!problems(v.check(&def, &blocks(), Some(&wrong)).await).is_empty());
+    }
+
+    #[tokio::test]
+    async fn schemas_beyond_the_size_or_depth_bounds_are_not_enforced() {
+        let v = Validators::default();
+        let mut deep = serde_json::json!({"type": "string"});
+        for _ in 0..MAX_SCHEMA_DEPTH {
+            deep = serde_json::json!({"type": "object", "properties": {"a": deep}});
+        }
+        let deep = object(deep);
+        assert!(depth(&Value::Object(deep.clone())) > MAX_SCHEMA_DEPTH);
+        let args = object(serde_json::json!({"a": 1}));
+        assert_eq!(
+            v.check(&"sha256:deep".into(), &deep, Some(&args)).await,
+            Ok(())
+        );
+        let big = object(serde_json::json!({
+            "type": "object",
+            "description": "x".repeat(MAX_SCHEMA_BYTES),
+            "required": ["a"]
+        }));
+        assert_eq!(v.check(&"sha256:big".into(), &big, None).await, Ok(()));
     }
 }

@@ -3,5 +3,6 @@
 //! validation against a tool's input schema ([`arguments`]).
 
 pub mod arguments;
+pub mod budget;
 pub mod definitions;
 pub mod limits;

@@ -88,7 +88,7 @@ impl Proxy {
                 }
             }
         };
-        if let Err(refused) = self.check_arguments(&snap, &route, &req) {
+        if let Err(refused) = self.check_arguments(&snap, &route, &req).await {
             let (error, denial) = *refused;
             return self.refuse(&snap, &req, started, error, Some(denial));
         }
@@ -151,7 +151,7 @@ impl Proxy {
     /// what the tool's server says; its arguments must fit its input schema (unless
     /// `policy.validateArguments` is off). Then (after any wait for approval) it must fit its
     /// rate limits, so a refused call costs no token.
-    fn check_arguments(
+    async fn check_arguments(
         &self,
         snap: &Snapshot,
         route: &Route,
@@ -159,12 +159,16 @@ impl Proxy {
     ) -> Result<(), Box<(Error, Denial)>> {
         self.check_intent(route, req)?;
         if snap.config.validate_arguments
-            && let Err(problems) = self.validators.check(
-                &route.definition,
-                &route.input_schema,
-                req.arguments.as_ref(),
-            )
+            && let Err(refused) = self
+                .validators
+                .check(
+                    &route.definition,
+                    &route.input_schema,
+                    req.arguments.as_ref(),
+                )
+                .await
         {
+            let problems = refused.problems();
             let rule = format!(
                 "policy.validateArguments (servers[{}]: the inputSchema of {:?})",
                 route.server.name, route.tool
@@ -213,8 +217,7 @@ impl Proxy {
         let server = upstream.server.name.clone();
         let reason = StartReason::CallTool(req.name.clone());
         let session = req.session.clone();
-        let connect =
-            tokio::spawn(async move { upstream.connect(&reason, Some(&session), true).await });
+        let connect = tokio::spawn(async move { upstream.connect(&reason, Some(&session)).await });
         match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => Err(Error::Other(format!("starting the server failed: {e}"))),
@@ -236,7 +239,7 @@ impl Proxy {
             let proxy = self.clone();
             let session = req.session.clone();
             tokio::spawn(async move {
-                let errors = proxy.fetch_lists(&servers, &session, true).await;
+                let errors = proxy.fetch_lists(&servers, &session).await;
                 if proxy.rebuild().await {
                     proxy.notify(ListKind::Tools).await;
                 }

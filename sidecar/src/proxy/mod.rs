@@ -239,21 +239,20 @@ impl Proxy {
         if missing.is_empty() {
             return Ok(snap.router.tools());
         }
-        self.fetch_lists(&missing, session, false).await;
+        self.fetch_lists(&missing, session).await;
         self.rebuild().await;
         Ok(self.snapshot().ok_or(Error::NotReady)?.router.tools())
     }
 
-    /// Fetches the lists of `servers` in parallel; returns the failures (also logged).
-    /// `tools/list` does not wait out a restart backoff (it leaves the server out); a call does.
+    /// Fetches the lists of `servers` in parallel; returns the failures (also logged). A server
+    /// inside its restart backoff is left out (`Error::Backoff`).
     pub(crate) async fn fetch_lists(
         &self,
         servers: &[Arc<Server>],
         session: &SessionRef,
-        wait_backoff: bool,
     ) -> Vec<Error> {
         let fetches = servers.iter().map(|s| async move {
-            let result = self.pool.fetch_list(s, Some(session), wait_backoff).await;
+            let result = self.pool.fetch_list(s, Some(session)).await;
             if let Err(e) = &result {
                 tracing::warn!(server = %s.name, error = %e, "tool list unavailable; its tools are left out");
             }

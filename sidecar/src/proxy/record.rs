@@ -122,8 +122,9 @@ impl Proxy {
             span.record("mcp.outcome", outcome.as_str());
             span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
         }
-        // Unknown names are client input: keep them out of metric labels.
-        let label_tool = if upstream_tool.is_some() {
+        // A name no upstream listed is client input, whatever server prefix it carries (a
+        // refusal by rule names the server without its list): one fixed label for all of them.
+        let label_tool = if snap.router.is_listed(&req.name) {
             req.name.as_str()
         } else {
             "(unknown)"

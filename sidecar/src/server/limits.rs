@@ -12,9 +12,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures::StreamExt;
-use rmcp::{
-    model::{ClientJsonRpcMessage, ProtocolVersion, RequestId},
-};
+use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, RequestId};
 
 use crate::{error::Error, names::clip};
 

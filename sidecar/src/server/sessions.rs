@@ -98,7 +98,6 @@ impl SessionCap {
             .min_by_key(|(_, u)| u.last)
             .map(|(id, _)| id.clone())
     }
-
 }
 
 /// Marks the session a request belongs to as used (and busy while its answer is sent), and

@@ -174,8 +174,12 @@ impl Connection {
 
 #[derive(Default)]
 struct StartState {
+    /// Consecutive failures: starts that failed, and connections that ended within
+    /// `HEALTHY_AFTER` of their start.
     failures: u32,
-    last_failure: Option<Instant>,
+    /// When the last process was spawned (HTTP: connection opened), whatever came of it: the
+    /// next start waits `backoff(failures)` from here.
+    last_start: Option<Instant>,
 }
 
 /// One configured upstream server. It is spoken to in the revision of the session a request
@@ -259,13 +263,14 @@ impl Upstream {
     }
 
     /// The live connection for `session`'s revision (any, without a session), starting one if
-    /// needed. Concurrent callers share one start. After failures the start waits out the
-    /// backoff, or fails at once with `Error::Backoff` when `wait_backoff` is false.
+    /// needed. Concurrent callers share one start. After failures, starts of either revision
+    /// are spaced by the backoff from the last one: a request inside that window fails at once
+    /// with `Error::Backoff`, which names the time left (a server that exits at once is spawned
+    /// no faster than the backoff, however many requests come).
     pub async fn connect(
         &self,
         reason: &StartReason,
         session: Option<&SessionRef>,
-        wait_backoff: bool,
     ) -> Result<Arc<Connection>> {
         let want = session.map(Revision::of_session);
         if let Some(c) = self.usable(want) {
@@ -296,30 +301,23 @@ impl Upstream {
             } else {
                 state.failures + 1
             };
-            state.last_failure = Some(Instant::now());
             let why = dead.gone_reason().await;
             tracing::warn!(server = %self.server.name, %why, lived_ms = lived.as_millis() as u64, "upstream had stopped; restarting it");
             true
         } else {
             state.failures > 0
         };
-        if let Some(last) = state.last_failure {
+        if let Some(last) = state.last_start {
             let wait = backoff(state.failures).saturating_sub(last.elapsed());
             if !wait.is_zero() {
-                if !wait_backoff {
-                    return Err(Error::Backoff {
-                        server: self.server.name.clone(),
-                        failures: state.failures,
-                        retry_in: wait,
-                    });
-                }
-                tracing::info!(server = %self.server.name, wait_ms = wait.as_millis() as u64, failures = state.failures, "waiting out the restart backoff");
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = self.stop.cancelled() => return Err(stopped()),
-                }
+                return Err(Error::Backoff {
+                    server: self.server.name.clone(),
+                    failures: state.failures,
+                    retry_in: wait,
+                });
             }
         }
+        state.last_start = Some(Instant::now());
         tracing::info!(server = %self.server.name, %reason, restart = restarting, "starting upstream server");
         self.deps
             .metrics
@@ -374,14 +372,12 @@ impl Upstream {
             }
             Ok(Err(e)) => {
                 state.failures += 1;
-                state.last_failure = Some(Instant::now());
                 self.deps.metrics.upstream_start_failed(&self.server.name);
                 tracing::warn!(server = %self.server.name, error = %e, "upstream server failed to start");
                 Err(e)
             }
             Err(_) => {
                 state.failures += 1;
-                state.last_failure = Some(Instant::now());
                 self.deps.metrics.upstream_start_failed(&self.server.name);
                 let e = Error::StartFailed {
                     server: self.server.name.clone(),
@@ -444,13 +440,16 @@ impl Upstream {
             legacy_version: None,
         };
         if want != Some(Revision::Legacy) {
-            return self.start(session, auto).await;
+            return self.start(session, auto).await.map_err(|f| f.error);
         }
         match self.start(session, ClientLifecycleMode::Initialize).await {
             Ok(conn) => Ok(conn),
-            Err(e) => {
-                tracing::info!(server = %self.server.name, error = %e, "the initialize lifecycle failed; trying server/discover");
-                self.start(session, auto).await
+            // A process that exited (or never ran) would not speak the other lifecycle either:
+            // trying it would only spawn it again, inside the backoff.
+            Err(failed) if failed.exited => Err(failed.error),
+            Err(failed) => {
+                tracing::info!(server = %self.server.name, error = %failed.error, "the initialize lifecycle failed; trying server/discover");
+                self.start(session, auto).await.map_err(|f| f.error)
             }
         }
     }
@@ -459,7 +458,7 @@ impl Upstream {
         &self,
         session: Option<&SessionRef>,
         lifecycle: ClientLifecycleMode,
-    ) -> Result<Connection> {
+    ) -> std::result::Result<Connection, StartFailure> {
         let name = &self.server.name;
         let routes = Arc::new(CallRoutes::default());
         let (forward_tx, forward_rx) = mpsc::unbounded_channel();
@@ -472,7 +471,13 @@ impl Upstream {
         };
         let (service, child) = match &self.server.transport {
             Transport::Stdio(spec) => {
-                let spawned = stdio::spawn(name, spec, self.deps.guard.as_ref())?;
+                let spawned =
+                    stdio::spawn(name, spec, self.deps.guard.as_ref()).map_err(|error| {
+                        StartFailure {
+                            error,
+                            exited: true,
+                        }
+                    })?;
                 let transport: Tap<_> = Tap::new(
                     IntoTransport::<RoleClient, std::io::Error, _>::into_transport((
                         spawned.stdout,
@@ -484,26 +489,35 @@ impl Upstream {
                 match serve_client_with_lifecycle(handler, transport, lifecycle).await {
                     Ok(service) => (service, Some(spawned.child)),
                     Err(e) => {
-                        let reason = start_failure(&e.to_string(), &spawned.child).await;
+                        let (reason, exited) = start_failure(&e.to_string(), &spawned.child).await;
                         spawned.child.terminate(self.deps.kill_grace).await;
-                        return Err(Error::StartFailed {
-                            server: name.clone(),
-                            reason,
+                        return Err(StartFailure {
+                            error: Error::StartFailed {
+                                server: name.clone(),
+                                reason,
+                            },
+                            exited,
                         });
                     }
                 }
             }
             Transport::Http(spec) => {
                 let transport = Tap::new(
-                    http::transport(name, spec)?,
+                    http::transport(name, spec).map_err(|error| StartFailure {
+                        error,
+                        exited: true,
+                    })?,
                     forward_tx.clone(),
                     closed.clone(),
                 );
                 let service = serve_client_with_lifecycle(handler, transport, lifecycle)
                     .await
-                    .map_err(|e| Error::StartFailed {
-                        server: name.clone(),
-                        reason: e.to_string(),
+                    .map_err(|e| StartFailure {
+                        error: Error::StartFailed {
+                            server: name.clone(),
+                            reason: e.to_string(),
+                        },
+                        exited: false,
                     })?;
                 (service, None)
             }
@@ -553,20 +567,27 @@ impl Upstream {
     }
 }
 
-async fn start_failure(error: &str, child: &stdio::Child) -> String {
+/// A start that failed, and whether its process had exited (or never ran).
+struct StartFailure {
+    error: Error,
+    exited: bool,
+}
+
+/// Why a stdio start failed, and whether the process had exited.
+async fn start_failure(error: &str, child: &stdio::Child) -> (String, bool) {
     // Give the exit status a moment to arrive so the message says what happened.
     let status = tokio::time::timeout(Duration::from_millis(300), child.exited())
         .await
         .ok();
     let tail = child.stderr_tail();
     let mut reason = format!("the MCP handshake failed: {error}");
-    if let Some(status) = status {
+    if let Some(status) = &status {
         reason.push_str(&format!("; the process exited ({})", status.status));
     }
     if let Some(line) = tail.iter().rev().find(|l| !l.trim().is_empty()) {
         reason.push_str(&format!("; last stderr line: {line}"));
     }
-    reason
+    (reason, status.is_some())
 }
 
 /// What the proxy declares to an upstream: the client identity and capabilities of the session

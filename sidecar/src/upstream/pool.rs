@@ -131,18 +131,14 @@ impl Pool {
         entry.1.observe(tools)
     }
 
-    /// Starts the server if needed and fetches its tool list (for `tools/list`, so it does not
-    /// wait out a restart backoff).
+    /// Starts the server if needed (not inside its restart backoff) and fetches its tool list.
     pub async fn fetch_list(
         &self,
         server: &Arc<Server>,
         session: Option<&SessionRef>,
-        wait_backoff: bool,
     ) -> Result<Arc<Vec<Tool>>> {
         let upstream = self.upstream(server);
-        let conn = upstream
-            .connect(&StartReason::ListTools, session, wait_backoff)
-            .await?;
+        let conn = upstream.connect(&StartReason::ListTools, session).await?;
         self.list_from(server, &conn).await
     }
 

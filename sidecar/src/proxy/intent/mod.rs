@@ -197,7 +197,7 @@ impl Proxy {
         let (current, unavailable) = if missing.is_empty() {
             (None, Vec::new())
         } else {
-            let errors = self.fetch_lists(&missing, &req.session, false).await;
+            let errors = self.fetch_lists(&missing, &req.session).await;
             self.rebuild().await;
             let errors = errors
                 .iter()

@@ -164,7 +164,7 @@ impl Proxy {
             let reason = reason.clone();
             async move {
                 let upstream = self.pool.upstream(&server);
-                match upstream.connect(&reason, Some(session), false).await {
+                match upstream.connect(&reason, Some(session)).await {
                     Ok(conn) => Some((server, conn)),
                     Err(e) => {
                         tracing::warn!(server = %server.name, error = %e, feature = feature.label(), "upstream unavailable; left out");
@@ -280,7 +280,7 @@ impl Proxy {
             .ok_or_else(|| not_found("server", server.as_str()))?;
         self.pool
             .upstream(&server)
-            .connect(&StartReason::Passthrough(what), Some(session), true)
+            .connect(&StartReason::Passthrough(what), Some(session))
             .await
     }
 
