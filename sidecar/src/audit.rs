@@ -8,6 +8,7 @@
 //! [`query`]): the same line, shared, plus the few fields the query filters on.
 
 pub mod query;
+pub mod redact;
 pub mod ring;
 
 use crate::{names::clip, sync::lock};

@@ -8,7 +8,7 @@ use rmcp::model::CallToolResponse;
 
 use super::{CallRequest, Proxy, Snapshot};
 use crate::{
-    audit::{self, Outcome},
+    audit::{self, Outcome, redact},
     error::Error,
     filter::{Risk, Rule, RuleDisplay},
     names::{ServerName, clip},
@@ -114,7 +114,9 @@ impl Proxy {
             ),
         };
         let tool = clip(&req.name);
-        tracing::info!(%tool, session = %req.session.id, error = %error, "tools/call refused");
+        let text = error.to_string();
+        let logged = redact::without_values(&text, req.arguments.as_ref());
+        tracing::info!(%tool, session = %req.session.id, error = %logged, "tools/call refused");
         let span = telemetry::call_span(&tool, req.session.id, &req.meta);
         if !span.is_none() {
             span.record("mcp.server", server.unwrap_or(""));
@@ -149,7 +151,7 @@ impl Proxy {
             decision,
             rule,
             outcome,
-            Some(error.to_string()),
+            Some(text.clone()),
             started,
             denied.as_ref().and_then(|d| d.approval.as_ref()),
         );
@@ -241,8 +243,10 @@ impl Proxy {
             Ok(_) => (Outcome::Ok, None),
             Err(e) => (Outcome::ProtocolError, Some(e.to_string())),
         };
-        if let Err(e) = result {
-            tracing::warn!(tool = %req.name, server = %route.server.name, error = %e, "tools/call failed");
+        if let Some(e) = &error {
+            // An upstream's message may echo the arguments it was sent.
+            let logged = redact::without_values(e, req.arguments.as_ref());
+            tracing::warn!(tool = %clip(&req.name), server = %route.server.name, error = %logged, "tools/call failed");
         }
         let elapsed = started.elapsed();
         if !span.is_none() {
@@ -317,6 +321,14 @@ impl Proxy {
         approval: Option<&ApprovalNote>,
     ) {
         let config = &snap.config;
+        // Where the configuration keeps argument values out of the record, they are kept out of
+        // the error text too, whoever wrote it (an upstream may echo what it was sent).
+        let error = match error {
+            Some(e) if !config.audit.include_arguments => {
+                Some(redact::without_values(&e, req.arguments.as_ref()).into_owned())
+            }
+            other => other,
+        };
         let argument_bytes = req
             .arguments
             .as_ref()

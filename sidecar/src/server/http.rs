@@ -65,11 +65,14 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         .layer(middleware::from_fn(limits::read_body));
     // What the task runs, its rules and pids, its calls and its metrics are not for other web
     // pages.
+    let audit = Router::new()
+        .route("/audit", get(super::audit::audit))
+        .with_state(super::audit::AuditState::new(proxy.clone()));
     let revealing = Router::new()
         .route("/metrics", get(metrics))
         .route("/tools", get(tools))
-        .route("/audit", get(super::audit::audit))
         .with_state(proxy.clone())
+        .merge(audit)
         .merge(mcp)
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),

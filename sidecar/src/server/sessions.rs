@@ -20,7 +20,7 @@ use axum::{
     extract::{Request, State},
     http::StatusCode,
     middleware::Next,
-    response::Response,
+    response::{IntoResponse, Response},
 };
 use futures::StreamExt;
 use rmcp::transport::streamable_http_server::{
@@ -117,6 +117,10 @@ pub async fn session_cap(
     {
         if request.method() == http::Method::DELETE {
             lock(&cap.uses).remove(&id);
+            // rmcp accepts a DELETE of any id; the spec's answer to an unknown one is 404.
+            if !cap.manager.sessions.read().await.contains_key(&id) {
+                return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            }
             return next.run(request).await;
         }
         return busy_while_answering(cap, id, next.run(request).await);
