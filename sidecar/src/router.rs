@@ -102,6 +102,8 @@ pub struct Router {
     prefix: ToolPrefix,
     /// Servers that are startable and whose list is not known.
     missing: Vec<Arc<Server>>,
+    /// Servers whose list is the other revision's, until this revision's is known.
+    borrowed: Vec<Arc<Server>>,
     servers: Vec<Arc<Server>>,
 }
 
@@ -196,8 +198,16 @@ impl Router {
             changes,
             prefix: config.tool_prefix,
             missing,
+            borrowed: Vec::new(),
             servers: config.servers.clone(),
         }
+    }
+
+    /// The same table, noting that the lists of `servers` are borrowed from the other
+    /// revision: a name they do not list may still be theirs.
+    pub fn with_borrowed(mut self, servers: Vec<Arc<Server>>) -> Self {
+        self.borrowed = servers;
+        self
     }
 
     /// The exposed tools, ready for `tools/list`.
@@ -218,6 +228,11 @@ impl Router {
     /// Startable servers whose tool list is not known yet.
     pub fn missing_lists(&self) -> &[Arc<Server>] {
         &self.missing
+    }
+
+    /// Servers whose list in this table's revision is not known yet (the other's stands in).
+    pub fn borrowed_lists(&self) -> &[Arc<Server>] {
+        &self.borrowed
     }
 
     pub fn route(&self, exposed: &str) -> Option<&Route> {
@@ -272,6 +287,7 @@ impl Router {
                 }
                 self.missing
                     .iter()
+                    .chain(&self.borrowed)
                     .filter(|m| m.name == s.name)
                     .cloned()
                     .collect()
@@ -279,6 +295,7 @@ impl Router {
             ToolPrefix::None => self
                 .missing
                 .iter()
+                .chain(&self.borrowed)
                 .filter(|m| m.filter.verdict(exposed).is_allowed())
                 .cloned()
                 .collect(),

@@ -48,7 +48,7 @@ impl Proxy {
         let mut fetched = false;
         let mut fetch_errors = Vec::new();
         let mut route: Route = loop {
-            match snap.router.lookup(&req.name) {
+            match snap.router_for(&req.session).lookup(&req.name) {
                 Lookup::Routed(route) => break route.clone(),
                 Lookup::Denied {
                     server,
@@ -101,7 +101,7 @@ impl Proxy {
         // offer, with the definition that was approved, under the config in force now.
         if approved.is_some() {
             snap = self.snapshot().ok_or(Error::NotReady)?;
-            match snap.router.lookup(&req.name) {
+            match snap.router_for(&req.session).lookup(&req.name) {
                 Lookup::Routed(now)
                     if now.server.name == route.server.name
                         && now.definition == route.definition =>
@@ -463,13 +463,13 @@ impl Proxy {
         let proxy = self.clone();
         tokio::spawn(async move {
             match proxy.pool.relist(&server).await {
-                Ok(Some(_)) => {
+                Ok(true) => {
                     if proxy.rebuild().await {
                         tracing::info!(server = %server.name, "the cached tool list was stale; clients are told to re-list");
                         proxy.notify(ListKind::Tools).await;
                     }
                 }
-                Ok(None) => {}
+                Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(server = %server.name, error = %e, "freshness re-list failed")
                 }

@@ -37,10 +37,10 @@ use crate::{
     metrics::Metrics,
     names::ServerName,
     policy::{arguments::Validators, limits::Limiters},
-    router::Router,
+    router::{DefinitionChange, Router},
     session::{ListKind, Registry, SessionRef},
     sync,
-    upstream::{handler::UpstreamEvent, pool::Pool},
+    upstream::{Revision, handler::UpstreamEvent, pool::Pool},
 };
 
 /// Events about the task waiting for the API reporter; more are dropped (the log, the metric and
@@ -62,10 +62,41 @@ pub struct TaskEvent {
 /// Rounds of `input_required` the proxy drives for a client that cannot take them itself.
 pub(crate) const MRTR_MAX_ROUNDS: usize = 10;
 
-/// The config in use and the tool table built from it.
+/// The config in use and the tool tables built from it, one per revision: a server may list
+/// different tools to initialize-era and to 2026-07-28 sessions.
 pub struct Snapshot {
     pub config: Arc<Config>,
-    pub router: Router,
+    /// Indexed by [`revision_slot`].
+    routers: [Router; 2],
+}
+
+fn revision_slot(revision: Revision) -> usize {
+    match revision {
+        Revision::Legacy => 0,
+        Revision::Modern => 1,
+    }
+}
+
+impl Snapshot {
+    /// The table sessions of `revision` see.
+    pub fn router(&self, revision: Revision) -> &Router {
+        &self.routers[revision_slot(revision)]
+    }
+
+    /// The table `session` sees.
+    pub fn router_for(&self, session: &SessionRef) -> &Router {
+        self.router(Revision::of_session(session))
+    }
+
+    /// Both tables (for what concerns every session: `GET /tools`, definition changes).
+    pub fn routers(&self) -> &[Router; 2] {
+        &self.routers
+    }
+
+    /// Whether an upstream listed `exposed` in either revision (see [`Router::is_listed`]).
+    pub fn is_listed(&self, exposed: &str) -> bool {
+        self.routers.iter().any(|r| r.is_listed(exposed))
+    }
 }
 
 /// One `tools/call` as received from a client.
@@ -152,17 +183,17 @@ impl Proxy {
         let changed = {
             let _guard = self.rebuild.lock().await;
             let before = self.snapshot();
-            let router = Router::build(&config, &self.pool.known_lists(&config));
+            let routers = self.build_routers(&config);
             let changed = before.as_ref().is_none_or(|b| {
                 intent::offer_changed(b.config.tool_mode, config.tool_mode, || {
-                    surface_changed(&b.router, &router)
+                    surface_changed(&b.routers, &routers)
                 })
             });
             self.install(
                 before.as_deref(),
                 Snapshot {
                     config: config.clone(),
-                    router,
+                    routers,
                 },
             );
             changed
@@ -188,18 +219,26 @@ impl Proxy {
         let Some(current) = self.snapshot() else {
             return false;
         };
-        let router = Router::build(&current.config, &self.pool.known_lists(&current.config));
+        let routers = self.build_routers(&current.config);
         let mode = current.config.tool_mode;
         let changed =
-            intent::offer_changed(mode, mode, || surface_changed(&current.router, &router));
+            intent::offer_changed(mode, mode, || surface_changed(&current.routers, &routers));
         self.install(
             Some(&current),
             Snapshot {
                 config: current.config.clone(),
-                router,
+                routers,
             },
         );
         changed
+    }
+
+    /// Each revision's table from `config` and the lists known in that revision.
+    fn build_routers(&self, config: &Config) -> [Router; 2] {
+        [Revision::Legacy, Revision::Modern].map(|revision| {
+            let known = self.pool.known_lists(config, revision);
+            Router::build(config, &known.lists).with_borrowed(known.borrowed)
+        })
     }
 
     /// Puts a snapshot in use (the caller holds the rebuild lock) and reports the definition
@@ -208,10 +247,15 @@ impl Proxy {
     fn install(&self, before: Option<&Snapshot>, snapshot: Snapshot) {
         let snapshot = Arc::new(snapshot);
         self.snapshot.store(Some(snapshot.clone()));
-        let known = before.map_or(&[][..], |b| b.router.changes());
-        for change in snapshot.router.changes() {
-            if !known.contains(change) {
+        let known: Vec<&DefinitionChange> = before
+            .map(|b| b.routers.iter().flat_map(Router::changes).collect())
+            .unwrap_or_default();
+        let mut reported: Vec<&DefinitionChange> = Vec::new();
+        for change in snapshot.routers.iter().flat_map(Router::changes) {
+            // A list borrowed by the other revision shows its changes twice.
+            if !known.contains(&change) && !reported.contains(&change) {
                 self.report_definition_change(&snapshot, change);
+                reported.push(change);
             }
         }
     }
@@ -235,13 +279,23 @@ impl Proxy {
         if snap.config.tool_mode == ToolMode::Intent {
             return Ok(intent::offered());
         }
-        let missing = snap.router.missing_lists().to_vec();
+        let router = snap.router_for(session);
+        let missing: Vec<_> = router
+            .missing_lists()
+            .iter()
+            .chain(router.borrowed_lists())
+            .cloned()
+            .collect();
         if missing.is_empty() {
-            return Ok(snap.router.tools());
+            return Ok(router.tools());
         }
         self.fetch_lists(&missing, session).await;
         self.rebuild().await;
-        Ok(self.snapshot().ok_or(Error::NotReady)?.router.tools())
+        Ok(self
+            .snapshot()
+            .ok_or(Error::NotReady)?
+            .router_for(session)
+            .tools())
     }
 
     /// Fetches the lists of `servers` in parallel; returns the failures (also logged). A server
@@ -265,8 +319,10 @@ impl Proxy {
             .collect()
     }
 
-    /// Handles a change notified by an upstream: re-list it, and tell the clients when what they
-    /// see changed.
+    /// Handles a change notified by an upstream: re-list it, and pass the notification on (as
+    /// the client would get it from the server directly; after the re-list, so a client that
+    /// re-lists sees the new table). In intent mode only a change of what is on offer is told
+    /// (the four tools never change).
     pub async fn on_upstream_event(self: &Arc<Self>, event: UpstreamEvent) {
         match event {
             UpstreamEvent::ToolsChanged(name) => {
@@ -277,13 +333,16 @@ impl Proxy {
                     return;
                 };
                 match self.pool.relist(&server).await {
-                    Ok(Some(_)) => {
-                        tracing::info!(server = %name, "upstream tool list changed");
-                        if self.rebuild().await {
+                    Ok(changed) => {
+                        tracing::info!(server = %name, changed, "upstream said its tool list changed");
+                        let on_offer = changed && self.rebuild().await;
+                        let intent = self
+                            .snapshot()
+                            .is_some_and(|s| s.config.tool_mode == ToolMode::Intent);
+                        if on_offer || !intent {
                             self.notify(ListKind::Tools).await;
                         }
                     }
-                    Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(server = %name, error = %e, "could not re-list tools after list_changed")
                     }
@@ -358,14 +417,17 @@ impl Proxy {
 
 /// Whether clients should re-list: the exposed tools differ, or servers whose list is unknown
 /// came or went (their tools appear only once listed).
-fn surface_changed(before: &Router, after: &Router) -> bool {
+fn surface_changed(before: &[Router; 2], after: &[Router; 2]) -> bool {
     let missing = |r: &Router| -> Vec<(String, String)> {
         r.missing_lists()
             .iter()
             .map(|s| (s.name.to_string(), s.spec_hash.to_string()))
             .collect()
     };
-    before.tools() != after.tools() || missing(before) != missing(after)
+    before
+        .iter()
+        .zip(after)
+        .any(|(b, a)| b.tools() != a.tools() || missing(b) != missing(a))
 }
 
 /// The client's `_meta` as the upstream should see it: trace context and custom keys pass; the

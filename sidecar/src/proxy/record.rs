@@ -126,7 +126,7 @@ impl Proxy {
         }
         // A name no upstream listed is client input, whatever server prefix it carries (a
         // refusal by rule names the server without its list): one fixed label for all of them.
-        let label_tool = if snap.router.is_listed(&req.name) {
+        let label_tool = if snap.is_listed(&req.name) {
             req.name.as_str()
         } else {
             "(unknown)"

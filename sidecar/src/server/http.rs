@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{Front, hosts, limits, sessions};
-use crate::proxy::Proxy;
+use crate::{proxy::Proxy, router::KnownTool};
 
 /// The HTTP front's settings (flags).
 #[derive(Clone, Debug)]
@@ -121,14 +121,18 @@ async fn tools(State(proxy): State<Arc<Proxy>>) -> Response {
         .iter()
         .map(|s| {
             let (state, in_flight) = states.get(&s.name).copied().unwrap_or(("stopped", 0));
-            let tools: Vec<_> = snap
-                .router
-                .known()
-                .iter()
-                .filter(|k| k.server == s.name)
-                .collect();
-            let list_known =
-                !snap.router.missing_lists().iter().any(|m| m.name == s.name) && s.is_startable();
+            // Both revisions' tables; a tool listed in both is shown once.
+            let mut tools: Vec<&KnownTool> = Vec::new();
+            for known in snap.routers().iter().flat_map(|r| r.known()) {
+                if known.server == s.name && !tools.iter().any(|t| t.tool == known.tool) {
+                    tools.push(known);
+                }
+            }
+            let list_known = s.is_startable()
+                && snap
+                    .routers()
+                    .iter()
+                    .any(|r| !r.missing_lists().iter().any(|m| m.name == s.name));
             json!({
                 "name": s.name,
                 "enabled": s.enabled,

@@ -24,7 +24,7 @@ use rmcp::{
         InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
         ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
         ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
         UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
@@ -35,6 +35,7 @@ use crate::{
     names::clip,
     proxy::{CallRequest, Proxy},
     session::{SessionId, SessionRef},
+    upstream::Revision,
 };
 
 /// The MCP server side of the proxy for one session.
@@ -95,6 +96,23 @@ const MCP_METHODS: &[&str] = &[
     "logging/setLevel",
 ];
 
+/// Methods of the initialize lifecycle that 2026-07-28 removed: a request for one in that
+/// revision is an unknown method (HTTP 404, -32601), whatever its params.
+const REMOVED_IN_2026_07_28: &[&str] = &[
+    "initialize",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+fn removed(method: &str, context: &RequestContext<RoleServer>) -> Option<ErrorData> {
+    let modern = context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+    (modern && REMOVED_IN_2026_07_28.contains(&method))
+        .then(|| Error::UnknownMethod(method.to_string()).into())
+}
+
 /// What the proxy offers: tools (the contract), and the upstreams' prompts, resources,
 /// completions and logging relayed.
 pub fn server_config() -> ServerConfig {
@@ -119,6 +137,16 @@ pub fn server_config() -> ServerConfig {
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
         server_config()
+    }
+
+    /// A tool on offer to 2026-07-28 clients, by its exposed name: rmcp checks a `tools/call`'s
+    /// `Mcp-Param-*` headers against the `x-mcp-header` properties of its input schema (SEP-2243;
+    /// over it, HTTP 400 with -32020) before the call reaches the proxy. The upstream is sent
+    /// headers rmcp builds from the arguments, so this is the only place they are checked.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        let snap = self.proxy.snapshot()?;
+        let tools = snap.router(Revision::Modern).tools();
+        tools.iter().find(|t| t.name == name).cloned()
     }
 
     async fn initialize(
@@ -232,6 +260,9 @@ impl ServerHandler for Front {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if let Some(e) = removed("resources/subscribe", &context) {
+            return Err(e);
+        }
         let session = self.session_ref(&context);
         self.proxy
             .subscribe(request.uri, &session, &context.meta, true)
@@ -244,6 +275,9 @@ impl ServerHandler for Front {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if let Some(e) = removed("resources/unsubscribe", &context) {
+            return Err(e);
+        }
         let session = self.session_ref(&context);
         self.proxy
             .subscribe(request.uri, &session, &context.meta, false)
@@ -268,6 +302,9 @@ impl ServerHandler for Front {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if let Some(e) = removed("logging/setLevel", &context) {
+            return Err(e);
+        }
         self.proxy
             .set_level(request.level, &context.meta)
             .await
@@ -284,8 +321,11 @@ impl ServerHandler for Front {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
+        if let Some(e) = removed(&request.method, &context) {
+            return Err(e);
+        }
         let method = clip(&request.method);
         let error = if MCP_METHODS.contains(&request.method.as_str()) {
             let why = match request.method.as_str() {

@@ -8,6 +8,7 @@ use std::{
 
 use rmcp::model::{ServerCapabilities, Tool};
 
+use super::Revision;
 use crate::config::SpecHash;
 
 #[derive(Clone, Debug)]
@@ -30,17 +31,19 @@ impl DiskCache {
         &self.dir
     }
 
-    fn path(&self, hash: &SpecHash) -> PathBuf {
-        self.dir.join(format!("tools-{hash}.json"))
+    fn path(&self, hash: &SpecHash, revision: Revision) -> PathBuf {
+        self.dir
+            .join(format!("tools-{hash}-{}.json", revision.label()))
     }
 
-    /// The cached list for this spec, if any. A corrupt file counts as absent.
-    pub fn load(&self, hash: &SpecHash) -> Option<Arc<Vec<Tool>>> {
-        let bytes = std::fs::read(self.path(hash)).ok()?;
+    /// The list cached for this spec in this revision, if any. A corrupt file counts as absent.
+    pub fn load(&self, hash: &SpecHash, revision: Revision) -> Option<Arc<Vec<Tool>>> {
+        let path = self.path(hash, revision);
+        let bytes = std::fs::read(&path).ok()?;
         match serde_json::from_slice::<Entry>(&bytes) {
             Ok(entry) => Some(Arc::new(entry.tools)),
             Err(e) => {
-                tracing::warn!(file = %self.path(hash).display(), error = %e, "ignoring a corrupt tool-list cache file");
+                tracing::warn!(file = %path.display(), error = %e, "ignoring a corrupt tool-list cache file");
                 None
             }
         }
@@ -72,15 +75,17 @@ impl DiskCache {
     }
 
     /// Stores a list. Failures are logged, never fatal: the cache is an optimization.
-    pub fn store(&self, server: &str, hash: &SpecHash, tools: &[Tool]) {
+    pub fn store(&self, server: &str, hash: &SpecHash, revision: Revision, tools: &[Tool]) {
         let result = (|| -> std::io::Result<()> {
             std::fs::create_dir_all(&self.dir)?;
             let entry = serde_json::json!({ "server": server, "tools": tools });
-            let tmp = self
-                .dir
-                .join(format!(".tools-{hash}.{}.tmp", std::process::id()));
+            let tmp = self.dir.join(format!(
+                ".tools-{hash}-{}.{}.tmp",
+                revision.label(),
+                std::process::id()
+            ));
             std::fs::write(&tmp, serde_json::to_vec(&entry)?)?;
-            std::fs::rename(&tmp, self.path(hash))
+            std::fs::rename(&tmp, self.path(hash, revision))
         })();
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), error = %e, "could not write the tool-list cache");
@@ -93,19 +98,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stores_and_loads_by_spec_hash() {
+    fn stores_and_loads_by_spec_hash_and_revision() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cache = DiskCache::new(dir.path().join("nested"));
         let hash = SpecHash("abc".into());
-        assert!(cache.load(&hash).is_none());
+        let legacy = Revision::Legacy;
+        assert!(cache.load(&hash, legacy).is_none());
         let mut tool = Tool::default();
         tool.name = "echo".into();
         tool.title = Some("Echo".into());
-        cache.store("srv", &hash, std::slice::from_ref(&tool));
-        let loaded = cache.load(&hash).expect("cached");
+        cache.store("srv", &hash, legacy, std::slice::from_ref(&tool));
+        let loaded = cache.load(&hash, legacy).expect("cached");
         assert_eq!(loaded.as_slice(), &[tool]);
-        assert!(cache.load(&SpecHash("other".into())).is_none());
-        std::fs::write(dir.path().join("nested/tools-abc.json"), b"{not json").expect("write");
-        assert!(cache.load(&hash).is_none(), "corrupt files are ignored");
+        assert!(cache.load(&SpecHash("other".into()), legacy).is_none());
+        assert!(
+            cache.load(&hash, Revision::Modern).is_none(),
+            "each revision's list is its own"
+        );
+        std::fs::write(
+            dir.path().join("nested/tools-abc-legacy.json"),
+            b"{not json",
+        )
+        .expect("write");
+        assert!(
+            cache.load(&hash, legacy).is_none(),
+            "corrupt files are ignored"
+        );
     }
 }

@@ -233,6 +233,16 @@ impl Upstream {
         self.lacks[revision.slot()].load(Ordering::Relaxed)
     }
 
+    /// The revisions whose sessions a connection in `revision` serves: its own, and the other
+    /// one when the server turned out not to speak it.
+    pub fn revisions_served_by(&self, revision: Revision) -> Vec<Revision> {
+        let mut served = vec![revision];
+        if self.lacks(revision.other()) {
+            served.push(revision.other());
+        }
+        served
+    }
+
     /// The live connection a session of `revision` uses (never starts anything): its own
     /// revision's, or the other when the server does not speak it.
     pub fn current_for(&self, revision: Revision) -> Option<Arc<Connection>> {

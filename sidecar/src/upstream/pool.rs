@@ -1,6 +1,8 @@
 //! All upstreams of the current config, and the tool lists known so far (in memory, and on disk
-//! keyed by the server's spec hash). Reconciling with a new config stops servers that were
-//! removed, disabled or changed, and keeps the rest running.
+//! keyed by the server's spec hash), one per revision: a server may offer different tools to
+//! initialize-era and 2026-07-28 clients, and each client sees what its revision's connection
+//! lists. Reconciling with a new config stops servers that were removed, disabled or changed,
+//! and keeps the rest running.
 
 use std::{
     collections::HashMap,
@@ -10,7 +12,7 @@ use std::{
 
 use rmcp::model::Tool;
 
-use super::{Connection, Deps, StartReason, Upstream, cache::DiskCache};
+use super::{Connection, Deps, Revision, StartReason, Upstream, cache::DiskCache};
 use crate::{
     config::{Config, Server, SpecHash},
     error::{Error, Result},
@@ -25,12 +27,22 @@ struct ListEntry {
     list: KnownList,
 }
 
+/// The tool lists a session of one revision is served.
+#[derive(Default)]
+pub struct KnownLists {
+    pub lists: HashMap<ServerName, KnownList>,
+    /// Servers whose list in that revision is not known yet, served meanwhile the list of the
+    /// other revision (most servers offer the same tools in both).
+    pub borrowed: Vec<Arc<Server>>,
+}
+
 pub struct Pool {
     deps: Deps,
     upstreams: Mutex<HashMap<ServerName, Arc<Upstream>>>,
-    lists: Mutex<HashMap<ServerName, ListEntry>>,
-    /// Per server (and its spec: a new spec starts afresh), the tool definitions first seen.
-    first_seen: Mutex<HashMap<ServerName, (SpecHash, FirstSeen)>>,
+    lists: Mutex<HashMap<(ServerName, Revision), ListEntry>>,
+    /// Per server and revision (and its spec: a new spec starts afresh), the tool definitions
+    /// first seen.
+    first_seen: Mutex<HashMap<(ServerName, Revision), (SpecHash, FirstSeen)>>,
 }
 
 impl Pool {
@@ -90,40 +102,52 @@ impl Pool {
         lock(&self.upstreams).get(name).cloned()
     }
 
-    /// Tool lists known for the startable servers of `config`: from memory, else from the disk
-    /// cache (which is how a restarted proxy answers without starting anything).
-    pub fn known_lists(&self, config: &Config) -> HashMap<ServerName, KnownList> {
-        let mut out = HashMap::new();
+    /// Tool lists known for the startable servers of `config` in `revision`: from memory, else
+    /// from the disk cache (which is how a restarted proxy answers without starting anything),
+    /// else the other revision's, borrowed until this revision's is known.
+    pub fn known_lists(&self, config: &Config, revision: Revision) -> KnownLists {
+        let mut out = KnownLists::default();
         let mut lists = lock(&self.lists);
         for server in config.servers.iter().filter(|s| s.is_startable()) {
-            if let Some(entry) = lists
-                .get(&server.name)
-                .filter(|e| e.hash == server.spec_hash)
-            {
-                out.insert(server.name.clone(), entry.list.clone());
-                continue;
-            }
-            if let Some(tools) = self.cache().and_then(|c| c.load(&server.spec_hash)) {
-                tracing::info!(server = %server.name, tools = tools.len(), "tool list loaded from the cache directory");
-                let list = self.observe(server, tools);
-                lists.insert(
-                    server.name.clone(),
-                    ListEntry {
-                        hash: server.spec_hash.clone(),
-                        list: list.clone(),
-                    },
-                );
-                out.insert(server.name.clone(), list);
+            if let Some(list) = self.known(&mut lists, server, revision) {
+                out.lists.insert(server.name.clone(), list);
+            } else if let Some(list) = self.known(&mut lists, server, revision.other()) {
+                out.lists.insert(server.name.clone(), list);
+                out.borrowed.push(server.clone());
             }
         }
         out
     }
 
-    /// Hashes a list's tool definitions and compares them with the first seen for the server.
-    fn observe(&self, server: &Server, tools: Arc<Vec<Tool>>) -> KnownList {
+    fn known(
+        &self,
+        lists: &mut HashMap<(ServerName, Revision), ListEntry>,
+        server: &Server,
+        revision: Revision,
+    ) -> Option<KnownList> {
+        let key = (server.name.clone(), revision);
+        if let Some(entry) = lists.get(&key).filter(|e| e.hash == server.spec_hash) {
+            return Some(entry.list.clone());
+        }
+        let tools = self.cache()?.load(&server.spec_hash, revision)?;
+        tracing::info!(server = %server.name, revision = revision.label(), tools = tools.len(), "tool list loaded from the cache directory");
+        let list = self.observe(server, revision, tools);
+        lists.insert(
+            key,
+            ListEntry {
+                hash: server.spec_hash.clone(),
+                list: list.clone(),
+            },
+        );
+        Some(list)
+    }
+
+    /// Hashes a list's tool definitions and compares them with the first seen for the server
+    /// in that revision.
+    fn observe(&self, server: &Server, revision: Revision, tools: Arc<Vec<Tool>>) -> KnownList {
         let mut first_seen = lock(&self.first_seen);
         let entry = first_seen
-            .entry(server.name.clone())
+            .entry((server.name.clone(), revision))
             .or_insert_with(|| (server.spec_hash.clone(), FirstSeen::default()));
         if entry.0 != server.spec_hash {
             *entry = (server.spec_hash.clone(), FirstSeen::default());
@@ -131,7 +155,8 @@ impl Pool {
         entry.1.observe(tools)
     }
 
-    /// Starts the server if needed (not inside its restart backoff) and fetches its tool list.
+    /// Starts the server if needed (not inside its restart backoff) and fetches its tool list
+    /// in `session`'s revision.
     pub async fn fetch_list(
         &self,
         server: &Arc<Server>,
@@ -142,7 +167,8 @@ impl Pool {
         self.list_from(server, &conn).await
     }
 
-    /// Lists the tools of a running connection and stores the result. Returns the list.
+    /// Lists the tools of a running connection and stores the result for every revision it
+    /// serves. Returns the list.
     pub async fn list_from(
         &self,
         server: &Arc<Server>,
@@ -166,36 +192,54 @@ impl Pool {
                 });
             }
         };
-        Ok(self.store_list(server, tools))
+        let revision = Revision::of(&conn.protocol);
+        let serves = self
+            .existing(&server.name)
+            .map_or_else(|| vec![revision], |u| u.revisions_served_by(revision));
+        Ok(self.store_list(server, &serves, tools))
     }
 
-    /// Re-lists a running server; `Some(list)` when the list differs from the one known.
-    pub async fn relist(&self, server: &Arc<Server>) -> Result<Option<Arc<Vec<Tool>>>> {
-        let Some(conn) = self.existing(&server.name).and_then(|u| u.current()) else {
-            return Ok(None);
-        };
-        let before = lock(&self.lists)
-            .get(&server.name)
-            .filter(|e| e.hash == server.spec_hash)
-            .map(|e| e.list.tools.clone());
-        let after = self.list_from(server, &conn).await?;
-        // No list before means none was served yet: nobody has anything to re-list.
-        Ok(before.is_some_and(|b| b != after).then_some(after))
-    }
-
-    fn store_list(&self, server: &Arc<Server>, tools: Vec<Tool>) -> Arc<Vec<Tool>> {
-        if let Some(cache) = self.cache() {
-            cache.store(server.name.as_str(), &server.spec_hash, &tools);
+    /// Re-lists every running connection of a server; `true` when a list differs from the one
+    /// known for its revision.
+    pub async fn relist(&self, server: &Arc<Server>) -> Result<bool> {
+        let conns = self
+            .existing(&server.name)
+            .map(|u| u.connections())
+            .unwrap_or_default();
+        let mut changed = false;
+        for conn in conns {
+            let revision = Revision::of(&conn.protocol);
+            let before = lock(&self.lists)
+                .get(&(server.name.clone(), revision))
+                .filter(|e| e.hash == server.spec_hash)
+                .map(|e| e.list.tools.clone());
+            let after = self.list_from(server, &conn).await?;
+            // No list before means none was served yet: nobody has anything to re-list.
+            changed |= before.is_some_and(|b| b != after);
         }
+        Ok(changed)
+    }
+
+    fn store_list(
+        &self,
+        server: &Arc<Server>,
+        revisions: &[Revision],
+        tools: Vec<Tool>,
+    ) -> Arc<Vec<Tool>> {
         let tools = Arc::new(tools);
-        let list = self.observe(server, tools.clone());
-        lock(&self.lists).insert(
-            server.name.clone(),
-            ListEntry {
-                hash: server.spec_hash.clone(),
-                list,
-            },
-        );
+        for &revision in revisions {
+            if let Some(cache) = self.cache() {
+                cache.store(server.name.as_str(), &server.spec_hash, revision, &tools);
+            }
+            let list = self.observe(server, revision, tools.clone());
+            lock(&self.lists).insert(
+                (server.name.clone(), revision),
+                ListEntry {
+                    hash: server.spec_hash.clone(),
+                    list,
+                },
+            );
+        }
         tools
     }
 
@@ -219,7 +263,7 @@ impl Pool {
         };
         {
             let mut lists = lock(&self.lists);
-            lists.retain(|name, entry| {
+            lists.retain(|(name, _), entry| {
                 config
                     .server(name.as_str())
                     .is_some_and(|s| s.is_startable() && s.spec_hash == entry.hash)

@@ -7,7 +7,7 @@ use crate::session::SessionRef;
 
 /// The two generations of MCP a connection to an upstream speaks: the `initialize` lifecycle
 /// (2024-11-05 to 2025-11-25) or 2026-07-28 (`server/discover`, stateless requests).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Revision {
     Legacy,
     Modern,
@@ -31,11 +31,19 @@ impl Revision {
         }
     }
 
+    /// For file names and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Revision::Legacy => "legacy",
+            Revision::Modern => "modern",
+        }
+    }
+
     pub(super) fn slot(self) -> usize {
         self as usize
     }
 
-    pub(super) fn other(self) -> Self {
+    pub fn other(self) -> Self {
         match self {
             Revision::Legacy => Revision::Modern,
             Revision::Modern => Revision::Legacy,

@@ -81,7 +81,7 @@ impl Proxy {
             let error = Error::IntentDirectCall {
                 tool: clip(&req.name).into_owned(),
             };
-            let denial = snap.router.route(&req.name).map(|route| {
+            let denial = snap.router_for(&req.session).route(&req.name).map(|route| {
                 let rule = "policy.toolMode \"intent\" (tools are called through call_tool_*)";
                 Denial::by_policy(route, rule.into(), "intent_required")
             });
@@ -138,7 +138,7 @@ impl Proxy {
             ..req
         };
         let denial = snap
-            .router
+            .router_for(&req.session)
             .route(&req.name)
             .map(|route| Denial::by_policy(route, rule(variant, &what), decision));
         ControlFlow::Break(self.refuse(snap, &req, started, error, denial))
@@ -193,7 +193,13 @@ impl Proxy {
                 return self.refuse(snap, req, started, error, None);
             }
         };
-        let missing = snap.router.missing_lists().to_vec();
+        let router = snap.router_for(&req.session);
+        let missing: Vec<_> = router
+            .missing_lists()
+            .iter()
+            .chain(router.borrowed_lists())
+            .cloned()
+            .collect();
         let (current, unavailable) = if missing.is_empty() {
             (None, Vec::new())
         } else {
@@ -206,7 +212,7 @@ impl Proxy {
             (self.snapshot(), errors)
         };
         let table = current.as_deref().unwrap_or(snap);
-        let answer = retrieve::answer(&table.router, &query, &unavailable);
+        let answer = retrieve::answer(table.router_for(&req.session), &query, &unavailable);
         let response =
             CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(
                 answer.to_string(),
