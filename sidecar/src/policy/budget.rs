@@ -56,7 +56,7 @@ impl Budget {
             .left
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_err();
-        let out_of_time = spent % CHECK_EVERY == 0 && Instant::now() >= self.deadline;
+        let out_of_time = spent.is_multiple_of(CHECK_EVERY) && Instant::now() >= self.deadline;
         if out_of_steps || out_of_time {
             self.exhausted.store(true, Ordering::Relaxed);
             return false;

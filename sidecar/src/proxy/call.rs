@@ -386,6 +386,7 @@ impl Proxy {
             req.request_id.clone(),
             client_token,
             asks_tx,
+            req.stream_cut.clone(),
         );
         let mut meta = upstream_meta(&req.meta, modern);
         telemetry::inject(&tracing::Span::current(), &mut meta);

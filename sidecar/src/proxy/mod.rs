@@ -112,6 +112,9 @@ pub struct CallRequest {
     /// The intent declared with it in intent mode (set by `intent` for a `call_tool_*`); `None`
     /// for a direct call.
     pub intent: Option<intent::Declared>,
+    /// Ends the call's answer stream to the client (an initialize-era HTTP session's POST
+    /// stream), for when the upstream ends its own mid-call.
+    pub stream_cut: Option<CancellationToken>,
 }
 
 pub struct Proxy {

@@ -182,6 +182,11 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let session = self.session_ref(&context);
+        let stream_cut = context
+            .extensions
+            .get::<::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<sessions::StreamCut>())
+            .map(|cut| cut.0.clone());
         self.proxy
             .call_tool(CallRequest {
                 name: request.name.into_owned(),
@@ -193,6 +198,7 @@ impl ServerHandler for Front {
                 ct: context.ct,
                 session,
                 intent: None,
+                stream_cut,
             })
             .await
             .map_err(Into::into)

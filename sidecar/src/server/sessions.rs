@@ -8,6 +8,10 @@
 //! Most clients never send `DELETE` (they end, crash or restart), so without eviction a cap meant
 //! to bound memory would lock out the only client the proxy has once it had reconnected `max`
 //! times.
+//!
+//! A request of a session also carries a [`StreamCut`]: a call's answer stream can be ended by
+//! the proxy (as its upstream ended its own, mid-call) and the client resumes it with
+//! `Last-Event-ID`, from the events rmcp keeps per stream.
 
 use std::{
     collections::HashMap,
@@ -26,11 +30,18 @@ use futures::StreamExt;
 use rmcp::transport::streamable_http_server::{
     SessionManager, session::local::LocalSessionManager,
 };
+use tokio_util::sync::CancellationToken;
 
 use super::limits::{MAX_BODY, initialize_id, json_rpc_error, may_open_session};
 use crate::{error::Error, sync::lock};
 
 const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Put in the extensions of every request of an initialize-era session (rmcp hands them to the
+/// handler with the request's parts): cancelling it ends the request's answer stream to the
+/// client, who can resume it with `Last-Event-ID`.
+#[derive(Clone, Debug)]
+pub struct StreamCut(pub CancellationToken);
 
 /// What the cap knows of one session.
 #[derive(Debug, Clone, Copy)]
@@ -106,7 +117,7 @@ impl SessionCap {
 /// (`PROXY.TOO_MANY_SESSIONS`, HTTP 503).
 pub async fn session_cap(
     State(cap): State<Arc<SessionCap>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     if let Some(id) = request
@@ -123,7 +134,9 @@ pub async fn session_cap(
             }
             return next.run(request).await;
         }
-        return busy_while_answering(cap, id, next.run(request).await);
+        let cut = CancellationToken::new();
+        request.extensions_mut().insert(StreamCut(cut.clone()));
+        return busy_while_answering(cap, id, cut, next.run(request).await);
     }
     if !may_open_session(&request) {
         return next.run(request).await;
@@ -189,18 +202,27 @@ fn opened(cap: &SessionCap, response: Response) -> Response {
     response
 }
 
-/// Counts the session busy until `response`'s body has been sent or dropped.
-fn busy_while_answering(cap: Arc<SessionCap>, id: Arc<str>, response: Response) -> Response {
+/// Counts the session busy until `response`'s body has been sent or dropped; ends the body when
+/// `cut` is cancelled.
+fn busy_while_answering(
+    cap: Arc<SessionCap>,
+    id: Arc<str>,
+    cut: CancellationToken,
+    response: Response,
+) -> Response {
     if response.status() == StatusCode::NOT_FOUND {
         return response;
     }
     cap.touch(&id, 1);
     let done = Done { cap, id };
     let (parts, body) = response.into_parts();
-    let body = body.into_data_stream().map(move |chunk| {
-        let _ = &done;
-        chunk
-    });
+    let body = body
+        .into_data_stream()
+        .take_until(cut.cancelled_owned())
+        .map(move |chunk| {
+            let _ = &done;
+            chunk
+        });
     Response::from_parts(parts, Body::from_stream(body))
 }
 

@@ -1,14 +1,24 @@
 //! Streamable-HTTP upstreams: the rmcp client transport with headers taken from the proxy's
-//! environment (how tokens arrive without being written into the config).
+//! environment (how tokens arrive without being written into the config), over a client that
+//! watches each call's answer stream ([`Watched`]).
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
+use futures::{StreamExt, stream::BoxStream};
 use http::{HeaderName, HeaderValue};
-use rmcp::transport::{
-    StreamableHttpClientTransport,
-    streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError},
+use rmcp::{
+    model::{ClientJsonRpcMessage, RequestId},
+    transport::{
+        StreamableHttpClientTransport,
+        streamable_http_client::{
+            SseError, StreamableHttpClient, StreamableHttpClientTransportConfig,
+            StreamableHttpError, StreamableHttpPostResponse,
+        },
+    },
 };
+use sse_stream::Sse;
 
+use super::routes::CallRoutes;
 use crate::{
     config::HttpTransport,
     error::{Error, Result},
@@ -19,7 +29,8 @@ use crate::{
 pub fn transport(
     server: &ServerName,
     spec: &HttpTransport,
-) -> Result<StreamableHttpClientTransport<reqwest::Client>> {
+    routes: Arc<CallRoutes>,
+) -> Result<StreamableHttpClientTransport<Watched>> {
     let mut headers = HashMap::new();
     for (name, var) in &spec.headers_from_env {
         let fail = |reason: String| Error::StartFailed {
@@ -50,7 +61,180 @@ pub fn transport(
             server: server.clone(),
             reason: format!("http client: {e}"),
         })?;
-    Ok(StreamableHttpClientTransport::with_client(client, config))
+    Ok(StreamableHttpClientTransport::with_client(
+        Watched {
+            inner: client,
+            routes,
+        },
+        config,
+    ))
+}
+
+/// The HTTP client of one upstream connection. An upstream may end the SSE stream of a call
+/// before it answers (SEP-1699 polling: it asks the client to come back with `Last-Event-ID`,
+/// which rmcp does); the client of the proxy then sees the same: its stream of that call is
+/// ended too ([`CallRoutes::stream_cut`]), and it resumes from the proxy.
+#[derive(Clone)]
+pub struct Watched {
+    inner: reqwest::Client,
+    routes: Arc<CallRoutes>,
+}
+
+type Events = BoxStream<'static, std::result::Result<Sse, SseError>>;
+
+impl Watched {
+    /// `events`, reporting an end that comes before the answer to `id`.
+    fn watch(&self, events: Events, id: RequestId) -> Events {
+        let routes = self.routes.clone();
+        let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = answered.clone();
+        let at_end = futures::stream::once(async move {
+            if !seen.load(std::sync::atomic::Ordering::Relaxed) {
+                routes.stream_cut(&id);
+            }
+            None
+        })
+        .filter_map(std::future::ready);
+        let mark = mark_answer(answered);
+        events.inspect(mark).chain(at_end).boxed()
+    }
+}
+
+/// Marks `answered` once an event carries a JSON-RPC response or error (the call's answer: a
+/// request's stream carries no other response).
+fn mark_answer(
+    answered: Arc<std::sync::atomic::AtomicBool>,
+) -> impl FnMut(&std::result::Result<Sse, SseError>) {
+    move |event| {
+        if let Ok(Sse {
+            data: Some(data), ..
+        }) = event
+            && is_answer(data)
+        {
+            answered.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+fn is_answer(data: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_str::<Head>(data).is_ok_and(|h| h.result.is_some() || h.error.is_some())
+}
+
+impl StreamableHttpClient for Watched {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> std::result::Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let id = request_id(&message);
+        let response = self
+            .inner
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await?;
+        Ok(self.watch_response(response, id))
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> std::result::Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let id = request_id(&message);
+        let response = self
+            .inner
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await?;
+        Ok(self.watch_response(response, id))
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> std::result::Result<(), StreamableHttpError<reqwest::Error>> {
+        self.inner
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> std::result::Result<Events, StreamableHttpError<reqwest::Error>> {
+        self.inner
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> std::result::Result<Events, StreamableHttpError<reqwest::Error>> {
+        self.inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
+
+impl Watched {
+    fn watch_response(
+        &self,
+        response: StreamableHttpPostResponse,
+        id: Option<RequestId>,
+    ) -> StreamableHttpPostResponse {
+        match (response, id) {
+            (StreamableHttpPostResponse::Sse(events, session), Some(id)) => {
+                StreamableHttpPostResponse::Sse(self.watch(events, id), session)
+            }
+            (other, _) => other,
+        }
+    }
+}
+
+fn request_id(message: &ClientJsonRpcMessage) -> Option<RequestId> {
+    match message {
+        ClientJsonRpcMessage::Request(r) => Some(r.id.clone()),
+        _ => None,
+    }
 }
 
 /// Longest quote of an upstream's bytes in an error message.

@@ -75,7 +75,14 @@ pub(super) fn listen_for_changes(
                     UpstreamEvent::ResourcesChanged(server.clone())
                 }
                 Ok(Some(_)) => continue,
-                Ok(None) | Err(_) => return,
+                Ok(None) => {
+                    tracing::info!(%server, "the upstream ended the stream of its list changes");
+                    return;
+                }
+                Err(e) => {
+                    tracing::info!(%server, error = %e, "the stream of the upstream's list changes failed");
+                    return;
+                }
             };
             if events.send(event).is_err() {
                 return;

@@ -10,6 +10,7 @@
 // protocol versions the proxy relays.
 #![allow(deprecated)]
 
+mod backoff;
 pub mod cache;
 pub mod guard;
 pub mod handler;
@@ -47,6 +48,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::{
+    backoff::Backoff,
     handler::{Tap, UpstreamEvent, UpstreamHandler},
     routes::{CallRoutes, Forward},
 };
@@ -58,20 +60,6 @@ use crate::{
     session::SessionRef,
     sync::lock,
 };
-
-/// A connection that lived longer than this had been healthy: its crash restarts the backoff.
-const HEALTHY_AFTER: Duration = Duration::from_secs(60);
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Delay before the next start after `failures` consecutive failures.
-pub fn backoff(failures: u32) -> Duration {
-    if failures == 0 {
-        return Duration::ZERO;
-    }
-    let exp = failures.saturating_sub(1).min(16);
-    FIRST_BACKOFF.saturating_mul(1 << exp).min(MAX_BACKOFF)
-}
 
 /// Everything an upstream needs from the rest of the proxy.
 #[derive(Clone)]
@@ -172,16 +160,6 @@ impl Connection {
     }
 }
 
-#[derive(Default)]
-struct StartState {
-    /// Consecutive failures: starts that failed, and connections that ended within
-    /// `HEALTHY_AFTER` of their start.
-    failures: u32,
-    /// When the last process was spawned (HTTP: connection opened), whatever came of it: the
-    /// next start waits `backoff(failures)` from here.
-    last_start: Option<Instant>,
-}
-
 /// One configured upstream server. It is spoken to in the revision of the session a request
 /// comes from: at most one connection per revision, each opened when a session of that revision
 /// first needs the server (for a stdio server, a process each). A revision the server turned out
@@ -191,7 +169,7 @@ pub struct Upstream {
     conns: [ArcSwapOption<Connection>; 2],
     /// Revisions the server turned out not to speak (indexed like `conns`).
     lacks: [AtomicBool; 2],
-    state: tokio::sync::Mutex<StartState>,
+    state: tokio::sync::Mutex<Backoff>,
     /// Cancelled by [`Upstream::stop`]: ends a start in progress (and its backoff wait) at once.
     stop: CancellationToken,
     deps: Deps,
@@ -306,28 +284,20 @@ impl Upstream {
             .find_map(|c| c.swap(None));
         let restarting = if let Some(dead) = dead {
             let lived = dead.started_at.elapsed();
-            state.failures = if lived > HEALTHY_AFTER {
-                1
-            } else {
-                state.failures + 1
-            };
+            state.ended(lived);
             let why = dead.gone_reason().await;
             tracing::warn!(server = %self.server.name, %why, lived_ms = lived.as_millis() as u64, "upstream had stopped; restarting it");
             true
         } else {
-            state.failures > 0
+            state.failures() > 0
         };
-        if let Some(last) = state.last_start {
-            let wait = backoff(state.failures).saturating_sub(last.elapsed());
-            if !wait.is_zero() {
-                return Err(Error::Backoff {
-                    server: self.server.name.clone(),
-                    failures: state.failures,
-                    retry_in: wait,
-                });
-            }
+        if let Err(wait) = state.start() {
+            return Err(Error::Backoff {
+                server: self.server.name.clone(),
+                failures: state.failures(),
+                retry_in: wait,
+            });
         }
-        state.last_start = Some(Instant::now());
         tracing::info!(server = %self.server.name, %reason, restart = restarting, "starting upstream server");
         self.deps
             .metrics
@@ -381,13 +351,13 @@ impl Upstream {
                 Ok(conn)
             }
             Ok(Err(e)) => {
-                state.failures += 1;
+                state.failed();
                 self.deps.metrics.upstream_start_failed(&self.server.name);
                 tracing::warn!(server = %self.server.name, error = %e, "upstream server failed to start");
                 Err(e)
             }
             Err(_) => {
-                state.failures += 1;
+                state.failed();
                 self.deps.metrics.upstream_start_failed(&self.server.name);
                 let e = Error::StartFailed {
                     server: self.server.name.clone(),
@@ -513,7 +483,7 @@ impl Upstream {
             }
             Transport::Http(spec) => {
                 let transport = Tap::new(
-                    http::transport(name, spec).map_err(|error| StartFailure {
+                    http::transport(name, spec, routes.clone()).map_err(|error| StartFailure {
                         error,
                         exited: true,
                     })?,
@@ -612,18 +582,4 @@ fn client_config(session: Option<&SessionRef>) -> ClientConfig {
             Implementation::new("orchestrator-mcp-proxy", env!("CARGO_PKG_VERSION"))
         });
     ClientConfig::new(capabilities, info)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        assert_eq!(backoff(0), Duration::ZERO);
-        assert_eq!(backoff(1), Duration::from_millis(250));
-        assert_eq!(backoff(2), Duration::from_millis(500));
-        assert_eq!(backoff(5), Duration::from_secs(4));
-        assert_eq!(backoff(50), MAX_BACKOFF);
-    }
 }

@@ -16,6 +16,7 @@ use rmcp::model::{
     RequestId, ServerNotification, ServerRequest,
 };
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     error::Error,
@@ -56,6 +57,9 @@ struct CallRoute {
     /// go instead (see `bridge`).
     asks: Option<mpsc::UnboundedSender<Ask>>,
     request_id: Option<RequestId>,
+    /// Ends the client's answer stream of the call (initialize-era HTTP sessions only), when
+    /// the upstream ended its own before answering (see [`CallRoutes::stream_cut`]).
+    stream_cut: Option<CancellationToken>,
 }
 
 #[derive(Default)]
@@ -97,6 +101,7 @@ impl CallRoutes {
         front_request: RequestId,
         client_token: Option<ProgressToken>,
         asks: Option<mpsc::UnboundedSender<Ask>>,
+        stream_cut: Option<CancellationToken>,
     ) -> CallGuard {
         let mut inner = self.lock();
         inner.next += 1;
@@ -111,6 +116,7 @@ impl CallRoutes {
                 upstream_token: None,
                 request_id: None,
                 asks,
+                stream_cut,
             },
         );
         CallGuard {
@@ -125,6 +131,22 @@ impl CallRoutes {
         let mut inner = self.lock();
         if inner.last_session.is_none() {
             inner.last_session = Some(session);
+        }
+    }
+
+    /// The upstream ended the answer stream of its request `upstream_request` before answering
+    /// (it asks the proxy to resume with `Last-Event-ID`, SEP-1699): the client's stream of that
+    /// call is ended too, so the client resumes from the proxy as it would from the server, and
+    /// gets the answer on its resumed stream.
+    pub fn stream_cut(&self, upstream_request: &RequestId) {
+        let inner = self.lock();
+        let call = inner
+            .by_request
+            .get(upstream_request)
+            .and_then(|c| inner.calls.get(c));
+        if let Some(cut) = call.and_then(|c| c.stream_cut.as_ref()) {
+            tracing::debug!(request = %upstream_request, "the upstream ended a call's stream before its answer; ending the client's too");
+            cut.cancel();
         }
     }
 
