@@ -10,6 +10,8 @@
                   (default SIGPIPE), as most programs do
   stderr-flood    a working server that first writes ARG2 MiB to stderr without a newline, then
                   ARG3 short lines, then serves
+  exit            writes a line to stderr and exits at once (status 3), before any handshake; the
+                  time of each launch is appended to $FAULTY_TIMES
 
 Every server writes the pids of itself and its helper (if any) to the file named by $FAULTY_PIDS,
 so a test can watch processes the proxy does not report.
@@ -76,5 +78,13 @@ elif mode == "stderr-flood":
     for i in range(int(sys.argv[3])):
         os.write(2, b"noise line %d\n" % i)
     serve()
+elif mode == "exit":
+    record(os.getpid())
+    times = os.environ.get("FAULTY_TIMES")
+    if times:
+        with open(times, "a") as f:
+            f.write(f"{time.time()}\n")
+    os.write(2, b"cannot start: the configuration is broken\n")
+    sys.exit(3)
 else:
     sys.exit(f"unknown mode {mode}")
