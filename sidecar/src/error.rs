@@ -136,11 +136,13 @@ pub enum Error {
     StartFailed { server: ServerName, reason: String },
 
     /// Starts are spaced by the restart backoff; the request can be made again after `retry_in`.
-    #[error("upstream server {server:?} is waiting out its restart backoff after {failures} failed start(s) or early exit(s); retry in {:.1}s", retry_in.as_secs_f64())]
+    #[error("upstream server {server:?} is waiting out its restart backoff after {failures} failed start(s) or early exit(s); retry in {:.1}s (last: {last})", tenths_up(*retry_in))]
     Backoff {
         server: ServerName,
         failures: u32,
         retry_in: Duration,
+        /// What the last failure was.
+        last: String,
     },
 
     #[error("upstream server {server:?} {what}")]
@@ -350,6 +352,7 @@ impl Error {
                 server,
                 failures,
                 retry_in,
+                ..
             } => {
                 data["server"] = json!(server);
                 data["failures"] = json!(failures);
@@ -405,6 +408,11 @@ impl From<Error> for ErrorData {
     fn from(e: Error) -> Self {
         e.to_mcp()
     }
+}
+
+/// Seconds, rounded up to a tenth (a wait of 40 ms reads "0.1s", not "0.0s").
+fn tenths_up(d: Duration) -> f64 {
+    d.as_millis().div_ceil(100) as f64 / 10.0
 }
 
 #[cfg(test)]

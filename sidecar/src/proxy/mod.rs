@@ -322,10 +322,11 @@ impl Proxy {
             .collect()
     }
 
-    /// Handles a change notified by an upstream: re-list it, and pass the notification on (as
-    /// the client would get it from the server directly; after the re-list, so a client that
-    /// re-lists sees the new table). In intent mode only a change of what is on offer is told
-    /// (the four tools never change).
+    /// Handles a change notified by an upstream: re-list it, and tell the clients when what they
+    /// see changed (after the re-list, so a client that re-lists sees the new table). An
+    /// announcement that changes nothing on offer is not passed on: servers announce at start
+    /// (server-everything registers tools once initialized), and a change to tools the task does
+    /// not offer is none of the client's business.
     pub async fn on_upstream_event(self: &Arc<Self>, event: UpstreamEvent) {
         match event {
             UpstreamEvent::ToolsChanged(name) => {
@@ -338,11 +339,7 @@ impl Proxy {
                 match self.pool.relist(&server).await {
                     Ok(changed) => {
                         tracing::info!(server = %name, changed, "upstream said its tool list changed");
-                        let on_offer = changed && self.rebuild().await;
-                        let intent = self
-                            .snapshot()
-                            .is_some_and(|s| s.config.tool_mode == ToolMode::Intent);
-                        if on_offer || !intent {
+                        if changed && self.rebuild().await {
                             self.notify(ListKind::Tools).await;
                         }
                     }

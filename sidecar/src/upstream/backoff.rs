@@ -25,25 +25,34 @@ pub struct Backoff {
     failures: u32,
     /// When the last process was spawned (HTTP: connection opened), whatever came of it.
     last_start: Option<Instant>,
+    /// What the last failure was (for the error of a request inside the backoff).
+    last_failure: Option<String>,
 }
 
 impl Backoff {
-    /// A connection ended (on its own) after running for `lived`.
-    pub fn ended(&mut self, lived: Duration) {
+    /// A connection ended (on its own) after running for `lived`, for the reason `why`.
+    pub fn ended(&mut self, lived: Duration, why: String) {
         self.failures = if lived > HEALTHY_AFTER {
             1
         } else {
             self.failures + 1
         };
+        self.last_failure = Some(why);
     }
 
-    /// A start failed.
-    pub fn failed(&mut self) {
+    /// A start failed with `why`.
+    pub fn failed(&mut self, why: String) {
         self.failures += 1;
+        self.last_failure = Some(why);
     }
 
     pub fn failures(&self) -> u32 {
         self.failures
+    }
+
+    /// What the last failure was.
+    pub fn last_failure(&self) -> &str {
+        self.last_failure.as_deref().unwrap_or("unknown")
     }
 
     /// Records a start now, or says how long until one is allowed.
@@ -76,15 +85,16 @@ mod tests {
     fn starts_after_failures_are_spaced_and_a_long_life_starts_a_new_streak() {
         let mut b = Backoff::default();
         assert_eq!(b.start(), Ok(()), "the first start never waits");
-        b.failed();
+        b.failed("boom".into());
         let wait = b
             .start()
             .expect_err("a start right after a failed one waits");
         assert!(wait > Duration::ZERO && wait <= backoff(1), "{wait:?}");
         assert!(b.start().is_err(), "so is every start inside the window");
-        b.ended(Duration::from_millis(10));
+        b.ended(Duration::from_millis(10), "exited".into());
+        assert_eq!(b.last_failure(), "exited");
         assert_eq!(b.failures(), 2, "an early exit adds to the streak");
-        b.ended(HEALTHY_AFTER + Duration::from_secs(1));
+        b.ended(HEALTHY_AFTER + Duration::from_secs(1), "crashed".into());
         assert_eq!(b.failures(), 1, "a healthy run starts a new streak");
     }
 }

@@ -41,7 +41,7 @@ use rmcp::{
         ClientConfig, ClientRequest, Implementation, ProtocolVersion, SetLevelRequest,
         SetLevelRequestParams,
     },
-    service::{RunningService, serve_client_with_lifecycle},
+    service::{ClientInitializeError, RunningService, serve_client_with_lifecycle},
     transport::IntoTransport,
 };
 use tokio::sync::mpsc;
@@ -56,7 +56,7 @@ use crate::{
     config::{Server, Transport},
     error::{Error, Result},
     metrics::Metrics,
-    names::ServerName,
+    names::{ServerName, clip_to},
     session::SessionRef,
     sync::lock,
 };
@@ -284,8 +284,8 @@ impl Upstream {
             .find_map(|c| c.swap(None));
         let restarting = if let Some(dead) = dead {
             let lived = dead.started_at.elapsed();
-            state.ended(lived);
             let why = dead.gone_reason().await;
+            state.ended(lived, why.clone());
             tracing::warn!(server = %self.server.name, %why, lived_ms = lived.as_millis() as u64, "upstream had stopped; restarting it");
             true
         } else {
@@ -296,6 +296,7 @@ impl Upstream {
                 server: self.server.name.clone(),
                 failures: state.failures(),
                 retry_in: wait,
+                last: clip_to(state.last_failure(), 512).into_owned(),
             });
         }
         tracing::info!(server = %self.server.name, %reason, restart = restarting, "starting upstream server");
@@ -351,18 +352,18 @@ impl Upstream {
                 Ok(conn)
             }
             Ok(Err(e)) => {
-                state.failed();
+                state.failed(e.to_string());
                 self.deps.metrics.upstream_start_failed(&self.server.name);
                 tracing::warn!(server = %self.server.name, error = %e, "upstream server failed to start");
                 Err(e)
             }
             Err(_) => {
-                state.failed();
                 self.deps.metrics.upstream_start_failed(&self.server.name);
                 let e = Error::StartFailed {
                     server: self.server.name.clone(),
                     reason: format!("not ready within {}s", self.deps.start_timeout.as_secs()),
                 };
+                state.failed(e.to_string());
                 tracing::warn!(server = %self.server.name, error = %e, "upstream server failed to start");
                 Err(e)
             }
@@ -424,9 +425,9 @@ impl Upstream {
         }
         match self.start(session, ClientLifecycleMode::Initialize).await {
             Ok(conn) => Ok(conn),
-            // A process that exited (or never ran) would not speak the other lifecycle either:
-            // trying it would only spawn it again, inside the backoff.
-            Err(failed) if failed.exited => Err(failed.error),
+            // A server that did not answer (it exited, or never ran) would not speak the other
+            // lifecycle either: trying it would only spawn it again, inside the backoff.
+            Err(failed) if !failed.answered => Err(failed.error),
             Err(failed) => {
                 tracing::info!(server = %self.server.name, error = %failed.error, "the initialize lifecycle failed; trying server/discover");
                 self.start(session, auto).await.map_err(|f| f.error)
@@ -455,7 +456,7 @@ impl Upstream {
                     stdio::spawn(name, spec, self.deps.guard.as_ref()).map_err(|error| {
                         StartFailure {
                             error,
-                            exited: true,
+                            answered: false,
                         }
                     })?;
                 let transport: Tap<_> = Tap::new(
@@ -469,14 +470,15 @@ impl Upstream {
                 match serve_client_with_lifecycle(handler, transport, lifecycle).await {
                     Ok(service) => (service, Some(spawned.child)),
                     Err(e) => {
-                        let (reason, exited) = start_failure(&e.to_string(), &spawned.child).await;
+                        let answered = answered(&e);
+                        let reason = start_failure(&e.to_string(), &spawned.child).await;
                         spawned.child.terminate(self.deps.kill_grace).await;
                         return Err(StartFailure {
                             error: Error::StartFailed {
                                 server: name.clone(),
                                 reason,
                             },
-                            exited,
+                            answered,
                         });
                     }
                 }
@@ -485,7 +487,7 @@ impl Upstream {
                 let transport = Tap::new(
                     http::transport(name, spec, routes.clone()).map_err(|error| StartFailure {
                         error,
-                        exited: true,
+                        answered: false,
                     })?,
                     forward_tx.clone(),
                     closed.clone(),
@@ -497,7 +499,9 @@ impl Upstream {
                             server: name.clone(),
                             reason: e.to_string(),
                         },
-                        exited: false,
+                        // An HTTP server may refuse `initialize` with an HTTP status alone, and
+                        // trying the other lifecycle spawns nothing.
+                        answered: true,
                     })?;
                 (service, None)
             }
@@ -547,27 +551,39 @@ impl Upstream {
     }
 }
 
-/// A start that failed, and whether its process had exited (or never ran).
+/// A start that failed, and whether the server answered the handshake (with a refusal).
 struct StartFailure {
     error: Error,
-    exited: bool,
+    answered: bool,
 }
 
-/// Why a stdio start failed, and whether the process had exited.
-async fn start_failure(error: &str, child: &stdio::Child) -> (String, bool) {
+/// Whether the server answered the handshake (a JSON-RPC error, a result of the wrong kind), as
+/// opposed to closing the connection without a word (a process that exited at once).
+fn answered(e: &ClientInitializeError) -> bool {
+    !matches!(
+        e,
+        ClientInitializeError::ConnectionClosed(_)
+            | ClientInitializeError::TransportError { .. }
+            | ClientInitializeError::ExpectedInitResponse(None)
+            | ClientInitializeError::ExpectedInitResult(None)
+    )
+}
+
+/// Why a stdio start failed.
+async fn start_failure(error: &str, child: &stdio::Child) -> String {
     // Give the exit status a moment to arrive so the message says what happened.
     let status = tokio::time::timeout(Duration::from_millis(300), child.exited())
         .await
         .ok();
     let tail = child.stderr_tail();
     let mut reason = format!("the MCP handshake failed: {error}");
-    if let Some(status) = &status {
+    if let Some(status) = status {
         reason.push_str(&format!("; the process exited ({})", status.status));
     }
     if let Some(line) = tail.iter().rev().find(|l| !l.trim().is_empty()) {
         reason.push_str(&format!("; last stderr line: {line}"));
     }
-    (reason, status.is_some())
+    reason
 }
 
 /// What the proxy declares to an upstream: the client identity and capabilities of the session

@@ -8,6 +8,7 @@ tests exercise the same file events as a pod.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -179,6 +181,37 @@ async def await_for(predicate, timeout: float = 30.0, what: str = "condition", i
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await anyio.sleep(interval)
+
+
+class HealthWatch:
+    """Polls /healthz on its own connection and keeps the slowest answer (seconds)."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.slowest = 0.0
+        self.answers = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        while not self.stop.is_set():
+            started = time.monotonic()
+            conn.request("GET", "/healthz")
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+            self.slowest = max(self.slowest, time.monotonic() - started)
+            self.answers += 1
+            time.sleep(0.02)
+
+    def __enter__(self) -> "HealthWatch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=15)
 
 
 @dataclass

@@ -13,16 +13,14 @@ arguments) and support/faulty_server.py (`exit`)."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import SUPPORT, faulty, raw_exchange, raw_session, recorded_pids, tool_call, wait_for
+from conftest import SUPPORT, HealthWatch, faulty, raw_exchange, raw_session, recorded_pids, tool_call, wait_for
 
 pytestmark = pytest.mark.usefixtures("kill_recorded")
 
@@ -44,37 +42,6 @@ def tree(levels: int, kind: str) -> dict:
     for _ in range(levels):
         block = {"kind": kind, "children": [block, {"kind": kind}]}
     return block
-
-
-class HealthWatch:
-    """Polls /healthz on its own connection and keeps the slowest answer (seconds)."""
-
-    def __init__(self, port: int):
-        self.port = port
-        self.slowest = 0.0
-        self.answers = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        while not self.stop.is_set():
-            started = time.monotonic()
-            conn.request("GET", "/healthz")
-            response = conn.getresponse()
-            response.read()
-            assert response.status == 200
-            self.slowest = max(self.slowest, time.monotonic() - started)
-            self.answers += 1
-            time.sleep(0.02)
-
-    def __enter__(self) -> "HealthWatch":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(timeout=15)
 
 
 def test_arguments_too_costly_to_check_are_refused_in_bounded_time_and_others_are_served(make_proxy, tools, tmp_path):

@@ -110,9 +110,11 @@ async def test_a_server_that_cannot_start_is_reported_and_left_out(make_proxy, t
         with pytest.raises(MCPError) as failed:
             await client.call_tool("broken__anything", {})
     message = failed.value.message
-    assert 'upstream server "broken" could not be started' in message
+    # The call came right after the listing's failed start: inside the restart backoff it is not
+    # started again, and the error says why it failed last and when to retry.
+    assert 'upstream server "broken"' in message and ("could not be started" in message or "retry in" in message), message
     assert "exit status: 3" in message and "boom: DOCS_TOKEN is not set" in message
-    assert proxy.metric("mcp_proxy_upstream_start_failures_total", server="broken") >= 2
+    assert proxy.metric("mcp_proxy_upstream_start_failures_total", server="broken") >= 1
     assert proxy.children() == [proxy.server_pid("every")]
 
 

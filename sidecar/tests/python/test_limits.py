@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import RAW_HEADERS, RAW_INIT, await_for, raw_exchange, raw_session, tool_call, wait_for
+from conftest import RAW_HEADERS, RAW_INIT, HealthWatch, await_for, raw_exchange, raw_session, tool_call, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -139,11 +139,13 @@ def test_metric_series_stay_the_same_whatever_names_clients_send(make_proxy, too
         send(kind, 0)
     before = series(proxy)
     # The new clients last: at the cap, each closes the least recently used idle session.
-    for phase in ([k for k in kinds if k != "client"], ["client"]):
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            list(pool.map(lambda job: send(*job), [(k, i) for k in phase for i in range(1, kinds[k][0])]))
-        after = series(proxy)
-        assert after == before, f"{len(before)} series before, {len(after)} after: {sorted(set(after) - set(before))[:5]}"
+    with HealthWatch(proxy.port) as health:
+        for phase in ([k for k in kinds if k != "client"], ["client"]):
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                list(pool.map(lambda job: send(*job), [(k, i) for k in phase for i in range(1, kinds[k][0])]))
+            after = series(proxy)
+            assert after == before, f"{len(before)} series before, {len(after)} after: {sorted(set(after) - set(before))[:5]}"
+    assert health.answers > 0 and health.slowest < 0.1, f"/healthz: {health.answers} answers, slowest {health.slowest:.3f}s"
     assert len(proxy.metrics()) < 20_000
     assert proxy.metric("mcp_proxy_tool_calls_total", server="every", tool="(unknown)", outcome="denied") == 2500
     assert proxy.metric("mcp_proxy_tool_calls_total", server="(none)", tool="(unknown)", outcome="tool_error") == 1500

@@ -110,3 +110,30 @@ def test_a_call_stream_of_a_session_is_primed_and_resumable(make_proxy, tools):
     first = dict(line.split(": ", 1) if ": " in line else (line.rstrip(":"), "") for line in events[0].splitlines())
     assert first.get("data", "") == "" and first.get("id") and first.get("retry", "").isdigit(), events[0]
     assert all("\nid: " in "\n" + e for e in events), events
+
+
+async def test_a_server_that_lists_different_tools_to_each_revision_is_listed_to_each_as_directly(make_proxy, tools):
+    """The conformance fixture offers its server-to-client tools only to initialize-era sessions
+    and its input_required ones only at 2026-07-28. Through one proxy, after a client of the
+    other revision had its list, each revision's client sees what it sees directly, and a call to
+    the other revision's tool is refused as unknown, never forwarded."""
+    from mcp import StdioServerParameters
+
+    fixture = StdioServerParameters(command=str(tools.python), args=[str(SUPPORT / "conformance_server.py"), "--stdio"])
+    direct = {}
+    for mode in ("legacy", "2026-07-28"):
+        async with Client(fixture, mode=mode) as client:
+            direct[mode] = sorted(t.name for t in (await client.list_tools()).tools)
+    assert "test_sampling" in direct["legacy"] and "test_sampling" not in direct["2026-07-28"]
+    assert "test_missing_capability" in direct["2026-07-28"] and "test_missing_capability" not in direct["legacy"]
+
+    spec = {"command": fixture.command, "args": fixture.args}
+    proxy = make_proxy({"toolPrefix": "none", "servers": [{"name": "fixture", "stdio": spec}]})
+    for mode in ("legacy", "2026-07-28", "legacy"):
+        async with Client(proxy.url, mode=mode) as client:
+            assert sorted(t.name for t in (await client.list_tools()).tools) == direct[mode], mode
+            other = "test_missing_capability" if mode == "legacy" else "test_sampling"
+            refused = await client.call_tool(other, {})
+            assert refused.is_error and "unknown tool" in "".join(c.text for c in refused.content), refused
+    # One process per revision, each started once.
+    assert proxy.metric("mcp_proxy_upstream_starts_total", server="fixture", reason="tools_list") == 2

@@ -143,6 +143,8 @@ def tool(name: str, description: str, *, schema: dict[str, Any] | None = None, e
 
 
 def offered(entry: ToolDef, ctx: Ctx) -> bool:
+    if entry.name == "test_dynamic_tool" and not DYNAMIC["tool"]:
+        return False
     return entry.era == "both" or entry.era == ("modern" if is_modern(ctx) else "legacy")
 
 
@@ -560,14 +562,26 @@ async def greet(ctx: Ctx, params: types.CallToolRequestParams) -> Result:
 BUS = InMemorySubscriptionBus()
 
 
-@tool("test_trigger_tool_change", "Announces a tool list change to subscriptions/listen streams", era="modern")
+# What the list-change triggers toggle: the tool list really changes (a proxy in front tells its
+# clients only about changes it can see when it re-lists).
+DYNAMIC = {"tool": False, "prompt": False}
+
+
+@tool("test_trigger_tool_change", "Adds or removes test_dynamic_tool and announces the change on subscriptions/listen streams", era="modern")
 async def trigger_tool_change(ctx: Ctx, params: types.CallToolRequestParams) -> Result:
+    DYNAMIC["tool"] = not DYNAMIC["tool"]
     await BUS.publish(ToolsListChanged())
     return text_result("Mutation triggered")
 
 
-@tool("test_trigger_prompt_change", "Announces a prompt list change to subscriptions/listen streams", era="modern")
+@tool("test_dynamic_tool", "Listed while test_trigger_tool_change has added it")
+async def dynamic_tool(ctx: Ctx, params: types.CallToolRequestParams) -> Result:
+    return text_result("This tool comes and goes.")
+
+
+@tool("test_trigger_prompt_change", "Adds or removes test_dynamic_prompt and announces the change on subscriptions/listen streams", era="modern")
 async def trigger_prompt_change(ctx: Ctx, params: types.CallToolRequestParams) -> Result:
+    DYNAMIC["prompt"] = not DYNAMIC["prompt"]
     await BUS.publish(PromptsListChanged())
     return text_result("Mutation triggered")
 
@@ -686,7 +700,10 @@ MODERN_PROMPTS: dict[str, dict[str, Any]] = {
 
 
 def prompt_table(ctx: Ctx) -> dict[str, dict[str, Any]]:
-    return {**PROMPTS, **MODERN_PROMPTS} if is_modern(ctx) else PROMPTS
+    table = {**PROMPTS, **MODERN_PROMPTS} if is_modern(ctx) else dict(PROMPTS)
+    if DYNAMIC["prompt"]:
+        table["test_dynamic_prompt"] = {"description": "Listed while test_trigger_prompt_change has added it"}
+    return table
 
 
 async def list_prompts(ctx: Ctx, params: types.PaginatedRequestParams | None) -> Result:
@@ -709,6 +726,8 @@ async def get_prompt(ctx: Ctx, params: types.GetPromptRequestParams) -> Result:
             {"role": "user", "content": {"type": "resource", "resource": resource}},
             user_text("Please process the embedded resource above."),
         ]
+    elif name == "test_dynamic_prompt":
+        messages = [user_text("This prompt comes and goes.")]
     elif name == "test_prompt_with_image":
         messages = [
             {"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}},
