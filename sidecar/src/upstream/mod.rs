@@ -14,6 +14,7 @@ mod backoff;
 pub mod cache;
 pub mod guard;
 pub mod handler;
+mod handshake;
 pub mod http;
 pub mod listen;
 pub mod pool;
@@ -38,10 +39,9 @@ use arc_swap::ArcSwapOption;
 use rmcp::{
     ClientLifecycleMode, Peer, RoleClient,
     model::{
-        ClientConfig, ClientRequest, Implementation, ProtocolVersion, SetLevelRequest,
-        SetLevelRequestParams,
+        ClientRequest, Implementation, ProtocolVersion, SetLevelRequest, SetLevelRequestParams,
     },
-    service::{ClientInitializeError, RunningService, serve_client_with_lifecycle},
+    service::{RunningService, serve_client_with_lifecycle},
     transport::IntoTransport,
 };
 use tokio::sync::mpsc;
@@ -50,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use self::{
     backoff::Backoff,
     handler::{Tap, UpstreamEvent, UpstreamHandler},
+    handshake::{StartFailure, answered, client_config, start_failure},
     routes::{CallRoutes, Forward},
 };
 use crate::{
@@ -549,53 +550,4 @@ impl Upstream {
         }
         futures::future::join_all(conns.iter().map(|c| c.stop(self.deps.kill_grace))).await;
     }
-}
-
-/// A start that failed, and whether the server answered the handshake (with a refusal).
-struct StartFailure {
-    error: Error,
-    answered: bool,
-}
-
-/// Whether the server answered the handshake (a JSON-RPC error, a result of the wrong kind), as
-/// opposed to closing the connection without a word (a process that exited at once).
-fn answered(e: &ClientInitializeError) -> bool {
-    !matches!(
-        e,
-        ClientInitializeError::ConnectionClosed(_)
-            | ClientInitializeError::TransportError { .. }
-            | ClientInitializeError::ExpectedInitResponse(None)
-            | ClientInitializeError::ExpectedInitResult(None)
-    )
-}
-
-/// Why a stdio start failed.
-async fn start_failure(error: &str, child: &stdio::Child) -> String {
-    // Give the exit status a moment to arrive so the message says what happened.
-    let status = tokio::time::timeout(Duration::from_millis(300), child.exited())
-        .await
-        .ok();
-    let tail = child.stderr_tail();
-    let mut reason = format!("the MCP handshake failed: {error}");
-    if let Some(status) = status {
-        reason.push_str(&format!("; the process exited ({})", status.status));
-    }
-    if let Some(line) = tail.iter().rev().find(|l| !l.trim().is_empty()) {
-        reason.push_str(&format!("; last stderr line: {line}"));
-    }
-    reason
-}
-
-/// What the proxy declares to an upstream: the client identity and capabilities of the session
-/// that caused the start (so the upstream sees what the client declared), else its own.
-fn client_config(session: Option<&SessionRef>) -> ClientConfig {
-    let capabilities = session
-        .and_then(|s| s.capabilities.clone())
-        .unwrap_or_default();
-    let info = session
-        .and_then(|s| s.client_info.clone())
-        .unwrap_or_else(|| {
-            Implementation::new("orchestrator-mcp-proxy", env!("CARGO_PKG_VERSION"))
-        });
-    ClientConfig::new(capabilities, info)
 }
