@@ -5,9 +5,9 @@
 //!
 //! The work of one check is bounded ([`super::budget`]): it runs on the calling thread within a
 //! small budget that every ordinary call fits in, and only a call that spends it is checked
-//! again on a blocking thread (at most [`HEAVY_AT_ONCE`] at a time) within the full budget, so
-//! the runtime thread that serves the other clients never stalls for long. A call over the full
-//! budget is refused.
+//! again on a thread of its own (at most [`HEAVY_AT_ONCE`] at a time, at a lower CPU priority)
+//! within the full budget, so the runtime thread that serves the other clients never stalls for
+//! long, even on a busy machine. A call over the full budget is refused.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -29,9 +29,11 @@ pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
 /// The deepest input schema enforced (nested objects and arrays).
 pub const MAX_SCHEMA_DEPTH: usize = 64;
 /// Steps a check may take on the calling (runtime) thread before it moves to a blocking one.
-const INLINE_STEPS: u64 = 10_000;
+const INLINE_STEPS: u64 = 1_000;
 /// Checks that ran past [`INLINE_STEPS`] running at once; more wait for a turn.
 pub const HEAVY_AT_ONCE: usize = 2;
+/// The niceness of a check's own thread (the proxy's other threads keep theirs).
+const HEAVY_NICE: i32 = 10;
 
 enum Compiled {
     Enforced(jsonschema::Validator<Budgeted>),
@@ -104,15 +106,29 @@ impl Validators {
                 steps: inline.spent(),
             });
         };
-        let run = tokio::task::spawn_blocking(move || {
-            let full = Budget::new(budget::STEPS, budget::DEADLINE);
-            check_within(&compiled, &instance, &full).unwrap_or(Err(Refused::TooCostly {
-                steps: full.spent(),
-            }))
-        });
-        run.await.unwrap_or(Err(Refused::TooCostly {
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("argument-check".into())
+            .spawn(move || {
+                // Behind the threads that serve clients when the machine is busy.
+                let _ = rustix::process::setpriority_process(
+                    Some(rustix::thread::gettid()),
+                    HEAVY_NICE,
+                );
+                let full = Budget::new(budget::STEPS, budget::DEADLINE);
+                let _ = done.send(check_within(&compiled, &instance, &full).unwrap_or(Err(
+                    Refused::TooCostly {
+                        steps: full.spent(),
+                    },
+                )));
+            });
+        let too_costly = Err(Refused::TooCostly {
             steps: budget::STEPS,
-        }))
+        });
+        match spawned {
+            Ok(_) => outcome.await.unwrap_or(too_costly),
+            Err(_) => too_costly,
+        }
     }
 
     async fn compiled(&self, definition: &DefinitionHash, schema: &JsonObject) -> Arc<Compiled> {
