@@ -96,7 +96,7 @@ impl Validators {
             Some(args) => Value::Object(args.clone()),
             None => Value::Object(Default::default()),
         };
-        let inline = Budget::new(INLINE_STEPS, budget::DEADLINE);
+        let inline = Budget::steps(INLINE_STEPS);
         if let Some(outcome) = check_within(&compiled, &instance, &inline) {
             return outcome;
         }

@@ -32,16 +32,25 @@ static NULL: Value = Value::Null;
 pub struct Budget {
     left: AtomicU64,
     spent: AtomicU64,
-    deadline: Instant,
+    deadline: Option<Instant>,
     exhausted: AtomicBool,
 }
 
 impl Budget {
+    /// `steps`, within `time` from now.
     pub fn new(steps: u64, time: Duration) -> Self {
+        Self {
+            deadline: Some(Instant::now() + time),
+            ..Self::steps(steps)
+        }
+    }
+
+    /// `steps`, however long they take (for budgets small enough not to need a clock).
+    pub fn steps(steps: u64) -> Self {
         Self {
             left: AtomicU64::new(steps),
             spent: AtomicU64::new(0),
-            deadline: Instant::now() + time,
+            deadline: None,
             exhausted: AtomicBool::new(false),
         }
     }
@@ -56,7 +65,8 @@ impl Budget {
             .left
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_err();
-        let out_of_time = spent.is_multiple_of(CHECK_EVERY) && Instant::now() >= self.deadline;
+        let out_of_time =
+            spent.is_multiple_of(CHECK_EVERY) && self.deadline.is_some_and(|d| Instant::now() >= d);
         if out_of_steps || out_of_time {
             self.exhausted.store(true, Ordering::Relaxed);
             return false;

@@ -101,7 +101,7 @@ impl SessionCap {
         let now = Instant::now();
         open.iter()
             .map(|id| {
-                // A session the cap has not seen a request of yet is as old as it gets.
+                // A session the cap has no record of counts as just used: never closed first.
                 let u = uses.get(id).copied().unwrap_or(Use { last: now, busy: 0 });
                 (id, u)
             })
