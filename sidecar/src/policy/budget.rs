@@ -3,10 +3,12 @@
 //! evaluates each nested value once per branch at every level, so a short request nested a few
 //! dozen levels deep never finishes. The validator cannot be interrupted, so instead the instance
 //! it walks is: [`Metered`] is the arguments as the `jsonschema` crate sees them, and every step
-//! into a member or element spends from a [`Budget`]. Once the budget is spent (in steps, or a
-//! wall-clock deadline checked every few steps), every further step yields `null`: nothing
-//! below it is walked, so the validation finishes in a few more steps with a result the caller
-//! throws away (it asks [`Budget::exhausted`] and refuses the call).
+//! into a member or element spends from a [`Budget`], as does work on one node that grows with
+//! its size (a string read for a pattern or a length: a step per [`STRING_BYTES_PER_STEP`];
+//! `uniqueItems`: the size of the array). Once the budget is spent (in steps, or a wall-clock
+//! deadline checked every few steps), every further step yields `null`: nothing below it is
+//! walked, so the validation finishes in a few more steps with a result the caller throws away
+//! (it asks [`Budget::exhausted`] and refuses the call).
 
 use std::{
     borrow::Cow,
@@ -24,6 +26,8 @@ pub const STEPS: u64 = 1_000_000;
 /// Wall-clock time one call's validation may take, checked every [`CHECK_EVERY`] steps.
 pub const DEADLINE: Duration = Duration::from_secs(1);
 const CHECK_EVERY: u64 = 1024;
+/// Bytes of a string that cost one step when it is read.
+pub const STRING_BYTES_PER_STEP: usize = 4096;
 
 static NULL: Value = Value::Null;
 
@@ -57,21 +61,35 @@ impl Budget {
 
     /// Spends one step; `false` once the budget is gone.
     fn spend(&self) -> bool {
+        self.charge(1)
+    }
+
+    /// Spends `steps`; `false` once the budget is gone.
+    fn charge(&self, steps: u64) -> bool {
         if self.exhausted.load(Ordering::Relaxed) {
             return false;
         }
-        let spent = self.spent.fetch_add(1, Ordering::Relaxed) + 1;
+        let before = self.spent.fetch_add(steps, Ordering::Relaxed);
+        let spent = before + steps;
         let out_of_steps = self
             .left
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                n.checked_sub(steps)
+            })
             .is_err();
-        let out_of_time =
-            spent.is_multiple_of(CHECK_EVERY) && self.deadline.is_some_and(|d| Instant::now() >= d);
+        // The clock is read each time the count crosses a multiple of CHECK_EVERY.
+        let out_of_time = before / CHECK_EVERY != spent / CHECK_EVERY
+            && self.deadline.is_some_and(|d| Instant::now() >= d);
         if out_of_steps || out_of_time {
             self.exhausted.store(true, Ordering::Relaxed);
             return false;
         }
         true
+    }
+
+    /// Steps left (0 once spent).
+    fn left(&self) -> u64 {
+        self.left.load(Ordering::Relaxed)
     }
 
     /// Whether the validation was cut short (its result means nothing).
@@ -165,7 +183,13 @@ impl<'a> Node<'a, Budgeted> for Metered<'a> {
 
     fn as_string(&self) -> Option<Cow<'a, str>> {
         match self.value {
-            Value::String(s) => Some(Cow::Borrowed(s)),
+            Value::String(s) => {
+                // A long string costs what reading it costs (patterns, lengths, formats).
+                if let Some(budget) = self.budget {
+                    budget.charge((s.len() / STRING_BYTES_PER_STEP) as u64);
+                }
+                Some(Cow::Borrowed(s))
+            }
             _ => None,
         }
     }
@@ -197,6 +221,9 @@ impl<'a> Node<'a, Budgeted> for Metered<'a> {
     }
 
     fn equals_value(&self, expected: &Value) -> bool {
+        if let Some(budget) = self.budget {
+            budget.spend();
+        }
         cmp::equal(self.value, expected)
     }
 
@@ -209,6 +236,26 @@ impl<'a> Node<'a, Budgeted> for Metered<'a> {
             std::ptr::from_ref::<Value>(self.value) as usize
         ))
     }
+}
+
+/// The steps reading all of `value` costs (a step per node, and per [`STRING_BYTES_PER_STEP`] of
+/// its strings), counted up to `limit` at most.
+fn weight(value: &Value, limit: u64) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        total += 1;
+        match v {
+            Value::String(s) => total += (s.len() / STRING_BYTES_PER_STEP) as u64,
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+        if total > limit {
+            break;
+        }
+    }
+    total
 }
 
 /// An object's members, each a step.
@@ -288,12 +335,59 @@ impl<'a> Array<'a, Budgeted> for Elements<'a> {
     }
 
     fn is_unique(&self) -> bool {
-        // Comparing every pair is the work of one step per element.
-        for _ in self.items {
-            if !self.at.budget.is_none_or(Budget::spend) {
-                return true;
+        // Telling the elements apart reads each of them whole: its size in steps, counted
+        // without going past what is left.
+        if let Some(budget) = self.at.budget {
+            for item in self.items {
+                if !budget.charge(weight(item, budget.left())) {
+                    return true;
+                }
             }
         }
         unique::is_unique(self.items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonschema::json::{Array, Node, Object};
+
+    use super::*;
+
+    #[test]
+    fn steps_into_members_and_elements_and_long_strings_spend_the_budget() {
+        let value = serde_json::json!({"a": [1, 2, 3], "b": "x".repeat(3 * STRING_BYTES_PER_STEP)});
+        let budget = Budget::steps(100);
+        let root = budget.root(&value);
+        let object = root.as_object().expect("an object");
+        let a = object.get(&"a".to_string()).expect("a");
+        assert_eq!(a.as_array().expect("an array").elements().count(), 3);
+        assert_eq!(budget.spent(), 4, "a member and three elements");
+        let b = object.get(&"b".to_string()).expect("b");
+        assert!(b.as_string().is_some());
+        assert_eq!(budget.spent(), 8, "b, and three steps of its bytes");
+        assert!(!budget.exhausted());
+    }
+
+    #[test]
+    fn past_the_budget_every_step_yields_null() {
+        let value = serde_json::json!({"a": {"deeper": [1, 2]}, "b": 2});
+        let budget = Budget::steps(1);
+        let object = budget.root(&value).as_object().expect("the root is walked");
+        let a = object.get(&"a".to_string()).expect("a");
+        assert!(a.as_object().is_some(), "the first step is within");
+        let b = object.get(&"b".to_string()).expect("b");
+        assert!(b.is_null() && budget.exhausted(), "the second is not: null");
+        assert_eq!(weight(&value, u64::MAX), 6);
+        assert!(weight(&value, 2) <= 3, "weighing stops past its limit");
+    }
+
+    #[test]
+    fn a_budget_with_a_deadline_ends_when_the_time_is_up() {
+        let budget = Budget::new(u64::MAX, Duration::ZERO);
+        // The clock is read once the count crosses a multiple of CHECK_EVERY.
+        assert!(budget.charge(CHECK_EVERY - 1), "no clock read yet");
+        assert!(!budget.charge(1), "past the deadline");
+        assert!(budget.exhausted());
     }
 }

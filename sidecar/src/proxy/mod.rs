@@ -283,12 +283,7 @@ impl Proxy {
             return Ok(intent::offered());
         }
         let router = snap.router_for(session);
-        let missing: Vec<_> = router
-            .missing_lists()
-            .iter()
-            .chain(router.borrowed_lists())
-            .cloned()
-            .collect();
+        let missing = router.lists_to_fetch();
         if missing.is_empty() {
             return Ok(router.tools());
         }

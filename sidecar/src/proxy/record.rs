@@ -74,6 +74,36 @@ impl Denial {
     }
 }
 
+/// An error's text as given, and without the call's argument values (an upstream's message may
+/// echo what it was sent): the log always gets the second, the audit record the first only where
+/// the configuration records arguments.
+pub(super) struct ErrorText {
+    given: String,
+    /// `None`: the text held no argument value.
+    redacted: Option<String>,
+}
+
+impl ErrorText {
+    fn of(given: String, req: &CallRequest) -> Self {
+        let redacted = match redact::without_values(&given, req.arguments.as_ref()) {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(r) => Some(r),
+        };
+        Self { given, redacted }
+    }
+
+    fn redacted(&self) -> &str {
+        self.redacted.as_deref().unwrap_or(&self.given)
+    }
+
+    fn for_record(self, include_arguments: bool) -> String {
+        match self.redacted {
+            Some(redacted) if !include_arguments => redacted,
+            _ => self.given,
+        }
+    }
+}
+
 impl Proxy {
     /// Records a call refused by the proxy itself and returns its error.
     pub(super) fn refuse(
@@ -114,9 +144,8 @@ impl Proxy {
             ),
         };
         let tool = clip(&req.name);
-        let text = error.to_string();
-        let logged = redact::without_values(&text, req.arguments.as_ref());
-        tracing::info!(%tool, session = %req.session.id, error = %logged, "tools/call refused");
+        let text = ErrorText::of(error.to_string(), req);
+        tracing::info!(%tool, session = %req.session.id, error = %text.redacted(), "tools/call refused");
         let span = telemetry::call_span(&tool, req.session.id, &req.meta);
         if !span.is_none() {
             span.record("mcp.server", server.unwrap_or(""));
@@ -151,7 +180,7 @@ impl Proxy {
             decision,
             rule,
             outcome,
-            Some(text.clone()),
+            Some(text),
             started,
             denied.as_ref().and_then(|d| d.approval.as_ref()),
         );
@@ -241,12 +270,13 @@ impl Proxy {
                 (Outcome::ToolError, None)
             }
             Ok(_) => (Outcome::Ok, None),
-            Err(e) => (Outcome::ProtocolError, Some(e.to_string())),
+            Err(e) => (
+                Outcome::ProtocolError,
+                Some(ErrorText::of(e.to_string(), req)),
+            ),
         };
         if let Some(e) = &error {
-            // An upstream's message may echo the arguments it was sent.
-            let logged = redact::without_values(e, req.arguments.as_ref());
-            tracing::warn!(tool = %clip(&req.name), server = %route.server.name, error = %logged, "tools/call failed");
+            tracing::warn!(tool = %clip(&req.name), server = %route.server.name, error = %e.redacted(), "tools/call failed");
         }
         let elapsed = started.elapsed();
         if !span.is_none() {
@@ -316,19 +346,14 @@ impl Proxy {
         decision: &'static str,
         rule: Option<String>,
         outcome: Outcome,
-        error: Option<String>,
+        error: Option<ErrorText>,
         started: Instant,
         approval: Option<&ApprovalNote>,
     ) {
         let config = &snap.config;
         // Where the configuration keeps argument values out of the record, they are kept out of
         // the error text too, whoever wrote it (an upstream may echo what it was sent).
-        let error = match error {
-            Some(e) if !config.audit.include_arguments => {
-                Some(redact::without_values(&e, req.arguments.as_ref()).into_owned())
-            }
-            other => other,
-        };
+        let error = error.map(|e| e.for_record(config.audit.include_arguments));
         let argument_bytes = req
             .arguments
             .as_ref()

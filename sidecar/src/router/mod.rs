@@ -230,11 +230,6 @@ impl Router {
         &self.missing
     }
 
-    /// Servers whose list in this table's revision is not known yet (the other's stands in).
-    pub fn borrowed_lists(&self) -> &[Arc<Server>] {
-        &self.borrowed
-    }
-
     pub fn route(&self, exposed: &str) -> Option<&Route> {
         self.routes.get(exposed)
     }
@@ -242,23 +237,31 @@ impl Router {
     /// Whether an upstream listed `exposed` (on offer or not). Only such names, never a name a
     /// client made up, become metric labels.
     pub fn is_listed(&self, exposed: &str) -> bool {
-        self.routes.contains_key(exposed)
-            || self
-                .known
-                .iter()
-                .any(|k| exposed_name(self.prefix, &k.server, k.tool.as_str()).as_str() == exposed)
+        self.routes.contains_key(exposed) || self.known_tool(exposed).is_some()
+    }
+
+    fn known_tool(&self, exposed: &str) -> Option<&KnownTool> {
+        self.known
+            .iter()
+            .find(|k| exposed_name(self.prefix, &k.server, k.tool.as_str()).as_str() == exposed)
+    }
+
+    /// Servers whose list a session of this table's revision needs fetched before it is
+    /// answered: unknown ones, and ones whose list is borrowed from the other revision.
+    pub fn lists_to_fetch(&self) -> Vec<Arc<Server>> {
+        self.missing.iter().chain(&self.borrowed).cloned().collect()
     }
 
     /// Decides where an exposed name goes, or why it goes nowhere.
     pub fn lookup(&self, exposed: &str) -> Lookup<'_> {
         if let Some(route) = self.routes.get(exposed) {
+            // From the other revision's list: this revision's own decides first.
+            if let Some(borrowed) = self.borrowed.iter().find(|s| s.name == route.server.name) {
+                return Lookup::NeedsLists(vec![borrowed.clone()]);
+            }
             return Lookup::Routed(route);
         }
-        if let Some(k) = self
-            .known
-            .iter()
-            .find(|k| exposed_name(self.prefix, &k.server, k.tool.as_str()).as_str() == exposed)
-        {
+        if let Some(k) = self.known_tool(exposed) {
             return Lookup::Denied {
                 server: k.server.clone(),
                 tool: k.tool.clone(),

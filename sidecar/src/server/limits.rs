@@ -149,7 +149,7 @@ pub(super) fn may_open_session(request: &Request) -> bool {
         && !modern(request.headers())
 }
 
-fn modern(headers: &HeaderMap) -> bool {
+pub(super) fn modern(headers: &HeaderMap) -> bool {
     headers
         .get("mcp-protocol-version")
         .and_then(|v| v.to_str().ok())

@@ -1,6 +1,8 @@
 //! The HTTP/1.1 listener: accepts connections (at most [`MAX_CONNECTIONS`] at a time), closes a
 //! connection whose request headers do not arrive within the header-read timeout (slowloris),
-//! and on shutdown stops accepting and lets each connection finish its requests in flight.
+//! and on shutdown stops accepting and lets each connection finish its requests in flight. Each
+//! request carries its connection's [`ConnAbort`], with which an answer that its client does not
+//! take can close the connection (and free what it holds).
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,9 +12,14 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 /// Connections served at once; more are closed as soon as they are accepted.
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// In every request's extensions: cancelling it closes the request's connection at once.
+#[derive(Clone, Debug)]
+pub struct ConnAbort(pub CancellationToken);
 
 /// Serves `app` on `listener` until `shutdown`.
 pub async fn serve(
@@ -45,7 +52,14 @@ pub async fn serve(
         };
         // Small JSON-RPC messages must not wait for Nagle's algorithm.
         let _ = tcp.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let abort = CancellationToken::new();
+        let tagged = ConnAbort(abort.clone());
+        let service = TowerToHyperService::new(app.clone().map_request(
+            move |mut request: http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(tagged.clone());
+                request
+            },
+        ));
         let http = http.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -59,6 +73,8 @@ pub async fn serve(
                     }
                     return;
                 }
+                // Dropping the connection closes it, whatever it was sending.
+                () = abort.cancelled() => return,
                 () = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
             }
             if let Err(e) = conn.await {

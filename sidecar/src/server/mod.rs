@@ -186,7 +186,7 @@ impl ServerHandler for Front {
             .extensions
             .get::<::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<sessions::StreamCut>())
-            .map(|cut| cut.0.clone());
+            .map(|cut| cut.cut.clone());
         self.proxy
             .call_tool(CallRequest {
                 name: request.name.into_owned(),

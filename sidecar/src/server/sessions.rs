@@ -32,16 +32,20 @@ use rmcp::transport::streamable_http_server::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::limits::{MAX_BODY, initialize_id, json_rpc_error, may_open_session};
+use super::limits::{MAX_BODY, initialize_id, json_rpc_error, may_open_session, modern};
 use crate::{error::Error, sync::lock};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Put in the extensions of every request of an initialize-era session (rmcp hands them to the
 /// handler with the request's parts): cancelling it ends the request's answer stream to the
-/// client, who can resume it with `Last-Event-ID`.
-#[derive(Clone, Debug)]
-pub struct StreamCut(pub CancellationToken);
+/// client, who can resume it with `Last-Event-ID`. It also keeps its session busy for as long as
+/// the handler holds the request (a call in flight, its answer stream cut or not).
+#[derive(Clone)]
+pub struct StreamCut {
+    pub cut: CancellationToken,
+    _busy: Arc<Busy>,
+}
 
 /// What the cap knows of one session.
 #[derive(Debug, Clone, Copy)]
@@ -72,24 +76,12 @@ impl SessionCap {
         }
     }
 
+    /// Records a use of a session the cap knows (only an `initialize` answer makes one known: an
+    /// id a client made up never becomes an entry).
     fn touch(&self, id: &str, busy: isize) {
-        let mut uses = lock(&self.uses);
-        let now = Instant::now();
-        match uses.get_mut(id) {
-            Some(u) => {
-                u.last = now;
-                u.busy = u.busy.saturating_add_signed(busy);
-            }
-            None if busy >= 0 => {
-                uses.insert(
-                    id.into(),
-                    Use {
-                        last: now,
-                        busy: busy.unsigned_abs(),
-                    },
-                );
-            }
-            None => {}
+        if let Some(u) = lock(&self.uses).get_mut(id) {
+            u.last = Instant::now();
+            u.busy = u.busy.saturating_add_signed(busy);
         }
     }
 
@@ -134,9 +126,18 @@ pub async fn session_cap(
             }
             return next.run(request).await;
         }
+        // Busy from now: rmcp may still be handling the request when another client knocks.
+        cap.touch(&id, 1);
+        let busy = Arc::new(Busy { cap, id });
         let cut = CancellationToken::new();
-        request.extensions_mut().insert(StreamCut(cut.clone()));
-        return busy_while_answering(cap, id, cut, next.run(request).await);
+        request.extensions_mut().insert(StreamCut {
+            cut: cut.clone(),
+            _busy: busy.clone(),
+        });
+        return busy_while_answering(busy, cut, next.run(request).await);
+    }
+    if request.method() == http::Method::POST && modern(request.headers()) {
+        return removed_initialize(request, next).await;
     }
     if !may_open_session(&request) {
         return next.run(request).await;
@@ -149,7 +150,9 @@ pub async fn session_cap(
         let bytes = axum::body::to_bytes(body, MAX_BODY)
             .await
             .unwrap_or_default();
-        let Some(id) = initialize_id(&bytes) else {
+        // Only an `initialize` that rmcp will take makes room (one it refuses must not close a
+        // session for nothing).
+        let Some(id) = initialize_id(&bytes).filter(|_| takes_initialize(&parts.headers)) else {
             drop(creating);
             return next
                 .run(Request::from_parts(parts, Body::from(bytes)))
@@ -190,6 +193,35 @@ pub async fn session_cap(
     opened(&cap, response)
 }
 
+/// 2026-07-28 removed `initialize`: one sent in that revision is an unknown method (HTTP 404,
+/// -32601), whatever its params (rmcp would open an initialize-era session for it).
+async fn removed_initialize(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    // The body is already whole (`read_body`): this only takes it.
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
+    if let Some(id) = initialize_id(&bytes) {
+        return json_rpc_error(
+            StatusCode::NOT_FOUND,
+            Error::UnknownMethod("initialize".into()),
+            Some(id),
+        );
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// Whether rmcp takes an `initialize` with these headers (what it checks before the body): JSON,
+/// and an `Accept` of both answer kinds.
+fn takes_initialize(headers: &http::HeaderMap) -> bool {
+    let accept = headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    accept.contains("application/json") && accept.contains("text/event-stream")
+}
+
 /// Registers the session an `initialize` answer opened.
 fn opened(cap: &SessionCap, response: Response) -> Response {
     if let Some(id) = response
@@ -197,43 +229,82 @@ fn opened(cap: &SessionCap, response: Response) -> Response {
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     {
-        cap.touch(id, 0);
+        lock(&cap.uses).insert(
+            id.into(),
+            Use {
+                last: Instant::now(),
+                busy: 0,
+            },
+        );
     }
     response
 }
 
-/// Counts the session busy until `response`'s body has been sent or dropped; ends the body when
-/// `cut` is cancelled.
-fn busy_while_answering(
-    cap: Arc<SessionCap>,
-    id: Arc<str>,
-    cut: CancellationToken,
-    response: Response,
-) -> Response {
+/// Keeps the session busy until `response`'s body has been sent or dropped (and the handler let
+/// go of the request); ends the body when `cut` is cancelled.
+fn busy_while_answering(busy: Arc<Busy>, cut: CancellationToken, response: Response) -> Response {
     if response.status() == StatusCode::NOT_FOUND {
         return response;
     }
-    cap.touch(&id, 1);
-    let done = Done { cap, id };
     let (parts, body) = response.into_parts();
     let body = body
         .into_data_stream()
         .take_until(cut.cancelled_owned())
         .map(move |chunk| {
-            let _ = &done;
+            let _ = &busy;
             chunk
         });
     Response::from_parts(parts, Body::from_stream(body))
 }
 
-/// Ends a session's busy mark when its answer's body is gone.
-struct Done {
+/// A session's busy mark, ended when the last holder (the answer's body, the request in the
+/// handler) lets go.
+struct Busy {
     cap: Arc<SessionCap>,
     id: Arc<str>,
 }
 
-impl Drop for Done {
+impl Drop for Busy {
     fn drop(&mut self) {
         self.cap.touch(&self.id, -1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sessions_an_initialize_opened_are_tracked_and_the_idle_least_recent_goes_first() {
+        let cap = SessionCap::new(Arc::new(LocalSessionManager::default()), 2);
+        // Ids a client makes up never become entries, however many.
+        for i in 0..1000 {
+            cap.touch(&format!("made-up-{i}"), 1);
+        }
+        assert!(lock(&cap.uses).is_empty());
+        let known = |id: &str| {
+            lock(&cap.uses).insert(
+                id.into(),
+                Use {
+                    last: Instant::now(),
+                    busy: 0,
+                },
+            );
+        };
+        known("old");
+        known("new");
+        cap.touch("old", 1); // busy now, and the most recent
+        let open: Vec<Arc<str>> = vec!["old".into(), "new".into(), "gone".into()];
+        assert_eq!(
+            cap.pick_idle(&open).as_deref(),
+            Some("new"),
+            "busy sessions are never picked"
+        );
+        cap.touch("old", -1);
+        cap.touch("new", 0);
+        assert_eq!(cap.pick_idle(&open).as_deref(), Some("old"));
+        let open: Vec<Arc<str>> = vec!["new".into()];
+        cap.pick_idle(&open);
+        assert_eq!(lock(&cap.uses).len(), 1, "closed sessions are forgotten");
     }
 }

@@ -55,6 +55,12 @@ impl Backoff {
         self.last_failure.as_deref().unwrap_or("unknown")
     }
 
+    /// Records a start now that is not a restart (a revision's first connection to a server that
+    /// is up in the other): the window does not hold it back.
+    pub fn start_anyway(&mut self) {
+        self.last_start = Some(Instant::now());
+    }
+
     /// Records a start now, or says how long until one is allowed.
     pub fn start(&mut self) -> Result<(), Duration> {
         if let Some(last) = self.last_start {

@@ -23,6 +23,7 @@ use crate::{
     config::HttpTransport,
     error::{Error, Result},
     names::ServerName,
+    sync::lock,
 };
 
 /// Builds the transport; fails when a header's variable is not set or not a valid header value.
@@ -83,36 +84,52 @@ pub struct Watched {
 type Events = BoxStream<'static, std::result::Result<Sse, SseError>>;
 
 impl Watched {
-    /// `events`, reporting an end that comes before the answer to `id`.
+    /// `events`, reporting a clean end before the answer to `id` of a stream the upstream had
+    /// made resumable (an event id or a `retry` sent: SEP-1699 polling). A stream that broke
+    /// (an error) is the upstream failing, not asking to be polled: nothing is reported.
     fn watch(&self, events: Events, id: RequestId) -> Events {
         let routes = self.routes.clone();
-        let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let seen = answered.clone();
+        let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+        let marks = seen.clone();
         let at_end = futures::stream::once(async move {
-            if !seen.load(std::sync::atomic::Ordering::Relaxed) {
+            if lock(&seen).asks_to_resume() {
                 routes.stream_cut(&id);
             }
             None
         })
         .filter_map(std::future::ready);
-        let mark = mark_answer(answered);
-        events.inspect(mark).chain(at_end).boxed()
+        events
+            .inspect(move |event| lock(&marks).note(event))
+            .chain(at_end)
+            .boxed()
     }
 }
 
-/// Marks `answered` once an event carries a JSON-RPC response or error (the call's answer: a
-/// request's stream carries no other response).
-fn mark_answer(
-    answered: Arc<std::sync::atomic::AtomicBool>,
-) -> impl FnMut(&std::result::Result<Sse, SseError>) {
-    move |event| {
-        if let Ok(Sse {
-            data: Some(data), ..
-        }) = event
-            && is_answer(data)
-        {
-            answered.store(true, std::sync::atomic::Ordering::Relaxed);
+/// What went by on a call's stream.
+#[derive(Default)]
+struct Seen {
+    /// An event id or a `retry` came: the stream can be resumed.
+    resumable: bool,
+    /// A JSON-RPC response or error came (the call's answer: a request's stream carries no
+    /// other response).
+    answered: bool,
+    /// The stream failed.
+    broken: bool,
+}
+
+impl Seen {
+    fn note(&mut self, event: &std::result::Result<Sse, SseError>) {
+        match event {
+            Ok(sse) => {
+                self.resumable |= sse.id.is_some() || sse.retry.is_some();
+                self.answered |= sse.data.as_deref().is_some_and(is_answer);
+            }
+            Err(_) => self.broken = true,
         }
+    }
+
+    fn asks_to_resume(&self) -> bool {
+        self.resumable && !self.answered && !self.broken
     }
 }
 

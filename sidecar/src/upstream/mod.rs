@@ -170,6 +170,8 @@ pub struct Upstream {
     conns: [ArcSwapOption<Connection>; 2],
     /// Revisions the server turned out not to speak (indexed like `conns`).
     lacks: [AtomicBool; 2],
+    /// Revisions a connection was ever opened in (indexed like `conns`).
+    opened: [AtomicBool; 2],
     state: tokio::sync::Mutex<Backoff>,
     /// Cancelled by [`Upstream::stop`]: ends a start in progress (and its backoff wait) at once.
     stop: CancellationToken,
@@ -182,6 +184,7 @@ impl Upstream {
             server,
             conns: Default::default(),
             lacks: Default::default(),
+            opened: Default::default(),
             state: Default::default(),
             stop: CancellationToken::new(),
             deps,
@@ -292,7 +295,13 @@ impl Upstream {
         } else {
             state.failures() > 0
         };
-        if let Err(wait) = state.start() {
+        // A revision's first connection to a server that is up in the other revision is not a
+        // restart: the server is not in a crash loop, whatever its record.
+        let first_while_up = self.current().is_some()
+            && want.is_some_and(|w| !self.opened[w.slot()].load(Ordering::Relaxed));
+        if first_while_up {
+            state.start_anyway();
+        } else if let Err(wait) = state.start() {
             return Err(Error::Backoff {
                 server: self.server.name.clone(),
                 failures: state.failures(),
@@ -343,6 +352,7 @@ impl Upstream {
                     "upstream server ready"
                 );
                 self.conns[revision.slot()].store(Some(conn.clone()));
+                self.opened[revision.slot()].store(true, Ordering::Relaxed);
                 self.watch(conn.clone());
                 // After the store: clients told to re-list must find the server running.
                 if let Some(info) = conn.peer.peer_info() {

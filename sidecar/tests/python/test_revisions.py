@@ -129,6 +129,15 @@ async def test_a_server_that_lists_different_tools_to_each_revision_is_listed_to
 
     spec = {"command": fixture.command, "args": fixture.args}
     proxy = make_proxy({"toolPrefix": "none", "servers": [{"name": "fixture", "stdio": spec}]})
+    async with Client(proxy.url, mode="legacy") as client:
+        assert sorted(t.name for t in (await client.list_tools()).tools) == direct["legacy"]
+    # A 2026-07-28 client that calls without listing first: the legacy list stands in for its
+    # own until that is known, and decides nothing: its own list is fetched first.
+    async with Client(proxy.url, mode="2026-07-28") as client:
+        refused = await client.call_tool("test_sampling", {"prompt": "hi"})
+        assert refused.is_error and "unknown tool" in "".join(c.text for c in refused.content), refused
+        done = await client.call_tool("test_logging_tool", {})
+        assert "Logging evaluated" in "".join(c.text for c in done.content), done
     for mode in ("legacy", "2026-07-28", "legacy"):
         async with Client(proxy.url, mode=mode) as client:
             assert sorted(t.name for t in (await client.list_tools()).tools) == direct[mode], mode

@@ -194,12 +194,7 @@ impl Proxy {
             }
         };
         let router = snap.router_for(&req.session);
-        let missing: Vec<_> = router
-            .missing_lists()
-            .iter()
-            .chain(router.borrowed_lists())
-            .cloned()
-            .collect();
+        let missing = router.lists_to_fetch();
         let (current, unavailable) = if missing.is_empty() {
             (None, Vec::new())
         } else {
