@@ -90,6 +90,8 @@ def test_the_official_suite_loses_no_check_through_one_proxy_round_after_round(m
     for version, args in runs:
         direct[(version, args)] = run_suite(version, fixture_url, tmp_path / f"direct-{version}-{'-'.join(args)}", *args)
     passing = {key: sum(s == "SUCCESS" for s, _ in results.values()) for key, results in direct.items()}
+    for (version, args), results in direct.items():
+        print(f"direct {version} {' '.join(args)}: {passing[(version, args)]} of {len(results)} checks pass")
     # The fixture passes what the suite checks (the tasks extension aside, which the SDK lacks).
     assert passing[("0.1.16", ())] >= 40, passing
     assert passing[("0.2.0-alpha.11", ("--requirements", "2025-11-25"))] >= 84, passing
@@ -103,7 +105,9 @@ def test_the_official_suite_loses_no_check_through_one_proxy_round_after_round(m
     schedule = [("0.1.16", ())] * ROUNDS + runs[1:]
     for round_, (version, args) in enumerate(schedule, start=1):
         out = tmp_path / f"proxied-{round_}-{version}"
-        missing = lost(direct[(version, args)], run_suite(version, proxy.url, out, *args))
+        proxied = run_suite(version, proxy.url, out, *args)
+        missing = lost(direct[(version, args)], proxied)
+        print(f"round {round_} through the proxy, {version} {' '.join(args)}: {sum(s == 'SUCCESS' for s, _ in proxied.values())} of {len(proxied)} pass, {len(missing)} lost")
         problems += [f"round {round_} ({version} {' '.join(args)}): {m}" for m in missing]
     assert not problems, "\n".join(problems)
     assert proxy.http("/healthz")[0] == 200
