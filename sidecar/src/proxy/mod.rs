@@ -66,21 +66,14 @@ pub(crate) const MRTR_MAX_ROUNDS: usize = 10;
 /// different tools to initialize-era and to 2026-07-28 sessions.
 pub struct Snapshot {
     pub config: Arc<Config>,
-    /// Indexed by [`revision_slot`].
+    /// Indexed by [`Revision::slot`].
     routers: [Router; 2],
-}
-
-fn revision_slot(revision: Revision) -> usize {
-    match revision {
-        Revision::Legacy => 0,
-        Revision::Modern => 1,
-    }
 }
 
 impl Snapshot {
     /// The table sessions of `revision` see.
     pub fn router(&self, revision: Revision) -> &Router {
-        &self.routers[revision_slot(revision)]
+        &self.routers[revision.slot()]
     }
 
     /// The table `session` sees.
@@ -238,6 +231,7 @@ impl Proxy {
 
     /// Each revision's table from `config` and the lists known in that revision.
     fn build_routers(&self, config: &Config) -> [Router; 2] {
+        // In slot order.
         [Revision::Legacy, Revision::Modern].map(|revision| {
             let known = self.pool.known_lists(config, revision);
             Router::build(config, &known.lists).with_borrowed(known.borrowed)

@@ -288,20 +288,15 @@ impl Router {
                         risk: None,
                     };
                 }
-                self.missing
-                    .iter()
-                    .chain(&self.borrowed)
-                    .filter(|m| m.name == s.name)
-                    .cloned()
-                    .collect()
+                let mut candidates = self.lists_to_fetch();
+                candidates.retain(|m| m.name == s.name);
+                candidates
             }
-            ToolPrefix::None => self
-                .missing
-                .iter()
-                .chain(&self.borrowed)
-                .filter(|m| m.filter.verdict(exposed).is_allowed())
-                .cloned()
-                .collect(),
+            ToolPrefix::None => {
+                let mut candidates = self.lists_to_fetch();
+                candidates.retain(|m| m.filter.verdict(exposed).is_allowed());
+                candidates
+            }
         };
         if candidates.is_empty() {
             Lookup::Unknown

@@ -20,7 +20,7 @@ use std::{
 };
 
 use axum::{
-    body::Body,
+    body::{Body, Bytes},
     extract::{Request, State},
     http::StatusCode,
     middleware::Next,
@@ -145,11 +145,7 @@ pub async fn session_cap(
     let creating = cap.creating.lock().await;
     let mut open: Vec<Arc<str>> = cap.manager.sessions.read().await.keys().cloned().collect();
     if open.len() >= cap.max {
-        let (parts, body) = request.into_parts();
-        // The body is already whole (`read_body`): this only takes it.
-        let bytes = axum::body::to_bytes(body, MAX_BODY)
-            .await
-            .unwrap_or_default();
+        let (parts, bytes) = whole(request).await;
         // Only an `initialize` that rmcp will take makes room (one it refuses must not close a
         // session for nothing).
         let Some(id) = initialize_id(&bytes).filter(|_| takes_initialize(&parts.headers)) else {
@@ -158,7 +154,7 @@ pub async fn session_cap(
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await;
         };
-        let mut room = open.len() < cap.max;
+        let mut room = false;
         for _ in cap.max..=open.len() {
             let Some(victim) = cap.pick_idle(&open) else {
                 break;
@@ -196,11 +192,7 @@ pub async fn session_cap(
 /// 2026-07-28 removed `initialize`: one sent in that revision is an unknown method (HTTP 404,
 /// -32601), whatever its params (rmcp would open an initialize-era session for it).
 async fn removed_initialize(request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
-    // The body is already whole (`read_body`): this only takes it.
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .unwrap_or_default();
+    let (parts, bytes) = whole(request).await;
     if let Some(id) = initialize_id(&bytes) {
         return json_rpc_error(
             StatusCode::NOT_FOUND,
@@ -210,6 +202,15 @@ async fn removed_initialize(request: Request, next: Next) -> Response {
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// The request's parts and its body (already whole, `read_body`: this only takes it).
+async fn whole(request: Request) -> (http::request::Parts, Bytes) {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
+    (parts, bytes)
 }
 
 /// Whether rmcp takes an `initialize` with these headers (what it checks before the body): JSON,

@@ -84,6 +84,19 @@ pub struct Watched {
 type Events = BoxStream<'static, std::result::Result<Sse, SseError>>;
 
 impl Watched {
+    fn watch_response(
+        &self,
+        response: StreamableHttpPostResponse,
+        id: Option<RequestId>,
+    ) -> StreamableHttpPostResponse {
+        match (response, id) {
+            (StreamableHttpPostResponse::Sse(events, session), Some(id)) => {
+                StreamableHttpPostResponse::Sse(self.watch(events, id), session)
+            }
+            (other, _) => other,
+        }
+    }
+
     /// `events`, reporting a clean end before the answer to `id` of a stream the upstream had
     /// made resumable (an event id or a `retry` sent: SEP-1699 polling). A stream that broke
     /// (an error) is the upstream failing, not asking to be polled: nothing is reported.
@@ -229,21 +242,6 @@ impl StreamableHttpClient for Watched {
                 max_sse_event_size,
             )
             .await
-    }
-}
-
-impl Watched {
-    fn watch_response(
-        &self,
-        response: StreamableHttpPostResponse,
-        id: Option<RequestId>,
-    ) -> StreamableHttpPostResponse {
-        match (response, id) {
-            (StreamableHttpPostResponse::Sse(events, session), Some(id)) => {
-                StreamableHttpPostResponse::Sse(self.watch(events, id), session)
-            }
-            (other, _) => other,
-        }
     }
 }
 

@@ -173,7 +173,7 @@ pub struct Upstream {
     /// Revisions a connection was ever opened in (indexed like `conns`).
     opened: [AtomicBool; 2],
     state: tokio::sync::Mutex<Backoff>,
-    /// Cancelled by [`Upstream::stop`]: ends a start in progress (and its backoff wait) at once.
+    /// Cancelled by [`Upstream::stop`]: ends a start in progress at once.
     stop: CancellationToken,
     deps: Deps,
 }

@@ -39,7 +39,8 @@ impl Revision {
         }
     }
 
-    pub(super) fn slot(self) -> usize {
+    /// Its index in per-revision arrays.
+    pub(crate) fn slot(self) -> usize {
         self as usize
     }
 
