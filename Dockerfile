@@ -30,8 +30,8 @@ COPY --from=build /out/orchestrator-cli /usr/local/bin/orchestrator-cli
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/orchestrator-cli"]
 
-# The proxy starts the task's stdio MCP servers as its children, so its image carries them: the
-# catalog's npm servers (e2e/images/mcp-servers/package.json, with npm/npx for servers of your
+# The proxy's image also runs each of the task's stdio MCP servers, in that server's own
+# container of the pod (`orchestrator-mcp-proxy zone`), so it carries them: the catalog's npm servers (e2e/images/mcp-servers/package.json, with npm/npx for servers of your
 # own) and PyPI servers (requirements.txt, with uv/uvx) preinstalled at their pinned versions, so
 # a pod never downloads a server at start (config/catalog.yaml runs these bins). The same layout
 # as e2e/images/build, which the tests run on a real node: Debian 12, Node.js 22, Python 3 with
@@ -52,6 +52,9 @@ RUN cd /opt/mcp-servers \
       ln -sf /opt/mcp-servers/venv/bin/$b /usr/local/bin/$b; done \
  && mkdir -p /workspace && chown 65532:65532 /workspace
 COPY --from=build /out/orchestrator-mcp-proxy /usr/local/bin/orchestrator-mcp-proxy
+# The git server's git, with the repository's own commands off (config/catalog.yaml's git entry).
+COPY --chmod=0755 config/git-zone/git /usr/local/lib/orchestrator/git-zone/git
+COPY --chmod=0644 config/git-zone/sitecustomize.py /usr/local/lib/orchestrator/git-zone/sitecustomize.py
 ENV HOME=/tmp
 WORKDIR /workspace
 USER 65532:65532

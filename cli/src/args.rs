@@ -193,6 +193,12 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "SERVER:TOOL,...")]
     pub deny_tools: Vec<String>,
 
+    /// Servers to list without any tool yet, so `task add-context` can enable their tools while
+    /// the task runs (a stdio server runs in its own container, made with the task's pod, so one
+    /// not listed at submit cannot be added later), comma-separated.
+    #[arg(long, value_name = "SERVER,...", value_delimiter = ',')]
+    pub with_servers: Vec<String>,
+
     /// The agent's own built-in tools to deny (e.g. WebFetch), comma-separated.
     #[arg(long, value_name = "TOOL,...", value_delimiter = ',')]
     pub deny_internal_tools: Vec<String>,

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use orchestrator_crds::catalog::{Catalog, CatalogServer};
+use orchestrator_crds::catalog::{Catalog, CatalogServer, WorkspaceAccess};
 
 use crate::args::Global;
 use crate::catalog::{load, risk_text, transport};
@@ -96,9 +96,15 @@ fn server_section(out: &mut String, s: &CatalogServer) {
         let mut cmd = vec![stdio.command.clone()];
         cmd.extend(stdio.args.iter().cloned());
         out.push_str(&format!(
-            "- Starts as: {} (stdio, a child of the proxy)\n",
+            "- Starts as: {} (stdio, in its own container of the task pod, on first use)\n",
             code(&cmd.join(" "))
         ));
+        let workspace = match stdio.workspace {
+            WorkspaceAccess::None => "not mounted",
+            WorkspaceAccess::ReadOnly => "read-only",
+            WorkspaceAccess::ReadWrite => "read-write",
+        };
+        out.push_str(&format!("- The task's /workspace: {workspace}\n"));
         for (k, v) in &stdio.env {
             out.push_str(&format!("- Env: {}\n", code(&format!("{k}={v}"))));
         }

@@ -115,6 +115,9 @@ async fn the_history_names_who_granted_each_tool_and_when() -> Result<()> {
             "1001",
             "--tools",
             "filesystem:read_file",
+            // Listed now, enabled later by add-context (a running task cannot gain a server).
+            "--with-servers",
+            "time,memory",
         ],
     );
     out.ok();

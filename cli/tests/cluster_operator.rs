@@ -252,6 +252,8 @@ async fn failures_end_the_waits_with_exit_5() -> Result<()> {
             "2",
             "--tools",
             "memory:*",
+            "--with-servers",
+            "time",
         ],
     )
     .ok();

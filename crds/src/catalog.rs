@@ -38,14 +38,15 @@ pub struct CatalogServer {
     /// What the server is for.
     #[serde(default)]
     pub description: String,
-    /// Start it as a child process of the proxy speaking MCP over stdio.
+    /// Run it in its own container of the task pod (its zone), speaking MCP over stdio; the
+    /// proxy starts its process on first use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdio: Option<CatalogStdio>,
     /// Reach it over streamable HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<CatalogHttp>,
-    /// Env vars whose values come from a Secret (reach the proxy via `secretKeyRef`, never the
-    /// ConfigMap).
+    /// Env vars whose values come from a Secret, through `secretKeyRef` (never the ConfigMap):
+    /// env of the server's own container for a stdio server, of the proxy for an HTTP one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_env: Vec<SecretEnv>,
     /// The server's tools, where known (for the CLI, status and documentation).
@@ -60,12 +61,36 @@ pub struct CatalogStdio {
     pub command: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// Literal, non-secret environment (secrets go in `secretEnv`).
+    /// Literal, non-secret environment of the server's container (secrets go in `secretEnv`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// Working directory of the child.
+    /// Working directory of the server (default: `/workspace` when it has the workspace,
+    /// else its own `/tmp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// What the server's container may do with the task's `/workspace`, the directory the agent
+    /// works in: `none` (the default: not mounted), `readOnly` or `readWrite`. Everything the
+    /// agent writes there is the agent's: a server given the workspace reads files a
+    /// prompt-injected agent may have shaped.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub workspace: WorkspaceAccess,
+}
+
+/// A stdio server's access to the task's `/workspace`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum WorkspaceAccess {
+    /// Not mounted.
+    #[default]
+    None,
+    /// Mounted read-only.
+    ReadOnly,
+    /// Mounted read-write.
+    ReadWrite,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// How to reach an HTTP server.
@@ -231,6 +256,24 @@ impl Catalog {
                         path: at(".stdio.command"),
                         message: "the command to start the server is empty".into(),
                     });
+                }
+                if let Some(cwd) = &stdio.cwd {
+                    let in_workspace = cwd == "/workspace" || cwd.starts_with("/workspace/");
+                    if !cwd.starts_with('/') {
+                        out.push(Problem {
+                            code: "CATALOG.BAD_CWD",
+                            path: at(".stdio.cwd"),
+                            message: format!("{cwd:?} is not an absolute path"),
+                        });
+                    } else if in_workspace && stdio.workspace == WorkspaceAccess::None {
+                        out.push(Problem {
+                            code: "CATALOG.CWD_NOT_MOUNTED",
+                            path: at(".stdio.cwd"),
+                            message: format!(
+                                "{cwd:?} is in /workspace, which this server's container does not have; set `workspace: readOnly` or `readWrite`"
+                            ),
+                        });
+                    }
                 }
                 for name in stdio.env.keys() {
                     if !is_env_name(name) {
@@ -399,6 +442,45 @@ servers:
         }
         let github = catalog.get("github").expect("github");
         assert_eq!(github.secret_env[0].name, "GITHUB_PERSONAL_ACCESS_TOKEN");
+    }
+
+    #[test]
+    fn a_servers_workspace_is_none_unless_its_entry_says_and_its_cwd_must_be_in_reach() {
+        let c = Catalog::parse(
+            "servers:\n  - {name: a, stdio: {command: a}}\n  - {name: b, stdio: {command: b, workspace: readOnly, cwd: /workspace/src}}\n",
+        )
+        .expect("valid");
+        let access = |n: &str| c.get(n).and_then(|s| s.stdio.as_ref()).map(|s| s.workspace);
+        assert_eq!(access("a"), Some(WorkspaceAccess::None));
+        assert_eq!(access("b"), Some(WorkspaceAccess::ReadOnly));
+        let err = Catalog::parse(
+            "servers:\n  - {name: a, stdio: {command: a, cwd: /workspace}}\n  - {name: b, stdio: {command: b, cwd: rel}}\n  - {name: c, stdio: {command: c, workspace: all}}\n",
+        )
+        .expect_err("problems");
+        let text = err.to_string();
+        assert!(text.contains("all"), "{text}");
+        let err = Catalog::parse(
+            "servers:\n  - {name: a, stdio: {command: a, cwd: /workspace}}\n  - {name: b, stdio: {command: b, cwd: rel}}\n",
+        )
+        .expect_err("problems");
+        let codes: Vec<_> = err.problems.iter().map(|p| p.code).collect();
+        assert_eq!(codes, ["CATALOG.CWD_NOT_MOUNTED", "CATALOG.BAD_CWD"]);
+        assert!(
+            err.to_string()
+                .contains("set `workspace: readOnly` or `readWrite`"),
+            "{err}"
+        );
+        // The shipped catalog: git and filesystem work on the workspace, github never sees it.
+        let shipped = Catalog::parse(include_str!("../../config/catalog.yaml")).expect("shipped");
+        let of = |n: &str| {
+            shipped
+                .get(n)
+                .and_then(|s| s.stdio.as_ref())
+                .map(|s| s.workspace)
+        };
+        assert_eq!(of("git"), Some(WorkspaceAccess::ReadWrite));
+        assert_eq!(of("filesystem"), Some(WorkspaceAccess::ReadWrite));
+        assert_eq!(of("github"), Some(WorkspaceAccess::None));
     }
 
     #[test]

@@ -177,6 +177,13 @@ pub struct StdioSpec {
     /// Working directory of the child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// The server runs in its own container of the pod (its zone), where
+    /// `orchestrator-mcp-proxy zone` starts it; the proxy starts each process through this unix
+    /// socket. With `socket`, `env`, `passEnv` and `cwd` must be empty: they are the zone
+    /// container's (its env, its Secrets, its working directory); `command` and `args` are what
+    /// the zone runs, kept for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 /// A streamable-HTTP upstream.

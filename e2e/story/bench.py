@@ -150,6 +150,8 @@ def main() -> int:
         figures = Story(say=lambda *_: None, api_watch=api_watch).run()
         flat = {k: v for k, v in figures.items() if not isinstance(v, dict)}
         flat.update({f"memory_{k}_mib": v for k, v in figures["memory_mib"].items()})
+        flat.update({f"idle_{k}_mib": v for k, v in figures.get("memory_idle_mib", {}).items()})
+        flat.update({f"first_call_{k}_ms": v for k, v in figures.get("first_call_ms", {}).items()})
         stories.append(flat)
         print("   " + ", ".join(f"{k} {v}" for k, v in flat.items()), flush=True)
     samples = []

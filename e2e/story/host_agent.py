@@ -61,6 +61,12 @@ def agent_container() -> dict:
     return next(c for c in pod["containers"] if c["name"] == "agent")
 
 
+def zone_containers() -> dict[str, dict]:
+    """The sample Job's server containers (`zone-<server>`), by server name."""
+    pod = _snapshot(JOB)["spec"]["template"]["spec"]
+    return {c["name"].removeprefix("zone-"): c for c in pod["initContainers"] if c["name"].startswith("zone-")}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,8 +151,12 @@ class HostProxy:
     def exposed(self) -> list[str]:
         return sorted(t["exposedAs"] for s in self.status()["servers"] for t in s["tools"] if t.get("exposedAs"))
 
+    zones: list[subprocess.Popen] = field(default_factory=list)
+
     def upstream_processes(self) -> list[int]:
-        return descendants(self.process.pid)
+        """The servers' processes: under each server's zone launcher (as in the pod's server
+        containers), and any the proxy started itself."""
+        return [p for root in [self.process, *self.zones] for p in descendants(root.pid)]
 
     def audit_records(self) -> list[dict]:
         if not self.audit.exists():
@@ -167,16 +177,33 @@ def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
     cfg["listen"] = f"127.0.0.1:{port}"
     audit = work / f"{name}-audit.jsonl"
     cfg["audit"] = {"path": str(audit)}
+    # Each stdio server as the pod runs it: `orchestrator-mcp-proxy zone` with its container's
+    # rendered command and env, on a socket the proxy config names (here under `work`).
+    zones = []
+    containers = zone_containers()
+    log = open(work / f"{name}.log", "w")
     for s in cfg["servers"]:
-        env = s.get("stdio", {}).get("env", {})
+        stdio = s.get("stdio") or {}
+        if not stdio.get("socket"):
+            continue
+        container = containers[s["name"]]
+        sock = work / f"{name}-zones" / s["name"] / "mcp.sock"
+        sock.parent.mkdir(parents=True, exist_ok=True)
+        stdio["socket"] = str(sock)
+        command = container["command"]
+        server_command = command[command.index("--") + 1:]
+        env = {"PATH": os.environ["PATH"], "HOME": str(work)}
+        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e and e["name"] not in ("PATH", "HOME")})
         if "MEMORY_FILE_PATH" in env:
             env["MEMORY_FILE_PATH"] = str(work / "memory.jsonl")
+        zones.append(subprocess.Popen(
+            [proxy_bin(), "zone", "--socket", str(sock), "--", *server_command],
+            env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT))
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    log = open(work / f"{name}.log", "w")
     cmd = [proxy_bin(), "--config", str(config), "--cache-dir", str(cache_dir) if cache_dir else ""]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    proxy = HostProxy(process, port, work, audit)
+    proxy = HostProxy(process, port, work, audit, zones)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -189,13 +216,14 @@ def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
                 time.sleep(0.05)
         yield proxy
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        for p in [process, *zones]:  # the proxy first, as the kubelet stops the sidecars
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         log.close()
 
 

@@ -103,8 +103,14 @@ def bin_dir() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+_FROZEN: dict = {}
+
+
 def cargo_binaries() -> dict[str, Path]:
-    """Builds the host binaries (a no-op when up to date) and returns their paths."""
+    """Builds the host binaries (a no-op when up to date) and returns their paths; with
+    ORCH_STORY_FREEZE set, once per process (bench.py's stories all run one build)."""
+    if "bin" in _FROZEN:
+        return _FROZEN["bin"]
     env = dict(os.environ)
     if "CARGO_TARGET_DIR" not in env:  # this checkout's target directory (scripts/target-dir)
         env["CARGO_TARGET_DIR"] = subprocess.run(
@@ -122,18 +128,30 @@ def cargo_binaries() -> dict[str, Path]:
             found[msg["target"]["name"]] = Path(msg["executable"])
     for name in ("orchestrator-operator", "orchestrator-cli"):
         check(name in found, f"cargo build did not produce {name}")
+    if os.environ.get("ORCH_STORY_FREEZE"):
+        # One build for every story of this process (bench.py), copied so a build made while it
+        # runs (another checkout state) cannot replace the binaries between stories.
+        frozen = Path(tempfile.mkdtemp(prefix="story-bin-"))
+        for name in ("orchestrator-operator", "orchestrator-cli"):
+            shutil.copy2(found[name], frozen / name)
+            found[name] = frozen / name
+        _FROZEN["bin"] = found
     return found
 
 
 def node_images() -> dict[str, str]:
     """The images of this checkout, built (cached: seconds when nothing changed) and imported into
     the real node's containerd when it does not have them yet: name -> ref."""
+    if "images" in _FROZEN:
+        return _FROZEN["images"]
     out = subprocess.run([REPO / "e2e/images/build", "import", "--address", str(NODE_SOCK), "proxy", "agent"],
                          check=True, capture_output=True, text=True)
     refs = {}
     for line in out.stdout.splitlines():
         name, ref, _archive = line.split()
         refs[name] = ref
+    if os.environ.get("ORCH_STORY_FREEZE"):
+        _FROZEN["images"] = refs
     return refs
 
 
@@ -464,6 +482,10 @@ class Story:
     def install(self) -> None:
         self.say(f"\n== 1. helm install the chart into {self.system_ns}; the operator runs with its ServiceAccount")
         self.kubectl("create", "namespace", self.work_ns)
+        # The tasks' namespace admits only pods that meet Kubernetes' restricted Pod Security
+        # profile (the API server's PodSecurity admission).
+        self.kubectl("label", "namespace", self.work_ns, "pod-security.kubernetes.io/enforce=restricted",
+                     "pod-security.kubernetes.io/enforce-version=latest")
         self.cleanup.callback(self.kubectl, "delete", "namespace", self.work_ns, "--wait=false")
         self.helm(
             "install", self.release, str(REPO / "charts/orchestrator"), "-n", self.system_ns, "--create-namespace",
@@ -629,7 +651,10 @@ class Story:
 
         started = parse_time(wait_until("the kubelet to report the agent's start", agent_state, timeout=30)["startedAt"])
         self.figures["agent_start_to_first_model_request_s"] = round(first.wall - started, 1)
+        # The proxy and every server's container start before the agent (native sidecars, in order).
+        self.figures["apply_to_agent_start_s"] = round(started - self.applied_at, 1)
         offered = first.mcp_tools()
+        self.memory(self.container_pids(pod), when="idle (the agent connected and listed, no call yet)", key="memory_idle_mib")
         self.say(f"   the agent's first request to the model, {self.figures['agent_start_to_first_model_request_s']} s "
                  f"after the container started (kubelet time, 1 s resolution), offers {len(offered)} tools of the proxy "
                  f"(deferred, loaded with ToolSearch): {', '.join(offered)}")
@@ -713,7 +738,9 @@ class Story:
             self.say(f"   {line}")
         check("sk-ant-stand-in" not in self.script.seen["env"], "the API key reached the proxy container's env")
         self.pids = pids
-        self.upstreams = [p for p in descendants(pids["mcp-proxy"])] if "mcp-proxy" in pids else []
+        # The upstream servers' processes: under each server's container's zone launcher (and
+        # under the proxy, for a server it starts itself).
+        self.upstreams = [p for name, pid in pids.items() if name != "agent" for p in descendants(pid)]
 
     def proxy_reload_times(self, after: float) -> tuple[float, float]:
         """When the proxy applied the new config and sent list_changed (its log, kubelet timestamps);
@@ -737,20 +764,32 @@ class Story:
               f"no reload and list_changed in the proxy's log after add-context:\n{logs[-3000:]}")
         return reload_at, notified_at
 
-    def memory(self, pids: dict[str, int], when: str) -> None:
+    def memory(self, pids: dict[str, int], when: str, key: str = "memory_mib") -> None:
+        """Per container of the pod: the PSS of its processes (the first one and its descendants)
+        and its cgroup's peak; `proxy_pss`/`upstreams_pss` as before (the proxy alone, and every
+        upstream process, wherever it runs: under the proxy or in a server's own container)."""
         proxy, agent = pids.get("mcp-proxy"), pids.get("agent")
         check(proxy is not None and agent is not None, f"containers running on the node: {pids}")
+        containers = {}
         ups = descendants(proxy)
-        self.figures["memory_mib"] = {
+        for name, pid in sorted(pids.items()):
+            procs = [pid, *descendants(pid)]
+            containers[name] = {"pss": round(sum(pss_mib(p) for p in procs), 1),
+                                "peak": round(cgroup_peak_mib(pid) or 0, 1)}
+            if name not in ("mcp-proxy", "agent"):
+                ups += procs[1:]  # a server's container: its launcher, then the server's processes
+        self.figures[key] = {
             "proxy_pss": round(pss_mib(proxy), 1),
             "upstreams_pss": round(sum(pss_mib(p) for p in ups), 1),
-            "proxy_container_peak": round(cgroup_peak_mib(proxy) or 0, 1),
-            "agent_container_peak": round(cgroup_peak_mib(agent) or 0, 1),
+            "proxy_container_peak": containers["mcp-proxy"]["peak"],
+            "agent_container_peak": containers["agent"]["peak"],
+            "pod_pss": round(sum(c["pss"] for c in containers.values()), 1),
+            **{f"{n}_container_pss": c["pss"] for n, c in containers.items()},
         }
-        m = self.figures["memory_mib"]
-        self.say(f"   memory {when} (PSS): proxy {m['proxy_pss']} MiB, its {len(ups)} child processes "
-                 f"{m['upstreams_pss']} MiB; container peaks (cgroup): mcp-proxy {m['proxy_container_peak']} MiB, "
-                 f"agent {m['agent_container_peak']} MiB")
+        m = self.figures[key]
+        self.say(f"   memory {when} (PSS): proxy {m['proxy_pss']} MiB, {len(ups)} upstream processes "
+                 f"{m['upstreams_pss']} MiB; per container (PSS/cgroup peak): "
+                 + ", ".join(f"{n} {c['pss']}/{c['peak']} MiB" for n, c in containers.items()))
 
     def catalog(self) -> dict:
         """The catalog the operator uses: the chart's ConfigMap."""
@@ -780,6 +819,12 @@ class Story:
         check(len(clients) == 1 and next(iter(clients)).startswith("claude-code/"),
               f"one agent run, one client identity in the audit; got {clients}")
         sessions = {r["session"] for r in records}
+        first: dict[str, float] = {}
+        for r in records:  # the first call of each server also started its process (lazy start)
+            first.setdefault(r.get("server", "?"), round(float(r.get("durationMs", 0)), 1))
+        self.figures["first_call_ms"] = first
+        self.say(f"   the first call of each server, which started its process: "
+                 + ", ".join(f"{s} {ms} ms" for s, ms in first.items()))
         self.say(f"   the proxy's audit: {len(records)} calls, one client identity {next(iter(clients))} "
                  f"across {len(sessions)} protocol session(s)")
 

@@ -1024,13 +1024,14 @@ async fn missing_secret_blocks_the_job_until_it_exists() -> Result<()> {
         Ok(jobs.get_opt("task-1002").await?)
     })
     .await?;
-    let proxy = job
+    // The github server's own container has the token (the proxy does not).
+    let github = job
         .spec
         .and_then(|s| s.template.spec)
         .and_then(|p| p.init_containers)
-        .and_then(|c| c.into_iter().next())
-        .context("proxy container")?;
-    let token = proxy
+        .and_then(|c| c.into_iter().find(|c| c.name == "zone-github"))
+        .context("the github server's container")?;
+    let token = github
         .env
         .iter()
         .flatten()

@@ -185,6 +185,7 @@ mod tests {
             start_timeout: std::time::Duration::from_secs(1),
             kill_grace: std::time::Duration::from_secs(1),
             guard: None,
+            pod_name: None,
         };
         Proxy::new(Pool::new(deps), metrics, Audit::start())
     }

@@ -1,5 +1,6 @@
 //! The command line: flags and subcommands, and the small subcommands themselves (`validate`,
-//! `probe`). `main.rs` parses, then starts the runtime and [`crate::run`].
+//! `probe`; `zone` is [`crate::zone`]). `main.rs` parses, then starts the runtime and
+//! [`crate::run`].
 
 use std::{
     ffi::OsString,
@@ -11,7 +12,13 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
-use crate::{Options, api::ApiOptions, config, telemetry, upstream::guard};
+use crate::{
+    Options,
+    api::ApiOptions,
+    config, telemetry,
+    upstream::guard,
+    zone::{self, ZoneOptions},
+};
 
 /// MCP proxy sidecar: filters tools, starts upstream servers lazily, hot-reloads its config.
 #[derive(Parser)]
@@ -108,15 +115,51 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run in a stdio server's own container (its zone): listen on SOCKET and start COMMAND
+    /// there each time the proxy asks, handing its stdin, stdout and stderr to the proxy. The
+    /// process gets this container's environment and working directory as they are.
+    Zone {
+        /// The unix socket to listen on (mode 0660; a stale one is replaced).
+        #[arg(long)]
+        socket: PathBuf,
+        /// Only a peer with this uid (the proxy's) may start the server.
+        #[arg(long)]
+        peer_uid: Option<u32>,
+        /// Seconds between SIGTERM and SIGKILL when a process group is ended.
+        #[arg(long, default_value_t = 5)]
+        grace_seconds: u64,
+        /// The server's command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
+    },
 }
 
 impl Command {
-    pub fn run(&self) -> ExitCode {
+    pub fn run(&self, log_format: telemetry::LogFormat) -> ExitCode {
         match self {
             Command::Probe { url } => probe(url),
             Command::Validate { file, json } => validate(file, *json),
             Command::ExecUpstream { parent, command } => guard::exec_upstream(*parent, command),
             Command::Guard => guard::guard_main(),
+            Command::Zone {
+                socket,
+                peer_uid,
+                grace_seconds,
+                command,
+            } => {
+                let Some((program, args)) = command.split_first() else {
+                    eprintln!("zone: no command");
+                    return ExitCode::from(2);
+                };
+                let options = ZoneOptions {
+                    socket: socket.clone(),
+                    peer_uid: *peer_uid,
+                    grace: Duration::from_secs(*grace_seconds),
+                    command: program.clone(),
+                    args: args.to_vec(),
+                };
+                zone::main(options, log_format)
+            }
         }
     }
 }

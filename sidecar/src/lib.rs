@@ -7,7 +7,9 @@
 //!   deciding rule), [`router`] (exposed tool names <-> upstream server/tool), [`audit`],
 //!   [`metrics`], [`telemetry`] (one JSON line per call, Prometheus, logs and spans), [`reaper`]
 //!   (orphaned grandchildren when the proxy is PID 1), `sync` (a lock helper), [`probe`],
-//!   [`policy`] (definition hashes and changes, rate limits, argument validation).
+//!   [`policy`] (definition hashes and changes, rate limits, argument validation), [`zone`]
+//!   (`orchestrator-mcp-proxy zone`: a stdio server's own container, and the socket protocol
+//!   the proxy starts its processes with).
 //! - [`approval`]: calls held for a person's decision (`policy.requireApproval`): the pending
 //!   set published for the task's Lease, and the verdicts that decide them.
 //! - [`session`]: client sessions as the rest of the proxy sees them, `list_changed` fan-out.
@@ -43,5 +45,6 @@ pub mod session;
 mod sync;
 pub mod telemetry;
 pub mod upstream;
+pub mod zone;
 
 pub use run::{Options, run};

@@ -7,7 +7,7 @@ use orchestrator_mcp_proxy::{cli::Args, telemetry};
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(command) = &args.command {
-        return command.run();
+        return command.run(args.log_format);
     }
     let options = match args.options() {
         Ok(options) => options,

@@ -59,6 +59,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         start_timeout: opts.start_timeout,
         kill_grace: opts.kill_grace,
         guard: Some(guard.clone()),
+        pod_name: opts.api.pod_name.clone(),
     };
     let pool = Pool::new(deps);
     let proxy = Proxy::new(pool, metrics.clone(), Audit::start());

@@ -191,6 +191,7 @@ pub async fn update(
                 &outcome.config,
                 "leave at least one tool enabled (or delete the TaskRun to stop the task)",
             )?;
+            check_servers_in_pod(&current, &outcome.config.mcp_servers, catalog)?;
         }
         let mut generation = raw.metadata.generation;
         if changed && !dry_run {
@@ -234,6 +235,36 @@ pub async fn update(
     }
     Err(Error::Cluster(format!(
         "TaskRun {name} kept changing under us: gave up after {MAX_ATTEMPTS} conflicting writes; try again"
+    )))
+}
+
+/// Each stdio server runs in its own container of the task's pod, made with the pod: once the
+/// operator has created the Job (`status.jobName`), a stdio server the TaskRun did not list
+/// cannot be added (the operator would report `ServerNotInPod`), so nothing is written.
+pub fn check_servers_in_pod(tr: &TaskRun, after: &[McpServer], catalog: &Catalog) -> Result<()> {
+    if tr.status.as_ref().is_none_or(|s| s.job_name.is_none()) {
+        return Ok(());
+    }
+    let listed = &tr.spec.tool_config.mcp_servers;
+    let added: Vec<&str> = after
+        .iter()
+        .filter(|s| !listed.iter().any(|l| l.name == s.name))
+        .filter(|s| catalog.get(&s.name).is_some_and(|c| c.stdio.is_some()))
+        .map(|s| s.name.as_str())
+        .collect();
+    let Some(first) = added.first() else {
+        return Ok(());
+    };
+    let name = tr.metadata.name.as_deref().unwrap_or("the task");
+    let has: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
+    Err(Error::Usage(format!(
+        "cannot add server {} to TaskRun {name}: its pod was created with the servers it lists ({}), \
+         and each runs in its own container, which cannot be added to a running pod. Nothing was \
+         changed. To use {first}, submit a new task that lists it: `orchestrator-cli task submit \
+         ... --tools {first}:<tool>`, or `--with-servers {first}` to enable its tools later with \
+         add-context (in a TaskRun: `{{name: {first}, enabled: false}}` in spec.toolConfig.mcpServers)",
+        added.join(", "),
+        has.join(", ")
     )))
 }
 
@@ -421,128 +452,4 @@ pub fn render_report(r: &Report) -> String {
         ));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::effective::diff;
-    use orchestrator_crds::taskrun::ToolConfig;
-
-    #[test]
-    fn patch_keeps_unknown_fields_of_existing_entries() {
-        let data = json!({"spec": {"toolConfig": {"mcpServers": [
-            {"name": "github", "enabled": true, "tools": {"allow": ["a"], "futureField": 1},
-             "secretRefs": [{"env": "T", "name": "s"}], "futureTop": "x"}
-        ]}}});
-        let mut github = McpServer::new("github", &["a", "b"], &["c"]);
-        github.enabled = true;
-        let patched = patched_servers(&data, &[github, McpServer::new("time", &["*"], &[])]);
-        assert_eq!(
-            patched,
-            json!([
-                {"name": "github", "enabled": true,
-                 "tools": {"allow": ["a", "b"], "deny": ["c"], "futureField": 1},
-                 "secretRefs": [{"env": "T", "name": "s"}], "futureTop": "x"},
-                {"name": "time", "enabled": true, "tools": {"allow": ["*"]}}
-            ])
-        );
-    }
-
-    fn read(metadata: Value, spec: Value) -> DynamicObject {
-        serde_json::from_value(
-            json!({"apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
-            "metadata": metadata, "spec": spec}),
-        )
-        .expect("a TaskRun")
-    }
-
-    #[test]
-    fn the_patch_tests_the_list_it_was_computed_from() {
-        let data = read(
-            json!({"name": "t", "generation": 4}),
-            json!({"toolConfig": {"mcpServers": [{"name": "time", "enabled": true}]}}),
-        );
-        let time = [McpServer::new("time", &["get_current_time"], &[])];
-        let patch = guarded_patch(&data, &time, None);
-        assert_eq!(
-            serde_json::to_value(&patch).expect("serializes"),
-            json!([
-                {"op": "test", "path": "/spec/toolConfig/mcpServers",
-                 "value": [{"name": "time", "enabled": true}]},
-                {"op": "add", "path": "/spec/toolConfig/mcpServers",
-                 "value": [{"name": "time", "enabled": true, "tools": {"allow": ["get_current_time"]}}]},
-            ])
-        );
-        let none = guarded_patch(
-            &read(json!({"name": "t"}), json!({})),
-            &[McpServer::new("time", &["*"], &[])],
-            None,
-        );
-        assert_eq!(
-            serde_json::to_value(&none).expect("serializes"),
-            json!([
-                {"op": "test", "path": "/spec/toolConfig", "value": null},
-                {"op": "add", "path": "/spec/toolConfig",
-                 "value": {"mcpServers": [{"name": "time", "enabled": true, "tools": {"allow": ["*"]}}]}},
-            ])
-        );
-        // Who asked: the annotation names the generation this write makes, which the
-        // generation test guarantees.
-        let by_alice = guarded_patch(&data, &time, Some("alice"));
-        let ops = serde_json::to_value(&by_alice).expect("serializes");
-        assert_eq!(
-            ops[1],
-            json!({"op": "test", "path": "/metadata/generation", "value": 4})
-        );
-        assert_eq!(
-            ops[4],
-            json!({"op": "add", "path": "/metadata/annotations",
-                   "value": {"orchestrator.io/requested-by": r#"{"user":"alice","generation":5}"#}})
-        );
-    }
-
-    #[test]
-    fn report_marks_added_removed_and_kept_tools() {
-        let catalog = Catalog::parse(
-            "servers:\n  - name: filesystem\n    stdio: {command: f}\n    tools: [{name: read_file}, {name: delete_file}]\n  - {name: memory, stdio: {command: m}}\n  - {name: github, stdio: {command: g}}\n",
-        )
-        .expect("valid");
-        let before = ToolConfig {
-            mcp_servers: vec![
-                McpServer::new("filesystem", &[], &[]),
-                McpServer::new("memory", &[], &[]),
-            ],
-            ..Default::default()
-        };
-        let mut after = before.clone();
-        after.mcp_servers[0].tools.deny = vec!["delete_file".into()];
-        after
-            .mcp_servers
-            .push(McpServer::new("github", &["merge_pr"], &[]));
-        let report = Report {
-            name: "task-1".into(),
-            namespace: "ns".into(),
-            changed: true,
-            dry_run: false,
-            generation: Some(2),
-            attempts: 2,
-            servers: diff(&before, &after, Some(&catalog)),
-            context_version: Some(3),
-            served_context_version: Some(3),
-        };
-        assert_eq!(
-            render_report(&report),
-            "TaskRun task-1 in namespace ns: tools before → after\n\
-             filesystem: 2 tools → 1 tool\n\
-             \x20 - delete_file\n\
-             \x20   read_file\n\
-             github: off → 1 tool\n\
-             \x20 + merge_pr\n\
-             memory: allow all (unchanged)\n\
-             updated: generation 2 after 2 attempts (concurrent writers)\n\
-             synced: the operator rendered context version 3\n\
-             served: the task pod's proxy serves context version 3\n"
-        );
-    }
 }

@@ -8,6 +8,8 @@ pub mod show;
 pub mod submit;
 
 #[cfg(test)]
+mod add_context_tests;
+#[cfg(test)]
 mod race_tests;
 
 use kube::Api;

@@ -6,7 +6,8 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
 use orchestrator_crds::taskrun::history::{REQUESTED_BY_ANNOTATION, RequestedBy};
 use orchestrator_crds::taskrun::{
-    AgentSpec, MAX_NAME_LEN, Phase, TaskRun, TaskRunSpec, TaskSource, ToolConfig, permission_rules,
+    AgentSpec, MAX_NAME_LEN, McpServer, Phase, TaskRun, TaskRunSpec, TaskSource, ToolConfig,
+    permission_rules,
 };
 
 use crate::args::{Global, SubmitArgs};
@@ -52,7 +53,7 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
     };
     let local_config = local
         .as_ref()
-        .map(|c| tool_config(c, &request))
+        .map(|c| tool_config(c, &request, &args.with_servers))
         .transpose()?;
     let cluster = if args.dry_run && (local.is_some() || !needs_catalog) && args.task_id.is_some() {
         None
@@ -63,7 +64,7 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
         (Some(config), _) => config,
         (None, Some(cluster)) if needs_catalog => {
             let catalog = catalog::load(global, Some(cluster)).await?;
-            tool_config(&catalog, &request)?
+            tool_config(&catalog, &request, &args.with_servers)?
         }
         _ => ToolConfig::default(),
     };
@@ -218,8 +219,25 @@ fn read_task(args: &SubmitArgs) -> Result<String> {
     Ok(text)
 }
 
-/// `--tools` and `--deny-tools` as a tool config, every server checked against the catalog.
-pub fn tool_config(catalog: &Catalog, request: &Request) -> Result<ToolConfig> {
+/// `--tools` and `--deny-tools` as a tool config, and `--with-servers` listed switched off;
+/// every server checked against the catalog.
+pub fn tool_config(
+    catalog: &Catalog,
+    request: &Request,
+    with_servers: &[String],
+) -> Result<ToolConfig> {
+    let unknown: Vec<&str> = with_servers
+        .iter()
+        .filter(|s| catalog.get(s).is_none())
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Error::Usage(format!(
+            "--with-servers: {} not in the catalog; known servers: {}",
+            unknown.join(", "),
+            catalog.names().join(", ")
+        )));
+    }
     check_servers(
         catalog,
         request
@@ -231,10 +249,17 @@ pub fn tool_config(catalog: &Catalog, request: &Request) -> Result<ToolConfig> {
     for n in catalog_notes(catalog, &request.enable) {
         output::note(&n);
     }
-    let out = merge::apply(&ToolConfig::default(), request, catalog)?;
+    let mut out = merge::apply(&ToolConfig::default(), request, catalog)?;
     merge::check_something_enabled(&out.config, "--deny-tools hides everything --tools allows")?;
     for n in out.notes {
         output::note(&n);
+    }
+    for name in with_servers {
+        if !out.config.mcp_servers.iter().any(|s| s.name == *name) {
+            let mut server = McpServer::new(name.clone(), &[], &[]);
+            server.enabled = false;
+            out.config.mcp_servers.push(server);
+        }
     }
     Ok(out.config)
 }
@@ -349,6 +374,31 @@ mod tests {
     use orchestrator_crds::taskrun::McpServer;
 
     #[test]
+    fn with_servers_are_listed_switched_off_for_add_context_to_enable() {
+        let catalog =
+            Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("catalog");
+        let request = Request {
+            enable: parse_specs("--tools", &["time:*".into()]).expect("valid"),
+            disable: vec![],
+        };
+        let with = ["git".to_string(), "time".to_string()];
+        let config = tool_config(&catalog, &request, &with).expect("valid");
+        let listed: Vec<(&str, bool)> = config
+            .mcp_servers
+            .iter()
+            .map(|s| (s.name.as_str(), s.enabled))
+            .collect();
+        assert_eq!(listed, [("time", true), ("git", false)]);
+        let err = tool_config(&catalog, &request, &["gitlab".to_string()])
+            .expect_err("unknown")
+            .to_string();
+        assert!(
+            err.contains("--with-servers: gitlab not in the catalog"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn tools_become_mcp_servers_with_allow_and_deny() {
         let catalog = Catalog::parse(
             "servers:\n  - {name: github, stdio: {command: g}}\n  - {name: filesystem, stdio: {command: f}}\n",
@@ -363,7 +413,7 @@ mod tests {
             disable: parse_specs("--deny-tools", &["filesystem:write_secret".into()])
                 .expect("valid"),
         };
-        let config = tool_config(&catalog, &request).expect("valid");
+        let config = tool_config(&catalog, &request, &[]).expect("valid");
         assert_eq!(
             config.mcp_servers,
             [
@@ -381,7 +431,7 @@ mod tests {
             enable: parse_specs("--tools", &["gitlab:*".into()]).expect("valid"),
             disable: vec![],
         };
-        let err = tool_config(&catalog, &request).expect_err("unknown server");
+        let err = tool_config(&catalog, &request, &[]).expect_err("unknown server");
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("known servers: time"), "{err}");
     }

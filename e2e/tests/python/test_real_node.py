@@ -127,7 +127,10 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     proxy_status = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "mcp-proxy")
     assert proxy_status["started"] and proxy_status["ready"], f"the proxy's probes: {proxy_status}"
     pids = story.container_pids(pod)
-    assert set(pids) == {"mcp-proxy", "agent"}, pids
+    # Each stdio server in its own container (its zone), the proxy and the agent.
+    assert set(pids) == {"mcp-proxy", "agent", "zone-everything", "zone-github"}, pids
+    assert descendants(pids["zone-everything"]) == [] and descendants(pids["zone-github"]) == [], \
+        "a server's process starts on its first use, not with the pod"
 
     # Start both upstream servers: a tools/list from inside the pod's network namespace.
     listed = in_pod_netns(pids["mcp-proxy"], """
@@ -141,27 +144,37 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "github__get_file_contents" in listed.stdout and "everything__echo" in listed.stdout, listed.stdout
     children = {}
-    for child in descendants(pids["mcp-proxy"]):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        for server in ("mcp-server-github", "mcp-server-everything"):
-            if server in cmdline and "exec-upstream" not in cmdline:
-                children.setdefault(server, child)
+    for zone in ("zone-github", "zone-everything"):
+        for child in descendants(pids[zone]):
+            try:
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            for server in ("mcp-server-github", "mcp-server-everything"):
+                if server in cmdline:
+                    children.setdefault(server, child)
     assert set(children) == {"mcp-server-github", "mcp-server-everything"}, children
+    assert descendants(pids["mcp-proxy"]) == [], "the proxy runs alone in its container"
 
-    # Restricted: non-root, no capabilities, no privilege gain, seccomp filter, read-only root.
+    # Restricted: non-root, no capabilities, no privilege gain, seccomp filter, read-only root;
+    # each container as its own uid and gid (the agent as the images' user), the pod's fsGroup
+    # as the one supplementary group they share.
+    uids = {}
     for name, pid in [*pids.items(), *children.items()]:
         st = proc_status(pid)
-        assert st["Uid"].split() == [str(UID)] * 4, f"{name}: Uid {st['Uid']}"
-        assert st["Gid"].split() == [str(UID)] * 4, f"{name}: Gid {st['Gid']}"
+        uid = st["Uid"].split()[0]
+        assert st["Uid"].split() == [uid] * 4 and st["Gid"].split() == [uid] * 4, f"{name}: {st['Uid']} {st['Gid']}"
+        assert int(uid) != 0 and str(UID) in st["Groups"].split(), f"{name}: groups {st['Groups']}"
+        uids[name] = uid
         for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
             assert int(st[cap], 16) == 0, f"{name}: {cap} {st[cap]}"
         assert st["NoNewPrivs"] == "1", f"{name}: NoNewPrivs {st['NoNewPrivs']}"
         assert st["Seccomp"] == "2", f"{name}: Seccomp {st['Seccomp']} (2 = filter: RuntimeDefault)"
         seen = mounts(pid)
         assert "ro" in seen["/"], f"{name}: root filesystem {seen['/']}"
+    assert uids["agent"] == str(UID), uids
+    assert uids["mcp-server-github"] == uids["zone-github"] and uids["mcp-server-everything"] == uids["zone-everything"]
+    assert len({uids[c] for c in pids}) == len(pids), f"two containers share a uid: {uids}"
 
     # Where the proxy writes: its tool-list cache is in /tmp, an emptyDir; the root is read-only,
     # so every file it or its servers write lands in a volume.
@@ -172,11 +185,11 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     assert any(n.startswith("tools-") for n in cached), cached
 
     # Each Secret reaches only the container meant to get it: the API key the agent, the token
-    # the proxy, which hands it to the github server only.
+    # the github server's container.
     agent_env, proxy_env = environ(pids["agent"]), environ(pids["mcp-proxy"])
     assert agent_env.get("ANTHROPIC_API_KEY") == api_key
     assert token not in json.dumps(agent_env)
-    assert api_key not in json.dumps(proxy_env)
+    assert api_key not in json.dumps(proxy_env) and token not in json.dumps(proxy_env)
     assert environ(children["mcp-server-github"]).get("GITHUB_PERSONAL_ACCESS_TOKEN") == token
     everything_env = json.dumps(environ(children["mcp-server-everything"]))
     assert token not in everything_env and api_key not in everything_env

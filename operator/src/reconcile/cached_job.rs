@@ -1,5 +1,6 @@
-//! The Job as the operator reads it: identity, owners, status, and the env names of the proxy
-//! container (which Secrets the running pod has). Deserialized straight from the API server's
+//! The Job as the operator reads it: identity, owners, status, and the names of its native
+//! sidecars (the proxy, each server's zone) with their env names (which servers and Secrets the
+//! running pod has). Deserialized straight from the API server's
 //! JSON, so the pod template is never held: a `Job` is 2.7 KB before any of its strings, this is
 //! about 600 bytes (docs/benchmarks.md, "Operator at scale"). The rendered Job is still a `Job`;
 //! only what is read back is this.
@@ -8,15 +9,14 @@ use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 
-use crate::render::job::PROXY_CONTAINER;
-
 /// A Job, as read by the operator (the watch, the cache, a read, an apply's answer).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CachedJob {
     pub metadata: ObjectMeta,
-    /// The proxy container's env names (`spec.template.spec.initContainers[mcp-proxy].env[].name`).
-    #[serde(rename = "spec", default, deserialize_with = "proxy_env_names")]
-    pub proxy_env: Vec<String>,
+    /// Per init container (`spec.template.spec.initContainers[]`): `<name>\t` and then
+    /// `<name>\t<env name>` for each of its env vars.
+    #[serde(rename = "spec", default, deserialize_with = "init_env_names")]
+    pub init_env: Vec<String>,
     #[serde(default)]
     pub status: Option<JobStatus>,
 }
@@ -75,16 +75,22 @@ struct Named {
     name: String,
 }
 
-fn proxy_env_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+fn init_env_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     let spec = Option::<Spec>::deserialize(d)?.unwrap_or_default();
     Ok(spec
         .template
         .spec
         .init_containers
         .into_iter()
-        .find(|c| c.name == PROXY_CONTAINER)
-        .map(|c| c.env.into_iter().map(|e| e.name).collect())
-        .unwrap_or_default())
+        .flat_map(|c| {
+            let container = format!("{}\t", c.name);
+            std::iter::once(container.clone()).chain(
+                c.env
+                    .into_iter()
+                    .map(move |e| format!("{container}{}", e.name)),
+            )
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -93,7 +99,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn keeps_identity_status_and_the_proxy_env_names_only() {
+    fn keeps_identity_status_and_the_sidecars_env_names_only() {
         let job: CachedJob = serde_json::from_value(json!({
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "t", "namespace": "n", "uid": "u",
@@ -101,28 +107,36 @@ mod tests {
                     "name": "t", "uid": "o", "controller": true}]},
             "spec": {"backoffLimit": 0, "template": {"spec": {
                 "initContainers": [
-                    {"name": "other", "env": [{"name": "NOT_THIS"}]},
-                    {"name": PROXY_CONTAINER, "image": "p", "env": [
+                    {"name": "zone-git"},
+                    {"name": "mcp-proxy", "image": "p", "env": [
                         {"name": "HOME", "value": "/tmp"},
                         {"name": "GITHUB_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gh", "key": "token"}}}
                     ]}
                 ],
-                "containers": [{"name": "agent", "image": "a"}]
+                "containers": [{"name": "agent", "image": "a", "env": [{"name": "NOT_THIS"}]}]
             }}},
             "status": {"active": 1}
         }))
         .expect("a Job");
-        assert_eq!(job.proxy_env, ["HOME", "GITHUB_TOKEN"]);
+        assert_eq!(
+            job.init_env,
+            [
+                "zone-git\t",
+                "mcp-proxy\t",
+                "mcp-proxy\tHOME",
+                "mcp-proxy\tGITHUB_TOKEN"
+            ]
+        );
         assert_eq!(job.status.and_then(|s| s.active), Some(1));
         assert_eq!(job.metadata.owner_references.map(|o| o.len()), Some(1));
 
-        // Without a spec, or without the proxy: no env.
+        // Without a spec: no containers.
         let bare: CachedJob =
             serde_json::from_value(json!({"metadata": {"name": "t"}})).expect("a Job");
-        assert!(bare.proxy_env.is_empty());
+        assert!(bare.init_env.is_empty());
         let null_spec: CachedJob =
             serde_json::from_value(json!({"metadata": {"name": "t"}, "spec": null}))
                 .expect("a Job");
-        assert!(null_spec.proxy_env.is_empty());
+        assert!(null_spec.init_env.is_empty());
     }
 }

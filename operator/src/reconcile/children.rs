@@ -25,30 +25,41 @@ use super::cached_job::CachedJob;
 use super::status::{self, JobState};
 use crate::render::{self, CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION};
 
-/// What reconcile reads of a Job: the task's state, and which env the proxy container has.
+/// What reconcile reads of a Job: the task's state, and which sidecars (the proxy, each
+/// server's zone) with which env the pod was created with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobFacts {
     pub state: JobState,
-    /// The proxy container's env names, each followed by `\n` (one allocation, not one each).
-    proxy_env: Box<str>,
+    /// `<container>\t` and `<container>\t<env>` lines (one allocation, not one each).
+    init_env: Box<str>,
 }
 
 impl JobFacts {
     pub fn of(job: &CachedJob) -> Self {
-        let mut proxy_env = String::new();
-        for name in &job.proxy_env {
-            proxy_env.push_str(name);
-            proxy_env.push('\n');
+        let mut init_env = String::new();
+        for line in &job.init_env {
+            init_env.push_str(line);
+            init_env.push('\n');
         }
         Self {
             state: status::job_state(job),
-            proxy_env: proxy_env.into(),
+            init_env: init_env.into(),
         }
     }
 
-    /// Whether the running pod's proxy container has env `name`.
-    pub fn has_env(&self, name: &str) -> bool {
-        self.proxy_env.lines().any(|n| n == name)
+    /// Whether the pod has the sidecar `container`.
+    pub fn has_container(&self, container: &str) -> bool {
+        self.lines()
+            .any(|(c, env)| c == container && env.is_empty())
+    }
+
+    /// Whether the pod's sidecar `container` has env `name`.
+    pub fn has_env(&self, container: &str, name: &str) -> bool {
+        !name.is_empty() && self.lines().any(|(c, env)| c == container && env == name)
+    }
+
+    fn lines(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.init_env.lines().filter_map(|l| l.split_once('\t'))
     }
 }
 
@@ -290,18 +301,25 @@ mod tests {
     }
 
     #[test]
-    fn job_facts_keep_the_proxy_env_names() {
+    fn job_facts_keep_each_sidecars_env_names() {
         let job: CachedJob = serde_json::from_value(json!({
             "metadata": {"name": "t", "namespace": "n"},
             "spec": {"template": {"spec": {"initContainers": [
                 {"name": crate::render::job::PROXY_CONTAINER,
-                 "env": [{"name": "HOME"}, {"name": "GITHUB_TOKEN"}]}]}}},
+                 "env": [{"name": "HOME"}, {"name": "API_TOKEN"}]},
+                {"name": "zone-github", "env": [{"name": "GITHUB_TOKEN"}]},
+                {"name": "zone-time"}]}}},
             "status": {"active": 1}
         }))
         .expect("a Job");
         let facts = JobFacts::of(&job);
-        assert!(facts.has_env("HOME") && facts.has_env("GITHUB_TOKEN"));
-        assert!(!facts.has_env("GITHUB") && !facts.has_env(""));
+        assert!(facts.has_env("mcp-proxy", "HOME") && facts.has_env("mcp-proxy", "API_TOKEN"));
+        assert!(facts.has_env("zone-github", "GITHUB_TOKEN"));
+        // Each container's own: the proxy does not have the github server's token.
+        assert!(!facts.has_env("mcp-proxy", "GITHUB_TOKEN"));
+        assert!(!facts.has_env("zone-time", "") && !facts.has_env("zone-github", "GITHUB"));
+        assert!(facts.has_container("zone-time") && facts.has_container("mcp-proxy"));
+        assert!(!facts.has_container("zone-git") && !facts.has_container("agent"));
         assert_eq!(
             facts.state.phase,
             orchestrator_crds::taskrun::Phase::Running

@@ -7,6 +7,8 @@ use orchestrator_crds::taskrun::TaskRun;
 
 use super::children::JobFacts;
 use crate::error::Result;
+use crate::render::job::PROXY_CONTAINER;
+use crate::render::zone::zone_container_name;
 use crate::render::{Plan, Problem};
 
 /// Secrets and task sources a new pod needs, checked before the Job is created.
@@ -84,18 +86,122 @@ fn keys(s: &Secret) -> Vec<String> {
     s.data.iter().flat_map(|d| d.keys().cloned()).collect()
 }
 
-/// Secret env the current config needs that the existing pod's proxy container lacks.
-pub fn env_not_in_pod(job: &JobFacts, plan: &Plan) -> Vec<Problem> {
-    plan.required_secret_env()
-        .filter(|b| !job.has_env(&b.env))
-        .map(|b| Problem {
-            reason: "SecretEnvNotInPod",
+/// What the current config needs that the running pod was created without: a container for
+/// each stdio server (one cannot be added to a pod), and the Secret env of the container that
+/// holds it (a pod's env cannot change either).
+pub fn not_in_pod(job: &JobFacts, plan: &Plan) -> Vec<Problem> {
+    let mut problems: Vec<Problem> = plan
+        .zoned_servers()
+        .filter(|s| !job.has_container(&zone_container_name(s)))
+        .map(|s| Problem {
+            reason: "ServerNotInPod",
             message: format!(
-                "server {} needs env {} from a Secret, but the running pod was created without it (a pod's env cannot change); \
-                 list the server (enabled: false, with its secretRefs) when creating a TaskRun to enable it later",
-                b.servers.join(", "),
-                b.env
+                "server {s} is not in the running task's pod: each stdio server runs in its own container, created with the pod, \
+                 so a running task can only use the servers its TaskRun listed when it started; submit a new task that lists {s} \
+                 (enabled: false lists it without its tools) to use it"
             ),
         })
-        .collect()
+        .collect();
+    for b in plan.required_secret_env() {
+        for server in &b.servers {
+            let container = if plan.zoned_servers().any(|s| s == server) {
+                zone_container_name(server)
+            } else {
+                PROXY_CONTAINER.to_string()
+            };
+            if job.has_container(&container) && !job.has_env(&container, &b.env) {
+                problems.push(Problem {
+                    reason: "SecretEnvNotInPod",
+                    message: format!(
+                        "server {server} needs env {} from a Secret, but the running pod was created without it (a pod's env cannot change); \
+                         list the server (enabled: false, with its secretRefs) when creating a TaskRun to enable it later",
+                        b.env
+                    ),
+                });
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use orchestrator_crds::catalog::Catalog;
+    use serde_json::json;
+
+    use super::*;
+    use crate::reconcile::cached_job::CachedJob;
+    use crate::render::{DEFAULT_SIDECAR_PORT, RenderSettings, render};
+
+    fn plan(servers: serde_json::Value) -> Plan {
+        let catalog =
+            Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("shipped catalog");
+        let tr: TaskRun = serde_json::from_value(json!({
+            "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
+            "metadata": {"name": "t", "namespace": "n", "uid": "u"},
+            "spec": {"taskId": 1, "serviceName": "s", "task": {"prompt": "p"},
+                     "toolConfig": {"mcpServers": servers}}
+        }))
+        .expect("a TaskRun");
+        let settings = RenderSettings {
+            sidecar_image: "proxy".into(),
+            agent_image: "agent".into(),
+            sidecar_otlp_endpoint: None,
+            sidecar_port: DEFAULT_SIDECAR_PORT,
+            sidecar_api_watch: true,
+            sidecar_kubernetes_service: None,
+        };
+        render(&tr, &catalog, &settings).expect("renders")
+    }
+
+    /// The facts of the Job rendered for `servers`: the pod as it was created.
+    fn created_with(servers: serde_json::Value) -> JobFacts {
+        let job = serde_json::to_value(plan(servers).job()).expect("a Job");
+        JobFacts::of(&serde_json::from_value::<CachedJob>(job).expect("reads back"))
+    }
+
+    #[test]
+    fn a_server_added_after_the_pod_was_created_is_named_with_the_fix() {
+        let pod = created_with(json!([{"name": "time"}]));
+        assert!(not_in_pod(&pod, &plan(json!([{"name": "time"}]))).is_empty());
+        let problems = not_in_pod(&pod, &plan(json!([{"name": "time"}, {"name": "git"}])));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].reason, "ServerNotInPod");
+        assert!(
+            problems[0]
+                .message
+                .contains("server git is not in the running task's pod")
+                && problems[0]
+                    .message
+                    .contains("submit a new task that lists git"),
+            "{}",
+            problems[0].message
+        );
+        // Listed from the start, disabled: it has its container, and enabling it later is fine.
+        let listed = created_with(json!([{"name": "time"}, {"name": "git", "enabled": false}]));
+        assert!(not_in_pod(&listed, &plan(json!([{"name": "time"}, {"name": "git"}]))).is_empty());
+    }
+
+    #[test]
+    fn a_secret_the_servers_container_lacks_is_named() {
+        let token = json!({"env": "GITHUB_PERSONAL_ACCESS_TOKEN", "name": "gh", "key": "token"});
+        let with = json!([{"name": "time"}, {"name": "github", "secretRefs": [token]}]);
+        assert!(not_in_pod(&created_with(with.clone()), &plan(with.clone())).is_empty());
+        // A pod whose github container was created without the env (an older render).
+        let job: CachedJob = serde_json::from_value(json!({
+            "metadata": {"name": "t"},
+            "spec": {"template": {"spec": {"initContainers": [
+                {"name": "mcp-proxy", "env": [{"name": "GITHUB_PERSONAL_ACCESS_TOKEN"}]},
+                {"name": "zone-time"}, {"name": "zone-github"}]}}}
+        }))
+        .expect("a Job");
+        let problems = not_in_pod(&JobFacts::of(&job), &plan(with));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].reason, "SecretEnvNotInPod");
+        assert!(
+            problems[0]
+                .message
+                .contains("server github needs env GITHUB_PERSONAL_ACCESS_TOKEN")
+        );
+    }
 }

@@ -169,9 +169,9 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
             // Nothing may start before everything it needs exists: a pod with a missing
             // Secret key would hang in CreateContainerConfigError.
             None => inputs::missing_inputs(tr, &plan, &ctx.client, &ns).await?,
-            // A running pod's env cannot change: a newly enabled server that needs a Secret the
-            // pod was created without cannot be started.
-            Some(job) => inputs::env_not_in_pod(job, &plan),
+            // A running pod's containers and env cannot change: a server added since, or a
+            // newly enabled one needing a Secret the pod was created without, cannot start.
+            Some(job) => inputs::not_in_pod(job, &plan),
         };
         if !problems.is_empty() {
             blocked(tr, ctx, &previous, job_state.as_ref(), problems).await?;

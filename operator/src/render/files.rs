@@ -14,6 +14,7 @@ use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
 
 use super::resolve::Resolved;
+use super::zone::zone_socket;
 
 /// The agent's MCP client config (Claude Code `--mcp-config`).
 pub const MCP_CONFIG_FILE: &str = "mcp-config.json";
@@ -45,21 +46,18 @@ impl Files {
             .servers
             .iter()
             .map(|s| {
-                let pass_env: Vec<String> = resolved
-                    .secrets
-                    .iter()
-                    .filter(|b| b.servers.contains(&s.spec.name))
-                    .map(|b| b.env.clone())
-                    .collect();
                 ServerSpec {
                     name: s.spec.name.clone(),
                     enabled: s.spec.enabled,
+                    // The server runs in its own container (see `job`): its env, Secrets and
+                    // working directory are that container's; the proxy only has its socket.
                     stdio: s.entry.stdio.as_ref().map(|stdio| StdioSpec {
                         command: stdio.command.clone(),
                         args: stdio.args.clone(),
-                        env: stdio.env.clone(),
-                        pass_env,
-                        cwd: stdio.cwd.clone(),
+                        env: BTreeMap::new(),
+                        pass_env: Vec::new(),
+                        cwd: None,
+                        socket: Some(zone_socket(&s.spec.name)),
                     }),
                     http: s.entry.http.as_ref().map(|http| HttpSpec {
                         url: http.url.clone(),

@@ -1,28 +1,42 @@
-//! The Job: the agent container and the MCP proxy as a native sidecar (an init container with
-//! `restartPolicy: Always`), so the Job completes when the agent exits. The task's ConfigMap is
-//! mounted as a directory (never `subPath`: those mounts are never updated) so a new tool config
-//! reaches the running proxy. Secrets reach the proxy as env through `secretKeyRef` only.
-//! Restricted pod security everywhere.
+//! The Job: the agent container, the MCP proxy and one container per stdio server (its zone),
+//! the last two as native sidecars (init containers with `restartPolicy: Always`), so the Job
+//! completes when the agent exits. Restricted pod security everywhere.
+//!
+//! Trust zones (docs/architecture.md, "Trust zones in the task pod"): each container has its own
+//! uid, env, `/tmp` and process namespace view (containers of a pod share no PID namespace):
+//! - the agent: the workspace, the task, its MCP config; no Secret but its own env, no token;
+//! - the proxy: the API token (the only container with one), the Secrets of HTTP servers, the
+//!   tool cache; not the workspace;
+//! - each stdio server: only its own Secrets and literal env, the workspace only as its catalog
+//!   entry says (`workspace`), a socket directory shared with the proxy alone, through which
+//!   the proxy has `orchestrator-mcp-proxy zone` start the server's process on first use.
+//!
+//! The task's ConfigMap is mounted as a directory (never `subPath`: those mounts are never
+//! updated) so a new tool config reaches the running proxy. Secrets arrive as env through
+//! `secretKeyRef` only.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
-    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, KeyToPath,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection, Volume, VolumeMount,
-    VolumeProjection,
+    ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
+    DownwardAPIVolumeFile, ExecAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::files::{MCP_CONFIG_FILE, SETTINGS_FILE, TASK_FILE};
-use super::{RenderSettings, SecretBinding, config_map_name};
+use super::pod::{
+    PROXY_BINARY, PROXY_UID, RUN_AS, WORKSPACE_DIR, WORKSPACE_VOLUME, empty_dir, env, field_env,
+    mount, quantities, restricted, restricted_as, secret_env,
+};
+use super::resolve::Resolved;
+use super::zone::{ZONES_DIR, zone_container, zones};
+use super::{RenderSettings, config_map_name};
 
 /// Name of the proxy container (the e2e kubelet stand-in looks it up by this name).
 pub const PROXY_CONTAINER: &str = "mcp-proxy";
@@ -32,16 +46,9 @@ pub const AGENT_CONTAINER: &str = "agent";
 pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";
 /// Where the task text is mounted for the agent.
 pub const TASK_DIR: &str = "/etc/orchestrator/task";
-/// The directory both containers share (the filesystem and git servers work on it).
-pub const WORKSPACE_DIR: &str = "/workspace";
-/// The proxy binary inside the sidecar image.
-pub const PROXY_BINARY: &str = "orchestrator-mcp-proxy";
-/// Non-root uid/gid the pod runs as.
-pub const RUN_AS: i64 = 65532;
 
 const TOOLS_VOLUME: &str = "tools";
 const TASK_VOLUME: &str = "task";
-const WORKSPACE_VOLUME: &str = "workspace";
 const PROXY_TMP_VOLUME: &str = "proxy-tmp";
 const AGENT_TMP_VOLUME: &str = "agent-tmp";
 /// The proxy's API access (token, CA, namespace), at the path in-cluster clients read.
@@ -56,7 +63,8 @@ pub struct JobInput<'a> {
     pub labels: &'a BTreeMap<String, String>,
     pub owner: &'a OwnerReference,
     pub settings: &'a RenderSettings,
-    pub secrets: &'a [SecretBinding],
+    /// The task's servers (with their catalog entries) and the Secret env they need.
+    pub resolved: &'a Resolved<'a>,
     /// The pod's ServiceAccount (see [`super::identity`]).
     pub service_account_name: &'a str,
 }
@@ -111,7 +119,16 @@ pub fn render(input: JobInput<'_>) -> Job {
                         }),
                         ..Default::default()
                     }),
-                    init_containers: Some(vec![proxy_container(&input)]),
+                    // The proxy first: it is ready before the servers' containers start, and
+                    // the agent starts after all of them (native sidecars start in order).
+                    init_containers: Some(
+                        std::iter::once(proxy_container(&input))
+                            .chain(
+                                zones(input.resolved)
+                                    .map(|z| zone_container(input.settings, input.resolved, &z)),
+                            )
+                            .collect(),
+                    ),
                     containers: vec![agent_container(&input)],
                     volumes: Some(volumes(&input)),
                     ..Default::default()
@@ -130,9 +147,15 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
     }
     let mut mounts = vec![
         mount(TOOLS_VOLUME, TOOLS_DIR, true),
-        mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
         mount(PROXY_TMP_VOLUME, "/tmp", false),
     ];
+    mounts.extend(zones(input.resolved).map(|z| {
+        mount(
+            &z.socket_volume(),
+            &format!("{ZONES_DIR}/{}", z.server.spec.name),
+            false,
+        )
+    }));
     if input.settings.sidecar_api_watch {
         let name = input.taskrun.name_any();
         vars.extend([
@@ -155,18 +178,22 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
         }
         mounts.push(mount(API_ACCESS_VOLUME, SERVICE_ACCOUNT_DIR, true));
     }
-    vars.extend(input.secrets.iter().map(|b| EnvVar {
-        name: b.env.clone(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: b.secret.clone(),
-                key: b.key.clone(),
-                optional: b.optional.then_some(true),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }));
+    // Only the Secrets of servers the proxy itself talks to (HTTP headers); a stdio server's
+    // are its own container's.
+    vars.extend(
+        input
+            .resolved
+            .secrets
+            .iter()
+            .filter(|b| {
+                input
+                    .resolved
+                    .servers
+                    .iter()
+                    .any(|s| s.entry.stdio.is_none() && b.servers.contains(&s.spec.name))
+            })
+            .map(secret_env),
+    );
     // The proxy serves on loopback only; kubelet's HTTP probes would hit the pod IP, so the
     // probes run the proxy binary's own HTTP check inside the container.
     let probe = |period: i32, failures: i32| Probe {
@@ -206,17 +233,17 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
                 .and_then(|p| p.resources.clone())
                 .unwrap_or_else(default_proxy_resources),
         ),
-        security_context: Some(restricted()),
+        security_context: Some(restricted_as(PROXY_UID)),
         ..Default::default()
     }
 }
 
-/// The proxy's resources unless the TaskRun sets `spec.proxy.resources`.
+/// The proxy's resources unless the TaskRun sets `spec.proxy.resources` (its servers run in
+/// their own containers).
 fn default_proxy_resources() -> ResourceRequirements {
     ResourceRequirements {
-        requests: Some(quantities(&[("cpu", "100m"), ("memory", "128Mi")])),
-        // The proxy's stdio servers (node, python) run inside its container.
-        limits: Some(quantities(&[("memory", "1Gi")])),
+        requests: Some(quantities(&[("cpu", "50m"), ("memory", "64Mi")])),
+        limits: Some(quantities(&[("memory", "256Mi")])),
         ..Default::default()
     }
 }
@@ -277,7 +304,9 @@ fn agent_container(input: &JobInput<'_>) -> Container {
 
 /// Claude Code, headless, with the proxy as its only MCP server and the rendered permissions;
 /// the task text on stdin (no argument-length limit).
-pub const DEFAULT_AGENT_SCRIPT: &str = "exec claude -p --strict-mcp-config \
+/// `umask 002`: what the agent writes in the workspace stays writable for the servers given
+/// it (their own uids, the pod's fsGroup).
+pub const DEFAULT_AGENT_SCRIPT: &str = "umask 002; exec claude -p --strict-mcp-config \
 --mcp-config \"$ORCHESTRATOR_MCP_CONFIG\" --settings \"$ORCHESTRATOR_SETTINGS\" \
 < \"$ORCHESTRATOR_TASK_FILE\"";
 
@@ -331,58 +360,14 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
         empty_dir(PROXY_TMP_VOLUME),
         empty_dir(AGENT_TMP_VOLUME),
     ];
+    for zone in zones(input.resolved) {
+        volumes.push(empty_dir(&zone.socket_volume()));
+        volumes.push(empty_dir(&zone.tmp_volume()));
+    }
     if input.settings.sidecar_api_watch {
         volumes.push(api_access_volume());
     }
     volumes
-}
-
-fn restricted() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Default::default()
-        }),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: volume.into(),
-        mount_path: path.into(),
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    }
-}
-
-fn empty_dir(name: &str) -> Volume {
-    Volume {
-        name: name.into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    }
-}
-
-fn field_env(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 /// What the standard automount gives, for the proxy container only: a bound token of the pod's
@@ -430,19 +415,4 @@ fn api_access_volume() -> Volume {
         }),
         ..Default::default()
     }
-}
-
-fn env(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..Default::default()
-    }
-}
-
-fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-        .collect()
 }

@@ -4,13 +4,18 @@
 //! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems.
 //! - [`files`]: the ConfigMap's files (`proxy.yaml` for the sidecar, the agent's MCP config and
 //!   permission settings, the task text).
-//! - [`job`]: the Job: the agent container and the proxy as a native sidecar.
+//! - [`job`]: the Job: the agent container, the proxy and each stdio server's container (its
+//!   zone) as native sidecars.
+//! - [`zone`]: a stdio server's container (its name, its socket, the container), for `job`
+//!   and `files`; [`pod`]: the containers' building blocks (uids, security context, mounts).
 //! - [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
 
 pub mod files;
 pub mod identity;
 pub mod job;
+pub mod pod;
 pub mod resolve;
+pub mod zone;
 
 use std::collections::BTreeMap;
 
@@ -81,8 +86,10 @@ pub struct Plan {
     pub tools: Vec<EffectiveTools>,
     /// How many known tools the agent can call.
     pub enabled_tool_count: i64,
-    /// Env vars of the proxy container that come from Secrets.
+    /// Env vars of the pod's containers that come from Secrets.
     pub secrets: Vec<SecretBinding>,
+    /// The stdio servers the TaskRun lists (enabled or not): each has its own container.
+    zoned: Vec<String>,
 }
 
 impl Plan {
@@ -132,10 +139,15 @@ impl Plan {
         &self.identity
     }
 
-    /// The env var names of the proxy container that the current tool configuration needs from
-    /// Secrets (only enabled servers; the reconciler checks a running Job has them).
+    /// The Secret env the current tool configuration needs (only enabled servers; the
+    /// reconciler checks a running Job has them).
     pub fn required_secret_env(&self) -> impl Iterator<Item = &SecretBinding> {
         self.secrets.iter().filter(|b| !b.optional)
+    }
+
+    /// The stdio servers the TaskRun lists: each runs in its own container of the pod.
+    pub fn zoned_servers(&self) -> impl Iterator<Item = &str> {
+        self.zoned.iter().map(String::as_str)
     }
 }
 
@@ -193,9 +205,15 @@ pub fn render(
         labels: &labels,
         owner: &owner,
         settings,
-        secrets: &resolved.secrets,
+        resolved: &resolved,
         service_account_name: identity.service_account_name(),
     });
+    let zoned = resolved
+        .servers
+        .iter()
+        .filter(|s| s.entry.stdio.is_some())
+        .map(|s| s.spec.name.clone())
+        .collect();
 
     Ok(Plan {
         namespace,
@@ -209,6 +227,7 @@ pub fn render(
         tools,
         enabled_tool_count,
         secrets: resolved.secrets,
+        zoned,
     })
 }
 

@@ -98,7 +98,12 @@ fn rendered_proxy_yaml_round_trips_into_the_sidecar_schema() {
     let github = &parsed.servers[0];
     let stdio = github.stdio.as_ref().expect("github is a stdio server");
     assert_eq!(stdio.command, "mcp-server-github");
-    assert_eq!(stdio.pass_env, ["GITHUB_PERSONAL_ACCESS_TOKEN"]);
+    // The server runs in its own container: the proxy has its socket, not its env.
+    assert!(stdio.pass_env.is_empty() && stdio.env.is_empty() && stdio.cwd.is_none());
+    assert_eq!(
+        stdio.socket.as_deref(),
+        Some("/run/orchestrator/zones/github/mcp.sock")
+    );
     assert_eq!(github.tools.allow, ["list_*", "get_*", "search_*"]);
     assert_eq!(
         parsed.servers[1].tools.deny,
@@ -193,11 +198,34 @@ fn the_risk_policy_reaches_the_proxy_with_the_taskruns_classes_over_the_catalogs
     assert!(!plain["proxy.yaml"].contains("policy"));
 }
 
+fn pod(plan: &Plan) -> k8s_openapi::api::core::v1::PodSpec {
+    plan.job()
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .expect("pod spec")
+}
+
+fn container(plan: &Plan, name: &str) -> Container {
+    let pod = pod(plan);
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(pod.containers.iter())
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+        .clone()
+}
+
+fn env_names(c: &Container) -> Vec<String> {
+    c.env.iter().flatten().map(|e| e.name.clone()).collect()
+}
+
 #[test]
-fn secrets_reach_the_proxy_as_secret_key_refs_only() {
+fn a_servers_secret_reaches_only_its_own_container_as_a_secret_key_ref() {
     let plan = plan(&task_1002());
-    let proxy = proxy_container(&plan);
-    let token: &EnvVar = proxy
+    let github = container(&plan, "zone-github");
+    let token: &EnvVar = github
         .env
         .iter()
         .flatten()
@@ -217,23 +245,14 @@ fn secrets_reach_the_proxy_as_secret_key_refs_only() {
         selector.optional, None,
         "an enabled server's Secret is required"
     );
-    // The agent container gets no MCP server Secret.
-    let spec = plan
-        .job()
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .expect("pod");
-    let agent_env: Vec<_> = spec.containers[0]
-        .env
-        .iter()
-        .flatten()
-        .map(|e| e.name.as_str())
-        .collect();
-    assert!(
-        !agent_env.contains(&"GITHUB_PERSONAL_ACCESS_TOKEN"),
-        "{agent_env:?}"
-    );
+    // Neither the agent, nor the proxy, nor another server's container has it.
+    for other in ["agent", "mcp-proxy", "zone-filesystem", "zone-git"] {
+        let names = env_names(&container(&plan, other));
+        assert!(
+            !names.iter().any(|n| n == "GITHUB_PERSONAL_ACCESS_TOKEN"),
+            "{other}: {names:?}"
+        );
+    }
 }
 
 #[test]
@@ -241,8 +260,8 @@ fn disabled_servers_get_optional_secret_refs() {
     let mut tr = task_1002();
     tr.spec.tool_config.mcp_servers[0].enabled = false;
     let plan = plan(&tr);
-    let proxy = proxy_container(&plan);
-    let token = proxy
+    let github = container(&plan, "zone-github");
+    let token = github
         .env
         .iter()
         .flatten()
@@ -255,6 +274,126 @@ fn disabled_servers_get_optional_secret_refs() {
         .and_then(|s| s.optional);
     assert_eq!(optional, Some(true));
     assert_eq!(plan.required_secret_env().count(), 0);
+}
+
+#[test]
+fn each_stdio_server_listed_gets_its_own_zone_uid_mounts_and_socket() {
+    let plan = plan(&task_1002());
+    let pod = pod(&plan);
+    let init: Vec<&str> = pod
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    // The proxy first; then every listed server, the disabled git too (a container cannot be
+    // added to a running pod).
+    assert_eq!(
+        init,
+        ["mcp-proxy", "zone-github", "zone-filesystem", "zone-git"]
+    );
+    assert_eq!(
+        plan.zoned_servers().collect::<Vec<_>>(),
+        ["github", "filesystem", "git"]
+    );
+    let uid = |c: &Container| {
+        let sc = c.security_context.as_ref().expect("security context");
+        assert_eq!(sc.run_as_user, sc.run_as_group, "{}", c.name);
+        sc.run_as_user
+    };
+    let mut uids: Vec<Option<i64>> = pod.init_containers.iter().flatten().map(uid).collect();
+    assert!(uids.iter().all(Option::is_some), "{uids:?}");
+    // The agent runs as the pod's user; no two containers share a uid.
+    uids.push(pod.security_context.as_ref().and_then(|s| s.run_as_user));
+    assert!(
+        pod.containers[0]
+            .security_context
+            .as_ref()
+            .is_some_and(|s| s.run_as_user.is_none())
+    );
+    let distinct: std::collections::BTreeSet<_> = uids.iter().collect();
+    assert_eq!(distinct.len(), uids.len(), "{uids:?}");
+
+    let mounts = |c: &Container| -> Vec<(String, String, bool)> {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    m.mount_path.clone(),
+                    m.read_only == Some(true),
+                )
+            })
+            .collect()
+    };
+    let has = |c: &Container, path: &str| mounts(c).iter().any(|(_, p, _)| p == path);
+    // The workspace: the agent's, and the servers' whose catalog entry says so; not the proxy's.
+    assert!(has(&container(&plan, "agent"), "/workspace"));
+    assert!(has(&container(&plan, "zone-filesystem"), "/workspace"));
+    assert!(has(&container(&plan, "zone-git"), "/workspace"));
+    assert!(!has(&container(&plan, "zone-github"), "/workspace"));
+    assert!(!has(&container(&plan, "mcp-proxy"), "/workspace"));
+    // Each server's socket directory: in its container and the proxy's, nowhere else.
+    let proxy = container(&plan, "mcp-proxy");
+    for (server, zone) in [("github", "zone-github"), ("git", "zone-git")] {
+        let z = container(&plan, zone);
+        let (volume, _, _) = mounts(&z)
+            .into_iter()
+            .find(|(_, p, _)| p == "/run/orchestrator/zone")
+            .expect("socket dir");
+        let holders: Vec<String> = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(pod.containers.iter())
+            .filter(|c| mounts(c).iter().any(|(v, _, _)| *v == volume))
+            .map(|c| c.name.clone())
+            .collect();
+        assert_eq!(holders, ["mcp-proxy", zone], "{volume}");
+        assert!(has(&proxy, &format!("/run/orchestrator/zones/{server}")));
+        // Its own /tmp, nobody else's.
+        let (tmp, _, _) = mounts(&z)
+            .into_iter()
+            .find(|(_, p, _)| p == "/tmp")
+            .expect("tmp");
+        assert!(!mounts(&proxy).iter().any(|(v, _, _)| *v == tmp));
+        // The zone starts the server on the proxy's request only (the proxy's uid).
+        let command = z.command.clone().expect("command");
+        assert_eq!(command[..2], ["orchestrator-mcp-proxy", "zone"]);
+        let peer = command
+            .iter()
+            .position(|a| a == "--peer-uid")
+            .expect("peer uid");
+        assert_eq!(
+            Some(command[peer + 1].parse::<i64>().expect("uid")),
+            uid(&proxy)
+        );
+        assert_eq!(z.restart_policy.as_deref(), Some("Always"));
+        assert!(z.image == proxy.image);
+    }
+    // The git server's env: the catalog's hardening, nothing of the proxy's.
+    let git = container(&plan, "zone-git");
+    let git_env = env_names(&git);
+    assert!(git_env.iter().any(|n| n == "PYTHONPATH"), "{git_env:?}");
+    assert!(
+        !git_env.iter().any(|n| n.starts_with("MCP_PROXY_")),
+        "{git_env:?}"
+    );
+    assert_eq!(git.working_dir.as_deref(), Some("/workspace"));
+    assert_eq!(
+        container(&plan, "zone-github").working_dir.as_deref(),
+        Some("/tmp")
+    );
+}
+
+#[test]
+fn a_long_server_name_gets_a_short_container_name_that_stays_unique() {
+    let a = zone::zone_container_name(&"a".repeat(63));
+    let b = zone::zone_container_name(&format!("{}b", "a".repeat(62)));
+    assert!(a.len() <= 63 && b.len() <= 63 && a != b, "{a} {b}");
+    assert!(orchestrator_crds::catalog::is_dns1123_label(&a), "{a}");
+    assert_eq!(zone::zone_container_name("git"), "zone-git");
 }
 
 #[test]
@@ -562,7 +701,7 @@ fn without_placement_the_pod_has_no_selector_and_the_proxy_default_resources() {
     let resources = proxy_container(&plan(&task_1001()))
         .resources
         .expect("resources");
-    assert_eq!(resources.limits.expect("limits")["memory"].0, "1Gi");
+    assert_eq!(resources.limits.expect("limits")["memory"].0, "256Mi");
 }
 
 #[test]
@@ -669,6 +808,9 @@ fn only_the_proxy_container_gets_the_task_identitys_token() {
     let agent = &pod.containers[0];
     assert_eq!(mounts(&proxy).len(), 1);
     assert!(mounts(agent).is_empty(), "the agent gets no token");
+    for zone in pod.init_containers.iter().flatten().skip(1) {
+        assert!(mounts(zone).is_empty(), "{} gets no token", zone.name);
+    }
     let volume = pod
         .volumes
         .as_ref()

@@ -6,6 +6,7 @@ mod approval;
 mod normalize;
 mod problem;
 mod shape;
+mod zone;
 
 use std::{
     collections::BTreeMap,
@@ -115,6 +116,9 @@ pub struct StdioTransport {
     pub env: BTreeMap<String, String>,
     pub pass_env: Vec<String>,
     pub cwd: Option<PathBuf>,
+    /// The zone's socket: the process runs in the server's own container (`env`, `passEnv` and
+    /// `cwd` are then empty).
+    pub socket: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     ApprovalPolicy, AuditConfig, Code, Config, DEFAULT_CALL_TIMEOUT, HttpTransport, Loaded,
-    Problem, Problems, Server, SpecHash, StdioTransport, Transport,
+    Problem, Problems, Server, SpecHash, StdioTransport, Transport, zone,
 };
 use crate::{
     filter::ToolFilter,
@@ -267,6 +267,7 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
                     "empty path; leave cwd out to use the proxy's working directory",
                 ));
             }
+            zone::check_socket(stdio, &format!("{at}.stdio"), problems);
             let mut pass_env = stdio.pass_env.clone();
             pass_env.sort();
             Transport::Stdio(StdioTransport {
@@ -275,6 +276,7 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
                 env: stdio.env.clone(),
                 pass_env,
                 cwd: stdio.cwd.as_ref().map(PathBuf::from),
+                socket: stdio.socket.as_ref().map(PathBuf::from),
             })
         }
         (None, Some(http)) => {
@@ -522,15 +524,20 @@ fn looks_secret(name: &str) -> bool {
 /// (only the names of the variables that carry them), so they never reach the hash either.
 fn spec_hash(transport: &Transport) -> SpecHash {
     let canonical = match transport {
-        Transport::Stdio(s) => serde_json::json!({
-            "stdio": {
+        Transport::Stdio(s) => {
+            let mut stdio = serde_json::json!({
                 "command": s.command,
                 "args": s.args,
                 "env": s.env,
                 "passEnv": s.pass_env,
                 "cwd": s.cwd,
+            });
+            // Only when set: the hashes (and caches) of servers without one stay as they were.
+            if let Some(socket) = &s.socket {
+                stdio["socket"] = serde_json::json!(socket);
             }
-        }),
+            serde_json::json!({ "stdio": stdio })
+        }
         Transport::Http(h) => serde_json::json!({
             "http": {"url": h.url, "headersFromEnv": h.headers_from_env}
         }),

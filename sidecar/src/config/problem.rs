@@ -48,8 +48,10 @@ pub enum Code {
     BadHeader,
     /// `callTimeoutSeconds` is zero.
     BadTimeout,
-    /// An empty path.
+    /// An empty path, or a `stdio.socket` that is not absolute or too long for a socket.
     BadPath,
+    /// `stdio.socket` with `env`, `passEnv` or `cwd` (those are the zone container's).
+    SocketConflict,
     /// Warning: a literal `env` value that looks like a secret (it would sit in a ConfigMap).
     LiteralSecret,
     /// Warning: `listen` binds every interface.
@@ -81,6 +83,7 @@ impl Code {
             Code::BadHeader => "PROXY.BAD_HEADER",
             Code::BadTimeout => "PROXY.BAD_TIMEOUT",
             Code::BadPath => "PROXY.BAD_PATH",
+            Code::SocketConflict => "PROXY.SOCKET_CONFLICT",
             Code::LiteralSecret => "PROXY.LITERAL_SECRET",
             Code::WideListen => "PROXY.WIDE_LISTEN",
         }
@@ -117,6 +120,7 @@ impl Code {
         Code::BadHeader,
         Code::BadTimeout,
         Code::BadPath,
+        Code::SocketConflict,
         Code::LiteralSecret,
         Code::WideListen,
     ];

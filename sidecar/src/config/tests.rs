@@ -615,3 +615,83 @@ fn tool_mode_is_direct_or_intent() {
         vec!["PROXY.BAD_VALUE"]
     );
 }
+
+const ZONED: &str = "task: {name: t}\nservers:\n  - name: git\n    stdio: {command: mcp-server-git, args: [--repository, /workspace], socket: /run/orchestrator/zones/git/mcp.sock}\n";
+
+fn stdio_of(config: &Config) -> &StdioTransport {
+    match &config.servers[0].transport {
+        Transport::Stdio(stdio) => stdio,
+        Transport::Http(_) => panic!("a stdio server"),
+    }
+}
+
+#[test]
+fn a_zoned_server_carries_its_socket_which_is_part_of_its_spec_hash() {
+    let zoned = valid(ZONED);
+    assert_eq!(
+        stdio_of(&zoned).socket.as_deref(),
+        Some(std::path::Path::new("/run/orchestrator/zones/git/mcp.sock"))
+    );
+    assert!(stdio_of(&zoned).env.is_empty() && stdio_of(&zoned).pass_env.is_empty());
+    let elsewhere = valid(&ZONED.replace("zones/git/", "zones/git2/"));
+    let local = valid(&ZONED.replace(", socket: /run/orchestrator/zones/git/mcp.sock", ""));
+    assert_eq!(stdio_of(&local).socket, None);
+    let hashes = [&zoned, &elsewhere, &local].map(|c| c.servers[0].spec_hash.clone());
+    assert_ne!(hashes[0], hashes[1], "another socket is another server");
+    assert_ne!(hashes[0], hashes[2], "a zoned server is not the local one");
+    // A server without a socket keeps the hash it had before the field existed (its cached
+    // tool lists stay valid).
+    let before = serde_json::json!({"stdio": {
+        "command": "mcp-server-git", "args": ["--repository", "/workspace"],
+        "env": {}, "passEnv": [], "cwd": null,
+    }});
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(before.to_string().as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hashes[2].0, hex);
+}
+
+#[test]
+fn a_socket_with_the_containers_env_or_cwd_or_a_bad_path_is_refused_by_field() {
+    let text = "task: {name: t}\nservers:\n  - name: git\n    stdio: {command: x, socket: run/git.sock, env: {LOG: info}, passEnv: [GIT_TOKEN], cwd: /workspace}\n";
+    let loaded = load(text);
+    assert!(loaded.config.is_none());
+    let got: Vec<(&str, &str)> = loaded
+        .problems
+        .0
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("PROXY.BAD_PATH", "servers[0].stdio.socket"),
+            ("PROXY.SOCKET_CONFLICT", "servers[0].stdio.env"),
+            ("PROXY.SOCKET_CONFLICT", "servers[0].stdio.passEnv"),
+            ("PROXY.SOCKET_CONFLICT", "servers[0].stdio.cwd"),
+        ],
+        "{}",
+        loaded.problems
+    );
+    assert!(
+        loaded.problems.0[0]
+            .message
+            .contains("not an absolute path")
+    );
+    for conflict in &loaded.problems.0[1..] {
+        assert!(
+            conflict
+                .message
+                .contains("cannot be combined with `socket`")
+                && conflict.message.contains("remove `socket`"),
+            "{conflict}"
+        );
+    }
+    let long = format!("/run/{}/mcp.sock", "z".repeat(100));
+    let too_long = load(&ZONED.replace("/run/orchestrator/zones/git/mcp.sock", &long));
+    assert_eq!(too_long.problems.codes(), vec!["PROXY.BAD_PATH"]);
+    assert!(
+        too_long.problems.0[0].message.contains("at most 107"),
+        "{}",
+        too_long.problems
+    );
+}

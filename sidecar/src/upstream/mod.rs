@@ -2,7 +2,8 @@
 //! restart with backoff), each holding at most one live [`Connection`] (the rmcp client, the
 //! child process for stdio servers, and the routes of its in-flight calls).
 //!
-//! Submodules: `stdio` (child processes), `http` (streamable-HTTP client), `handler` (what the
+//! Submodules: `stdio` (child processes), `zoned` (processes a server's own container starts
+//! for us), `http` (streamable-HTTP client), `handler` (what the
 //! upstream may send us), `routes` (which session a call belongs to), `cache` (tool lists on
 //! disk), `shared` (capabilities and logging level all upstreams share), `pool` (all upstreams,
 //! their tool lists, reconciliation and shutdown).
@@ -23,6 +24,7 @@ pub mod routes;
 mod shared;
 pub mod stderr;
 pub mod stdio;
+mod zoned;
 
 pub use revision::Revision;
 pub use shared::Shared;
@@ -73,6 +75,8 @@ pub struct Deps {
     pub kill_grace: Duration,
     /// Kills the process groups of stdio servers if the proxy dies (see `guard`).
     pub guard: Option<Arc<guard::Guard>>,
+    /// This pod's name, for what a failed start of a zoned server says (where its log is).
+    pub pod_name: Option<String>,
 }
 
 /// Why a server is being started (logged and counted).
@@ -463,13 +467,17 @@ impl Upstream {
         };
         let (service, child) = match &self.server.transport {
             Transport::Stdio(spec) => {
-                let spawned =
-                    stdio::spawn(name, spec, self.deps.guard.as_ref()).map_err(|error| {
-                        StartFailure {
-                            error,
-                            answered: false,
-                        }
-                    })?;
+                let spawned = stdio::spawn(
+                    name,
+                    spec,
+                    self.deps.guard.as_ref(),
+                    self.deps.pod_name.as_deref(),
+                )
+                .await
+                .map_err(|error| StartFailure {
+                    error,
+                    answered: false,
+                })?;
                 let transport: Tap<_> = Tap::new(
                     IntoTransport::<RoleClient, std::io::Error, _>::into_transport((
                         spawned.stdout,

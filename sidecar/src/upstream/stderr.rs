@@ -10,7 +10,7 @@ use std::{
     time::Instant,
 };
 
-use tokio::{io::AsyncReadExt, process::ChildStderr};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::{names::ServerName, sync::lock};
 
@@ -26,8 +26,9 @@ const LOG_PER_SECOND: f64 = 50.0;
 /// The last lines a child wrote to stderr.
 pub type Tail = Arc<Mutex<VecDeque<String>>>;
 
-/// Reads `stderr` until the child closes it.
-pub async fn drain(mut stderr: ChildStderr, server: ServerName, tail: Tail) {
+/// Reads `stderr` until the child closes it (its pipe from a child of the proxy, or from a
+/// process in its zone).
+pub async fn drain(mut stderr: impl AsyncRead + Unpin, server: ServerName, tail: Tail) {
     let mut lines = Lines::default();
     let mut log = RateLimit::new(Instant::now());
     let mut buf = vec![0u8; 8 * 1024];

@@ -1,10 +1,15 @@
 //! Stdio upstreams: the child process. Owns spawning with a controlled environment, watching
 //! for exit (the one place that reaps it), keeping the tail of its stderr for error messages,
 //! and terminating its whole process group (TERM, then KILL after a grace period).
+//!
+//! A server with `socket` runs in its own container instead (its zone, see `zoned`): the zone
+//! starts the process and hands over its pipes, and signals and the exit status go over the
+//! connection. Everything else (the pipes rmcp speaks over, the stderr tail, the exit watch,
+//! terminate) is the same for both.
 
 use std::{
     collections::BTreeMap,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Stdio,
     sync::{
         Arc, OnceLock,
@@ -15,19 +20,22 @@ use std::{
 
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::{
-    process::{ChildStdin, ChildStdout, Command},
-    sync::watch,
+    io::{AsyncRead, AsyncWrite},
+    net::unix::pipe,
+    process::Command,
+    sync::{mpsc, watch},
 };
 
 use super::{
     guard::{self, Guard},
-    stderr,
+    stderr, zoned,
 };
 use crate::{
     config::StdioTransport,
     error::{Error, Result},
     names::ServerName,
     sync::lock,
+    zone::protocol::SignalName,
 };
 
 /// Variables every child gets from the proxy's environment (when set), so ordinary programs
@@ -35,6 +43,9 @@ use crate::{
 pub const BASE_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
+
+/// How long a zone may take to report the exit of a process it was told to kill.
+const ZONE_EXIT_WAIT: Duration = Duration::from_secs(5);
 
 /// How a child ended.
 #[derive(Clone, Debug)]
@@ -45,20 +56,35 @@ pub struct ExitInfo {
 /// A running (or exited) child process. Dropping it kills its process group (unless
 /// [`Child::terminate`] already did): a start that is abandoned takes its processes with it.
 pub struct Child {
+    /// The pid (for a zoned server, in its zone's PID namespace).
     pub pid: u32,
     server: ServerName,
     exit: watch::Receiver<Option<ExitInfo>>,
     stderr_tail: stderr::Tail,
-    guard: Option<Arc<Guard>>,
+    control: Control,
     /// Set once the group got SIGKILL.
     killed: AtomicBool,
 }
 
+/// How a process is signalled.
+enum Control {
+    /// The proxy's own child: by process group, and announced to the guardian.
+    Group(Option<Arc<Guard>>),
+    /// A process in the server's zone: through its connection (dropping the sender closes it,
+    /// and the zone ends the group).
+    Zone(mpsc::UnboundedSender<SignalName>),
+}
+
+/// The process's stdout, which rmcp reads.
+pub type Stdout = Box<dyn AsyncRead + Send + Unpin>;
+/// The process's stdin, which rmcp writes.
+pub type Stdin = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// A freshly spawned child and the pipes rmcp speaks MCP over.
 pub struct Spawned {
     pub child: Child,
-    pub stdout: ChildStdout,
-    pub stdin: ChildStdin,
+    pub stdout: Stdout,
+    pub stdin: Stdin,
 }
 
 /// The environment a child gets: the base variables, then `passEnv` from the proxy's own
@@ -116,9 +142,64 @@ fn command(spec: &StdioTransport) -> Command {
     }
 }
 
+/// Starts the server's process: in its zone when it has a `socket` (`pod` names this pod in
+/// what a failure says), else as the proxy's child.
+pub async fn spawn(
+    server: &ServerName,
+    spec: &StdioTransport,
+    guard: Option<&Arc<Guard>>,
+    pod: Option<&str>,
+) -> Result<Spawned> {
+    match &spec.socket {
+        Some(socket) => spawn_in_zone(server, socket, pod).await,
+        None => spawn_child(server, spec, guard),
+    }
+}
+
+/// Has the zone at `socket` start the process, and takes over its pipes.
+async fn spawn_in_zone(server: &ServerName, socket: &Path, pod: Option<&str>) -> Result<Spawned> {
+    let zoned::Started {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+        control,
+    } = zoned::start(server, socket, pod).await?;
+    let pipes = |e: std::io::Error| Error::StartFailed {
+        server: server.clone(),
+        reason: format!("server {server}'s container handed over unusable pipes: {e}"),
+    };
+    let stdin = pipe::Sender::from_owned_fd(stdin).map_err(pipes)?;
+    let stdout = pipe::Receiver::from_owned_fd(stdout).map_err(pipes)?;
+    let stderr = pipe::Receiver::from_owned_fd(stderr).map_err(pipes)?;
+    let (signals_tx, signals_rx) = mpsc::unbounded_channel();
+    let (exit_tx, exit_rx) = watch::channel(None);
+    let child = Child {
+        pid,
+        server: server.clone(),
+        exit: exit_rx,
+        stderr_tail: Arc::default(),
+        control: Control::Zone(signals_tx),
+        killed: AtomicBool::new(false),
+    };
+    tokio::spawn(stderr::drain(
+        stderr,
+        server.clone(),
+        child.stderr_tail.clone(),
+    ));
+    control.supervise(server.clone(), signals_rx, move |status| {
+        let _ = exit_tx.send(Some(ExitInfo { status }));
+    });
+    Ok(Spawned {
+        child,
+        stdout: Box::new(stdout),
+        stdin: Box::new(stdin),
+    })
+}
+
 /// Spawns the server's command in its own process group with exactly [`child_env`]; the group
 /// is announced to `guard`, if any.
-pub fn spawn(
+fn spawn_child(
     server: &ServerName,
     spec: &StdioTransport,
     guard: Option<&Arc<Guard>>,
@@ -158,7 +239,7 @@ pub fn spawn(
         server: server.clone(),
         exit: watch::channel(None).1,
         stderr_tail: Arc::default(),
-        guard: guard.cloned(),
+        control: Control::Group(guard.cloned()),
         killed: AtomicBool::new(false),
     };
     let (Some(stdin), Some(stdout), stderr) =
@@ -196,8 +277,8 @@ pub fn spawn(
     }
     Ok(Spawned {
         child: child_handle,
-        stdout,
-        stdin,
+        stdout: Box::new(stdout),
+        stdin: Box::new(stdin),
     })
 }
 
@@ -242,7 +323,21 @@ impl Child {
         }
         // Always KILL the group: the leader may be gone while its children linger.
         self.kill_group();
-        self.exited().await;
+        match &self.control {
+            Control::Group(_) => {
+                self.exited().await;
+            }
+            // The kernel does not guarantee this one: a zone that does not report the exit is
+            // not waited for forever (dropping the connection still ends the group there).
+            Control::Zone(_) => {
+                if tokio::time::timeout(ZONE_EXIT_WAIT, self.exited())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(server = %self.server, pid = self.pid, "the server's container did not report the exit of its process; giving up on it");
+                }
+            }
+        }
     }
 
     fn kill_group(&self) {
@@ -250,17 +345,30 @@ impl Child {
             return;
         }
         self.signal(Signal::KILL);
-        if let Some(guard) = &self.guard {
+        if let Control::Group(Some(guard)) = &self.control {
             guard.forget(self.pid);
         }
     }
 
     fn signal(&self, signal: Signal) {
-        let Some(pgid) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else {
-            return;
-        };
-        // ESRCH (group already gone) is the normal case after exit.
-        let _ = kill_process_group(pgid, signal);
+        match &self.control {
+            Control::Group(_) => {
+                let Some(pgid) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else {
+                    return;
+                };
+                // ESRCH (group already gone) is the normal case after exit.
+                let _ = kill_process_group(pgid, signal);
+            }
+            Control::Zone(signals) => {
+                let name = if signal == Signal::KILL {
+                    SignalName::Kill
+                } else {
+                    SignalName::Term
+                };
+                // A closed channel: the process has exited and the connection is gone.
+                let _ = signals.send(name);
+            }
+        }
     }
 }
 
@@ -289,6 +397,7 @@ mod tests {
                 "ORCH_TEST_NOT_SET_ANYWHERE".into(),
             ],
             cwd: None,
+            socket: None,
         };
         let (env, missing) = child_env(&spec);
         assert_eq!(env.get("LITERAL").map(String::as_str), Some("v"));

@@ -1,0 +1,147 @@
+//! A stdio server's container in the task pod (its zone, docs/architecture.md "Trust zones"):
+//! its name, its socket (as the Job and the proxy config, `files`, both name them), and the
+//! container itself: the proxy's image running `orchestrator-mcp-proxy zone`, which starts the
+//! server's command when the proxy asks, as the server's own uid, with only its own env.
+
+use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+use orchestrator_crds::catalog::{CatalogStdio, WorkspaceAccess};
+use sha2::{Digest, Sha256};
+
+use super::RenderSettings;
+use super::pod::{
+    PROXY_BINARY, PROXY_UID, WORKSPACE_DIR, WORKSPACE_VOLUME, ZONE_UID_BASE, env, mount,
+    quantities, restricted_as, secret_env,
+};
+use super::resolve::{Resolved, ResolvedServer};
+
+/// Prefix of a server's container name (`zone-git`).
+pub const ZONE_CONTAINER_PREFIX: &str = "zone-";
+/// Where a server's container has its socket directory.
+pub const ZONE_SOCKET_DIR: &str = "/run/orchestrator/zone";
+/// Where the proxy has each server's socket directory (`<this>/<server>`).
+pub const ZONES_DIR: &str = "/run/orchestrator/zones";
+/// The socket's file name in a socket directory.
+pub const ZONE_SOCKET: &str = "mcp.sock";
+
+/// The container of a server named `server`: `zone-<server>`, shortened with a digest when that
+/// is longer than a container name may be.
+pub fn zone_container_name(server: &str) -> String {
+    let name = format!("{ZONE_CONTAINER_PREFIX}{server}");
+    if name.len() <= 63 {
+        return name;
+    }
+    let digest = super::short_hex(&Sha256::digest(server.as_bytes()));
+    let keep = 63 - digest.len() - 1;
+    format!("{}-{digest}", name[..keep].trim_end_matches('-'))
+}
+
+/// The proxy config's socket for a server (see [`ZONES_DIR`]).
+pub fn zone_socket(server: &str) -> String {
+    format!("{ZONES_DIR}/{server}/{ZONE_SOCKET}")
+}
+
+/// A stdio server of the task and its place in the pod.
+pub struct Zone<'a> {
+    pub server: &'a ResolvedServer<'a>,
+    stdio: &'a CatalogStdio,
+    /// Its position among the task's stdio servers (its uid and volume names).
+    index: usize,
+}
+
+impl Zone<'_> {
+    pub fn socket_volume(&self) -> String {
+        format!("zone-{}-socket", self.index)
+    }
+
+    pub fn tmp_volume(&self) -> String {
+        format!("zone-{}-tmp", self.index)
+    }
+
+    fn uid(&self) -> i64 {
+        ZONE_UID_BASE + self.index as i64
+    }
+}
+
+/// Every stdio server the TaskRun lists, enabled or not: a container is created with the pod
+/// and cannot be added later, so a server a running task is to get must be listed from the start.
+pub fn zones<'a>(resolved: &'a Resolved<'a>) -> impl Iterator<Item = Zone<'a>> + 'a {
+    resolved
+        .servers
+        .iter()
+        .filter_map(|server| Some((server, server.entry.stdio.as_ref()?)))
+        .enumerate()
+        .map(|(index, (server, stdio))| Zone {
+            server,
+            stdio,
+            index,
+        })
+}
+
+/// The server's container: the proxy's image running `zone`, as the server's own uid, with the
+/// catalog entry's env and the server's Secret env only, its socket directory, its own `/tmp`,
+/// and the workspace as the entry says.
+pub fn zone_container(
+    settings: &RenderSettings,
+    resolved: &Resolved<'_>,
+    zone: &Zone<'_>,
+) -> Container {
+    let (name, stdio) = (&zone.server.spec.name, zone.stdio);
+    let access = stdio.workspace;
+    let mut vars = Vec::new();
+    if !stdio.env.contains_key("HOME") {
+        vars.push(env("HOME", "/tmp"));
+    }
+    vars.extend(stdio.env.iter().map(|(k, v)| env(k, v)));
+    vars.extend(
+        resolved
+            .secrets
+            .iter()
+            .filter(|b| b.servers.contains(name))
+            .map(secret_env),
+    );
+    let mut mounts = vec![
+        mount(&zone.socket_volume(), ZONE_SOCKET_DIR, false),
+        mount(&zone.tmp_volume(), "/tmp", false),
+    ];
+    if access != WorkspaceAccess::None {
+        mounts.push(mount(
+            WORKSPACE_VOLUME,
+            WORKSPACE_DIR,
+            access == WorkspaceAccess::ReadOnly,
+        ));
+    }
+    let mut command = vec![
+        PROXY_BINARY.to_string(),
+        "zone".into(),
+        "--socket".into(),
+        format!("{ZONE_SOCKET_DIR}/{ZONE_SOCKET}"),
+        "--peer-uid".into(),
+        PROXY_UID.to_string(),
+        "--".into(),
+        stdio.command.clone(),
+    ];
+    command.extend(stdio.args.iter().cloned());
+    let working_dir = stdio.cwd.clone().unwrap_or_else(|| {
+        if access == WorkspaceAccess::None {
+            "/tmp".into()
+        } else {
+            WORKSPACE_DIR.into()
+        }
+    });
+    Container {
+        name: zone_container_name(name),
+        image: Some(settings.sidecar_image.clone()),
+        restart_policy: Some("Always".into()),
+        command: Some(command),
+        working_dir: Some(working_dir),
+        env: Some(vars),
+        volume_mounts: Some(mounts),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "10m"), ("memory", "32Mi")])),
+            limits: Some(quantities(&[("memory", "512Mi")])),
+            ..Default::default()
+        }),
+        security_context: Some(restricted_as(zone.uid())),
+        ..Default::default()
+    }
+}
