@@ -128,7 +128,7 @@ def main() -> int:
                 old = story.container_pids(pod)["mcp-proxy"]
                 os.kill(old, signal.SIGKILL)
                 wait_until("the proxy container to run again", lambda: (lambda p: p if p and p != old else None)(
-                    story.container_pids(pod).get("mcp-proxy")), timeout=60, interval=0.1)
+                    story.container_pids(pod).get("mcp-proxy")), timeout=180, interval=0.1)
                 wait_until("the proxy to be ready", lambda: all(
                     s.get("ready") for s in story.json("get", "pod", pod["metadata"]["name"], "-n", story.work_ns)
                     ["status"]["initContainerStatuses"] if s["name"] == "mcp-proxy"), timeout=60, interval=0.1)

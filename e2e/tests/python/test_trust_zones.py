@@ -38,7 +38,8 @@ from story import POD_API_SERVER, Story, descendants, wait_until  # noqa: E402
 from test_real_node import apply_task, environ, running_pod, secret  # noqa: E402
 
 AGENT_UID = 65532
-TOKEN_PATH = "var/run/secrets/kubernetes.io/serviceaccount/token"
+# /var/run is a link to /run in the images: from the host, follow it inside the container root.
+TOKEN_PATH = "run/secrets/kubernetes.io/serviceaccount/token"
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,10 @@ url = os.environ["ORCHESTRATOR_MCP_URL"]
 steal = sys.argv[1]
 
 def sh(*args):
-    subprocess.run(args, cwd=W, check=True, capture_output=True)
+    # The workspace directory is the volume's (root, the pod's fsGroup): git wants it trusted.
+    out = subprocess.run([args[0], "-c", "safe.directory=*", *args[1:]], cwd=W, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{args}: {out.stderr}")
 
 def write(path, text, mode=0o664):
     path = os.path.join(W, path)
@@ -244,7 +248,8 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
     # The calls reached the servers (which is what ran git in the agent's repository).
     status = json.dumps(results["1:git__git_status"])
     assert "On branch main" in status or "on branch main" in status.lower(), status
-    assert '"isError": true' not in json.dumps(results["5:git__git_commit"]), results["5:git__git_commit"]
+    for call in ["3:git__git_add", "5:git__git_commit", "7:git__git_checkout"]:
+        assert '"isError": true' not in json.dumps(results[call]), results[call]
     assert "one" in json.dumps(results["12:filesystem__read_text_file"]), results
 
     # Nothing planted ran in a server's container: the only marks are the agent's own uid's
@@ -291,6 +296,15 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
     # The task's identity was used by the proxy and the operator only.
     writers = lease_writers(story, "hostile-agent")
     assert writers and writers <= PROXY_AND_OPERATOR, writers
+
+    # A server the running pod has no container for cannot be added: the CLI says so, writes
+    # nothing, and names the fix.
+    before = story.json("get", "taskrun", "hostile-agent", "-n", story.work_ns)["metadata"]["generation"]
+    refused = story.cli("task", "add-context", "hostile-agent", "--enable-tools", "memory:read_graph")
+    assert refused.returncode == 2, (refused.returncode, refused.stdout, refused.stderr)
+    assert "cannot add server memory to TaskRun hostile-agent" in refused.stderr, refused.stderr
+    assert "--with-servers memory" in refused.stderr, refused.stderr
+    assert story.json("get", "taskrun", "hostile-agent", "-n", story.work_ns)["metadata"]["generation"] == before
 
     os.kill(pids["agent"], signal.SIGTERM)
     wait_until("the TaskRun to succeed", lambda: story.json("get", "taskrun", "hostile-agent", "-n", story.work_ns)

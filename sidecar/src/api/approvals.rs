@@ -9,10 +9,7 @@
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
+use kube::{Api, api::Patch};
 use orchestrator_crds::approval::REQUESTS_ANNOTATION;
 use tokio::sync::watch;
 
@@ -58,11 +55,7 @@ pub async fn publish(api: Api<Lease>, name: String, mut requests: watch::Receive
 async fn patch(api: &Api<Lease>, name: &str, requests: &str) -> anyhow::Result<()> {
     tokio::time::timeout(
         PATCH_TIMEOUT,
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&body(requests)),
-        ),
+        api.patch(name, &super::patch_params(), &Patch::Merge(&body(requests))),
     )
     .await
     .map_err(|_| anyhow::anyhow!("no answer within {}s", PATCH_TIMEOUT.as_secs()))??;

@@ -7,10 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
+use kube::{Api, api::Patch};
 use tokio::sync::watch;
 
 /// The Lease annotation carrying the served `contextVersion` (a decimal string).
@@ -72,7 +69,7 @@ async fn patch(
     let body = body(pod, version, jiff::Timestamp::now());
     tokio::time::timeout(
         PATCH_TIMEOUT,
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&body)),
+        api.patch(name, &super::patch_params(), &Patch::Merge(&body)),
     )
     .await
     .map_err(|_| anyhow::anyhow!("no answer within {}s", PATCH_TIMEOUT.as_secs()))??;

@@ -19,6 +19,18 @@ use tokio::task::JoinHandle;
 
 use crate::apply::Applier;
 
+/// The field manager of the proxy's writes (the Lease's `managedFields` name it: who wrote with
+/// the task's identity).
+pub(crate) const FIELD_MANAGER: &str = "orchestrator-mcp-proxy";
+
+/// Patch parameters under [`FIELD_MANAGER`].
+fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
+
 pub use lease::SERVED_VERSION_ANNOTATION;
 
 /// Which objects to use (flags `--watch-config-map`, `--served-lease`, `--namespace`,
