@@ -411,8 +411,10 @@ def test_a_hostile_upstream_reads_only_its_own_secret_and_cannot_patch_the_lease
     assert proxy_token not in stolen, "the task's token reached it"
     assert len(found["environ"]) <= 4, f"it sees other containers' processes: {sorted(found['environ'])}"
     for path in ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/run/orchestrator/zones",
-                 "/run/orchestrator/zones/time", "/workspace", "/etc/orchestrator/tools"]:
+                 "/run/orchestrator/zones/time", "/etc/orchestrator/tools"]:
         assert "error" in found["paths"][path], (path, found["paths"][path])
+    # Its /workspace is the image's empty directory, not the agent's (the agent wrote a file there).
+    assert "agent-was-here" not in json.dumps(found["paths"]["/workspace"]), found["paths"]["/workspace"]
     # The Lease: anonymous and tokenless requests are refused, nothing was written.
     patches = found["lease_patches"]
     assert patches and all(p.get("status") in (401, 403) or "error" in p for p in patches), patches
@@ -433,6 +435,7 @@ HOSTILE_AGENT_CALLS_ONLY = r"""
 import json, os, signal, sys, urllib.request
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 url = os.environ["ORCHESTRATOR_MCP_URL"]
+open("/workspace/agent-was-here", "w").write("the agent's workspace")
 
 def post(body, session=None):
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
