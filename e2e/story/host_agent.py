@@ -187,7 +187,9 @@ def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
         if not stdio.get("socket"):
             continue
         container = containers[s["name"]]
-        sock = work / f"{name}-zones" / s["name"] / "mcp.sock"
+        # One path per server whichever proxy runs (the socket is part of the server's spec
+        # hash, so a restarted proxy finds its cached tool lists, as in a pod).
+        sock = work / "zones" / s["name"] / "mcp.sock"
         sock.parent.mkdir(parents=True, exist_ok=True)
         stdio["socket"] = str(sock)
         command = container["command"]
