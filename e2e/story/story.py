@@ -7,8 +7,10 @@
    everything and memory, with allow and deny patterns) and its API-key Secret, with two things
    added: a nodeSelector + toleration that put the pod on the real node, and ANTHROPIC_BASE_URL
    pointing the agent at the model stand-in.
-3. The Job's pod runs on the real node (kubelet, containerd, runc): the proxy as a native
-   sidecar, then the agent, Claude Code from npm, both from the images built here.
+3. The Job's pod runs on the real node (kubelet, containerd, runc), in a namespace that enforces
+   the restricted Pod Security profile: the proxy and each MCP server in its own container (its
+   zone: own uid, own Secrets) as native sidecars, then the agent, Claude Code from npm, all from
+   the images built here.
 4. Claude Code connects to the proxy over the pod's localhost; the model behind it is the one
    thing we stand in for (e2e/model/scripted_model.py on 127.0.0.1, reached from the pod through
    the node's netns-portal). Its script checks the agent offers exactly the allowed tools, calls
@@ -20,8 +22,8 @@
    a minute); the proxy reloads and sends `notifications/tools/list_changed`;
    Claude Code re-lists, and its next request offers the model get-env and no longer echo. The
    model calls get-env (allowed now) and finishes.
-6. The agent exits 0; the kubelet stops the native sidecar (SIGTERM, exit 0, its upstream servers
-   gone with it); the Job completes; the TaskRun is Succeeded; deleting it removes the Job and
+6. The agent exits 0; the kubelet stops the native sidecars (SIGTERM, exit 0, the servers' processes
+   gone with their containers); the Job completes; the TaskRun is Succeeded; deleting it removes the Job and
    the ConfigMap.
 
 `run()` is used by the test (e2e/tests/python/test_story.py) and by the demo (`./demo`): every
