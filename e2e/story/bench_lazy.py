@@ -29,30 +29,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench import table  # noqa: E402
+from scripted_agent import CLIENT  # noqa: E402
 from story import REAL_NODE, Story, StoryError, cgroup_peak_mib, descendants, pss_mib, wait_until  # noqa: E402
 
 # The agent: after each `go-N` file appears in its workspace, connects anew, lists, calls the two
 # tools, and writes `done-N` with its own timings (a session per round: the proxy restarted).
-AGENT = r"""
-import json, os, signal, sys, time, urllib.request
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-url = os.environ["ORCHESTRATOR_MCP_URL"]
+AGENT = CLIENT + r"""
+import time
 
-def post(body, session=None):
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if session:
-        headers.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=60) as response:
-        text = response.read().decode()
-        session = response.headers.get("Mcp-Session-Id") or session
-    lines = [l[5:] for l in text.splitlines() if l.startswith("data:") and l[5:].strip()]
-    return session, [json.loads(l) for l in lines] or ([json.loads(text)] if text.strip() else [])
-
-def connect():
-    session, _ = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
-    post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+def listed_session():
+    session = connect("bench")
     _, listed = post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, session)
     return session, len(listed[0]["result"]["tools"])
 
@@ -62,7 +49,7 @@ while True:
     while not os.path.exists(go):
         time.sleep(0.05)
     try:
-        session, tools = connect()
+        session, tools = listed_session()
         open(f"/workspace/listed-{n}", "w").write(str(tools))
         while not os.path.exists(go + "-call"):
             time.sleep(0.05)
@@ -165,11 +152,9 @@ def main() -> int:
         os.kill(story.container_pids(pod)["agent"], signal.SIGTERM)
         story.kubectl("delete", "taskrun", "lazy", "-n", story.work_ns, "--wait=false")
 
-    keys = ["servers_after_list", "time_proxy_ms", "time_agent_ms", "echo_proxy_ms", "echo_agent_ms"]
-    print(f"\n| lazy start, after a proxy restart (n={len(samples)}) | median | min | max |\n|---|---|---|---|")
-    for k in keys:
-        values = [s[k] for s in samples]
-        print(f"| {k} | {statistics.median(values):.1f} | {min(values):.1f} | {max(values):.1f} |")
+    print()
+    print(table([{k: v for k, v in s.items() if not k.startswith("memory_")} for s in samples],
+                "lazy start, after a proxy restart"))
     containers = sorted(samples[0]["memory_before_calls"])
     print("\n| container PSS, MiB (median) | after the list, no server | after the first calls |\n|---|---|---|")
     for c in containers:

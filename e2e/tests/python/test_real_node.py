@@ -26,6 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 
+from scripted_agent import CLIENT  # noqa: E402
 from story import (  # noqa: E402
     REAL_NODE,
     Story,
@@ -245,25 +246,8 @@ def test_an_agent_that_fails_fails_the_taskrun_with_its_exit_code_and_reason(clu
 # A scripted agent (the agent image's Python, no model): calls the tools in argv[1] through the
 # proxy at $ORCHESTRATOR_MCP_URL over one initialize-era session, prints "calls done", and waits
 # until SIGTERM, then exits 0. Like a misbehaving agent, it calls tools the proxy refuses.
-SCRIPTED_AGENT = r"""
-import json, os, signal, sys, urllib.request
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-url = os.environ["ORCHESTRATOR_MCP_URL"]
-
-def post(body, session=None):
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if session:
-        headers.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=60) as response:
-        text = response.read().decode()
-        session = response.headers.get("Mcp-Session-Id") or session
-    lines = [l[5:] for l in text.splitlines() if l.startswith("data:") and l[5:].strip()]
-    return session, [json.loads(l) for l in lines] or ([json.loads(text)] if text.strip() else [])
-
-session, _ = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "scripted-agent", "version": "1"}}})
-post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+SCRIPTED_AGENT = CLIENT + r"""
+session = connect("scripted-agent")
 for i, (name, arguments) in enumerate(json.loads(sys.argv[1]), start=1):
     _, answer = post({"jsonrpc": "2.0", "id": i, "method": "tools/call",
                       "params": {"name": name, "arguments": arguments}}, session)

@@ -34,6 +34,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from scripted_agent import CLIENT  # noqa: E402
 from story import POD_API_SERVER, Story, descendants, wait_until  # noqa: E402
 from test_real_node import apply_task, environ, running_pod, secret  # noqa: E402
 
@@ -66,12 +67,10 @@ case $me in filter) exec cat ;; textconv) exec cat "$1" ;; esac
 exit 0
 """
 
-HOSTILE_AGENT = r"""
-import json, os, signal, subprocess, sys, urllib.request
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+HOSTILE_AGENT = CLIENT + r"""
+import subprocess
 os.umask(0o002)  # as the default agent command does: the servers given the workspace can write it
 W = "/workspace"
-url = os.environ["ORCHESTRATOR_MCP_URL"]
 steal = sys.argv[1]
 
 def sh(*args):
@@ -140,20 +139,7 @@ write(".env", "NODE_OPTIONS=--require /workspace/steal.js\n")
 write("a.txt", "one\ntwo\n")
 write("notes.md", "# notes\n")
 
-def post(body, session=None):
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if session:
-        headers.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=90) as response:
-        text = response.read().decode()
-        session = response.headers.get("Mcp-Session-Id") or session
-    lines = [l[5:] for l in text.splitlines() if l.startswith("data:") and l[5:].strip()]
-    return session, [json.loads(l) for l in lines] or ([json.loads(text)] if text.strip() else [])
-
-session, _ = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "hostile-agent", "version": "1"}}})
-post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+session = connect("hostile-agent")
 results = {}
 for i, (name, arguments) in enumerate(json.loads(sys.argv[2]), start=1):
     _, answer = post({"jsonrpc": "2.0", "id": i, "method": "tools/call",
@@ -431,26 +417,9 @@ def test_a_hostile_upstream_reads_only_its_own_secret_and_cannot_patch_the_lease
     story.kubectl("delete", "taskrun", "hostile-upstream", "-n", story.work_ns)
 
 
-HOSTILE_AGENT_CALLS_ONLY = r"""
-import json, os, signal, sys, urllib.request
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-url = os.environ["ORCHESTRATOR_MCP_URL"]
+HOSTILE_AGENT_CALLS_ONLY = CLIENT + r"""
 open("/workspace/agent-was-here", "w").write("the agent's workspace")
-
-def post(body, session=None):
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    if session:
-        headers.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=90) as response:
-        text = response.read().decode()
-        session = response.headers.get("Mcp-Session-Id") or session
-    lines = [l[5:] for l in text.splitlines() if l.startswith("data:") and l[5:].strip()]
-    return session, [json.loads(l) for l in lines] or ([json.loads(text)] if text.strip() else [])
-
-session, _ = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "agent", "version": "1"}}})
-post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+session = connect("agent")
 for i, (name, arguments) in enumerate(json.loads(sys.argv[1]), start=1):
     _, answer = post({"jsonrpc": "2.0", "id": i, "method": "tools/call",
                       "params": {"name": name, "arguments": arguments}}, session)

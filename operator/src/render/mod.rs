@@ -208,11 +208,8 @@ pub fn render(
         resolved: &resolved,
         service_account_name: identity.service_account_name(),
     });
-    let zoned = resolved
-        .servers
-        .iter()
-        .filter(|s| s.entry.stdio.is_some())
-        .map(|s| s.spec.name.clone())
+    let zoned = zone::zones(&resolved)
+        .map(|z| z.server.spec.name.clone())
         .collect();
 
     Ok(Plan {
