@@ -5,14 +5,15 @@
 
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
 
-use super::cached_job::CachedJob;
+use super::job::expire_job;
 use super::status;
+use super::status_write::{Tools, write_status};
 use super::ttl::{self, Ttl};
-use super::{Context, Tools, expire_job, job_created_cond, retention, write_status};
+use super::{Context, retention};
 use crate::error::{Error, Result};
 
 /// Reconciles a TaskRun whose recorded phase is terminal and whose `observedGeneration` is its
@@ -41,12 +42,11 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
     }
     let job = ctx.jobs.get(&ns, &name);
     let state = job.as_ref().map(|j| j.state.clone());
-    let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &ns);
-    let (wait, deleted) = expire_job(tr, ctx, &jobs, state.as_ref(), previous, &now).await?;
+    let (wait, deleted) = expire_job(tr, ctx, &ns, state.as_ref(), previous, &now).await?;
 
     // Only JobCreated can change: the Job goes after its TTL (or was deleted).
     let mut conditions = previous.conditions.clone();
-    let wanted = job_created_cond(&name, job.is_some() && !deleted, true);
+    let wanted = status::job_created_cond(&name, job.is_some() && !deleted, true);
     let generation = tr.metadata.generation;
     if let Some(cond) = status::conditions(vec![wanted], &conditions, generation, &now).pop() {
         match conditions.iter_mut().find(|c| c.type_ == ct::JOB_CREATED) {

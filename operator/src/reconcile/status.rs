@@ -237,6 +237,20 @@ pub fn succeeded_cond(state: Option<&JobState>) -> Cond {
     }
 }
 
+/// `JobCreated`: the Job exists, or it ran and is gone (deleted after its TTL), or it does not
+/// exist yet.
+pub fn job_created_cond(name: &str, exists: bool, finished: bool) -> Cond {
+    match (exists, finished) {
+        (false, true) => Cond::yes(
+            ct::JOB_CREATED,
+            "DeletedAfterTTL",
+            format!("Job {name} ran and was deleted after ttlSecondsAfterFinished"),
+        ),
+        (true, _) => Cond::yes(ct::JOB_CREATED, "Created", format!("Job {name} exists")),
+        (false, false) => Cond::no(ct::JOB_CREATED, "NotCreated", "the Job does not exist yet"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

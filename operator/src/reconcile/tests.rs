@@ -22,10 +22,12 @@ use orchestrator_crds::approval::{
 };
 use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::history::REQUESTED_BY_ANNOTATION;
-use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus};
+use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 use serde_json::{Value, json};
 use tower_test::mock;
 
+use super::status::JobState;
+use super::ttl::Ttl;
 use super::*;
 use crate::render::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, DEFAULT_SIDECAR_PORT};
 

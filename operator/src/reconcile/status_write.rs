@@ -1,0 +1,137 @@
+//! Writing a TaskRun's status (its parts are built purely in `status.rs`): the status of a
+//! rendered TaskRun ([`write_rendered`]), and the one write every status goes through
+//! ([`write_status`]): server-side applied under [`MANAGER`] when it differs from what the
+//! TaskRun shows, with an event when the task's outcome is first recorded.
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
+use serde_json::json;
+use tracing::field;
+
+use super::observe::Observed;
+use super::status::{self, Cond};
+use super::{Context, MANAGER, events, served, trim};
+use crate::error::Result;
+use crate::render::Plan;
+
+/// Where a status's `tools` come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Tools {
+    /// Rendered now.
+    Rendered,
+    /// Carried over from the TaskRun as reconcile got it: only their digest when the cache
+    /// dropped them (`trim.rs`), in which case they are read afresh if the status is written.
+    Carried,
+}
+
+/// The status of a TaskRun rendered at `version`: what was rendered, the phase from the Job (or
+/// what was recorded once it is gone), the conditions `Ready`, `ConfigRendered`, `JobCreated`,
+/// `Succeeded` and (with the proxy's API watch) `ToolsSynced`. `job_deleted`: the Job was deleted
+/// by this reconcile (its TTL). Records the phase and version on the reconcile's span.
+pub async fn write_rendered(
+    tr: &TaskRun,
+    ctx: &Context,
+    seen: &Observed,
+    plan: &Plan,
+    version: u64,
+    job_deleted: bool,
+) -> Result<()> {
+    let (name, previous) = (&seen.name, &seen.previous);
+    let mut status = TaskRunStatus {
+        observed_generation: tr.metadata.generation,
+        context_version: Some(version as i64),
+        config_hash: Some(plan.config_hash().to_string()),
+        config_map_name: Some(plan.config_map_name()),
+        job_name: Some(plan.job_name().to_string()),
+        tools: plan.tools.clone(),
+        enabled_tool_count: Some(plan.enabled_tool_count),
+        ..Default::default()
+    };
+    let state = seen
+        .job_state
+        .clone()
+        .or_else(|| status::remembered(previous));
+    status::fill_phase(&mut status, previous, state.as_ref());
+    let synced = ctx.render.sidecar_api_watch.then(|| {
+        status.served_context_version =
+            served::reported(&ctx.leases, &seen.ns, name).or(previous.served_context_version);
+        served::condition(version, status.served_context_version)
+    });
+    let rendered = format!(
+        "contextVersion {version} rendered into ConfigMap {}",
+        plan.config_map_name()
+    );
+    let exists = seen.job.is_some() && !job_deleted;
+    let job_cond = status::job_created_cond(name, exists, seen.finished);
+    let ready = Cond::yes(
+        ct::READY,
+        "Ready",
+        format!("{rendered}; Job {name} created"),
+    );
+    let mut conds = vec![
+        ready,
+        Cond::yes(ct::CONFIG_RENDERED, "Rendered", rendered),
+        job_cond,
+        status::succeeded_cond(state.as_ref()),
+    ];
+    conds.extend(synced);
+    status.conditions = status::conditions(
+        conds,
+        &previous.conditions,
+        tr.metadata.generation,
+        &status::now(),
+    );
+    tracing::Span::current().record("phase", field::debug(status.phase));
+    tracing::Span::current().record("context_version", version);
+    write_status(tr, ctx, previous, status, Tools::Rendered).await
+}
+
+/// Applies the status when it differs from what the TaskRun shows, and reports phase changes.
+pub async fn write_status(
+    tr: &TaskRun,
+    ctx: &Context,
+    previous: &TaskRunStatus,
+    mut status: TaskRunStatus,
+    tools: Tools,
+) -> Result<()> {
+    let api: Api<TaskRun> =
+        Api::namespaced(ctx.client.clone(), &tr.namespace().unwrap_or_default());
+    if tools == Tools::Carried && trim::tools_dropped(tr) {
+        // Both with the cache's digest of the tools in force: the rest decides.
+        if tr.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let fresh = api.get(&tr.name_any()).await?;
+        status.tools = fresh.status.map(|s| s.tools).unwrap_or_default();
+    } else if trim::has_status(tr, &status) {
+        return Ok(());
+    }
+    if status.phase != previous.phase
+        && let Some(phase) = status.phase.filter(|p| p.is_terminal())
+    {
+        let (kind, reason) = match phase {
+            Phase::Succeeded => (EventType::Normal, "TaskSucceeded"),
+            _ => (EventType::Warning, "TaskFailed"),
+        };
+        let note = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ct::SUCCEEDED)
+            .map_or_else(String::new, |c| c.message.clone());
+        events::publish(ctx, tr, kind, reason, "Observe", note).await;
+    }
+    let patch = json!({
+        "apiVersion": "orchestrator.io/v1",
+        "kind": "TaskRun",
+        "status": status,
+    });
+    api.patch_status(
+        &tr.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await?;
+    Ok(())
+}
