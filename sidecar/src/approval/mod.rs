@@ -75,7 +75,7 @@ struct Pending {
 
 /// Why a call could not be held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub enum NotHeld {
     /// Nothing publishes requests (no Lease): nobody could see the call.
     Unavailable,
     /// [`MAX_PENDING`] calls wait already.
@@ -156,13 +156,13 @@ impl Approvals {
         tool: &str,
         arguments: Option<&JsonObject>,
         timeout: Duration,
-    ) -> Result<Held<'_>, Refusal> {
+    ) -> Result<Held<'_>, NotHeld> {
         if !self.is_visible() {
-            return Err(Refusal::Unavailable);
+            return Err(NotHeld::Unavailable);
         }
         let mut inner = lock(&self.inner);
         if inner.pending.len() >= MAX_PENDING {
-            return Err(Refusal::Busy);
+            return Err(NotHeld::Busy);
         }
         let id = self.new_id(&inner);
         let now = jiff::Timestamp::now();

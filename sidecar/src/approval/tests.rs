@@ -75,7 +75,7 @@ fn without_a_reporter_nothing_is_held() {
     assert!(!approvals.is_visible());
     assert_eq!(
         approvals.hold("fs", "rm", None, WAIT).err(),
-        Some(Refusal::Unavailable)
+        Some(NotHeld::Unavailable)
     );
     assert_eq!(approvals.pending(), 0);
 }
@@ -88,7 +88,7 @@ fn at_most_max_pending_calls_wait_at_once() {
         .collect();
     assert_eq!(
         approvals.hold("fs", "rm", None, WAIT).err(),
-        Some(Refusal::Busy)
+        Some(NotHeld::Busy)
     );
     let ids: HashSet<_> = held.iter().map(|h| h.id().to_string()).collect();
     assert_eq!(ids.len(), MAX_PENDING, "ids are unique");

@@ -2,17 +2,16 @@
 //! (one `Arc` swapped atomically), `tools/list` (lazy, parallel starts of servers whose list is
 //! unknown), config application, upstream list changes and draining on shutdown.
 //!
-//! Children: `call` (the `tools/call` path: enforce, forward, record), `held` (a call waiting
-//! for a person's approval), `intent` (intent mode's four tools in front of the call path),
-//! `passthrough` (prompts, resources, completions, logging level), `bridge` (initialize-era
-//! upstreams asking 2026-07-28 clients).
+//! Children: `call` (the `tools/call` pipeline: its steps in order, the approval wait, forward,
+//! record), `intent` (intent mode's four tools and its two keys, steps of the pipeline),
+//! `passthrough` (prompts, resources, completions, logging level: [`passthrough::Relay`]),
+//! `bridge` (initialize-era upstreams asking 2026-07-28 clients). `Proxy` is implemented here,
+//! in `call` and in `call::forward` only.
 
 mod bridge;
 mod call;
-mod held;
 mod intent;
 pub mod passthrough;
-mod record;
 
 use std::{
     collections::HashMap,
@@ -251,7 +250,7 @@ impl Proxy {
         for change in snapshot.routers.iter().flat_map(Router::changes) {
             // A list borrowed by the other revision shows its changes twice.
             if !known.contains(&change) && !reported.contains(&change) {
-                self.report_definition_change(&snapshot, change);
+                self.ledger().definition_changed(&snapshot, change);
                 reported.push(change);
             }
         }
@@ -276,18 +275,26 @@ impl Proxy {
         if snap.config.tool_mode == ToolMode::Intent {
             return Ok(intent::offered());
         }
-        let router = snap.router_for(session);
-        let missing = router.lists_to_fetch();
+        let (table, _) = self.with_lists(&snap, session).await;
+        let table = table.ok_or(Error::NotReady)?;
+        Ok(table.router_for(session).tools())
+    }
+
+    /// The table `session` sees once the lists it lacks are known: servers whose list is not
+    /// are started (in parallel) first. Returns that table (`None` only without a config) and
+    /// the servers that could not be started.
+    pub(crate) async fn with_lists(
+        &self,
+        snap: &Arc<Snapshot>,
+        session: &SessionRef,
+    ) -> (Option<Arc<Snapshot>>, Vec<Error>) {
+        let missing = snap.router_for(session).lists_to_fetch();
         if missing.is_empty() {
-            return Ok(router.tools());
+            return (Some(snap.clone()), Vec::new());
         }
-        self.fetch_lists(&missing, session).await;
+        let errors = self.fetch_lists(&missing, session).await;
         self.rebuild().await;
-        Ok(self
-            .snapshot()
-            .ok_or(Error::NotReady)?
-            .router_for(session)
-            .tools())
+        (self.snapshot(), errors)
     }
 
     /// Fetches the lists of `servers` in parallel; returns the failures (also logged). A server
@@ -386,6 +393,15 @@ impl Proxy {
             if tokio::time::timeout_at(deadline, idle).await.is_err() {
                 return false;
             }
+        }
+    }
+
+    /// The relayed rest: prompts, resources, completions, logging level, roots.
+    pub fn relay(&self) -> passthrough::Relay<'_> {
+        passthrough::Relay {
+            pool: &self.pool,
+            passthrough: &self.passthrough,
+            current: &self.snapshot,
         }
     }
 

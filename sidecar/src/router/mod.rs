@@ -11,7 +11,10 @@ use crate::{
     config::{Config, Server},
     filter::{Rule, Verdict},
     names::{ExposedToolName, ServerName, ToolName},
-    policy::definitions::{Change, DefinitionHash, KnownList},
+    policy::{
+        definitions::{Change, DefinitionHash, KnownList},
+        refusal::Target,
+    },
 };
 
 /// Where an exposed tool goes.
@@ -26,6 +29,18 @@ pub struct Route {
     /// What the server's annotations say, for intent mode's check (the class above also
     /// follows a `risk` override).
     pub hints: Hints,
+}
+
+impl Route {
+    /// The tool, as a refusal of a call to it names it.
+    pub fn target(&self) -> Target {
+        Target {
+            server: self.server.name.clone(),
+            tool: self.tool.as_str().to_string(),
+            risk: Some(self.risk),
+            listed: Some(true),
+        }
+    }
 }
 
 /// A tool's `readOnlyHint` and `destructiveHint`, as its server gave them (`None`: not said).

@@ -210,7 +210,11 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let session = self.session_ref(&context);
-        let prompts = self.proxy.list_prompts(&session, &context.meta).await?;
+        let prompts = self
+            .proxy
+            .relay()
+            .list_prompts(&session, &context.meta)
+            .await?;
         Ok(ListPromptsResult::with_all_items(prompts))
     }
 
@@ -221,6 +225,7 @@ impl ServerHandler for Front {
     ) -> Result<GetPromptResponse, ErrorData> {
         let session = self.session_ref(&context);
         self.proxy
+            .relay()
             .get_prompt(request, &session, &context.meta)
             .await
             .map_err(Into::into)
@@ -232,7 +237,11 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let session = self.session_ref(&context);
-        let resources = self.proxy.list_resources(&session, &context.meta).await?;
+        let resources = self
+            .proxy
+            .relay()
+            .list_resources(&session, &context.meta)
+            .await?;
         Ok(ListResourcesResult::with_all_items(resources))
     }
 
@@ -244,6 +253,7 @@ impl ServerHandler for Front {
         let session = self.session_ref(&context);
         let templates = self
             .proxy
+            .relay()
             .list_resource_templates(&session, &context.meta)
             .await?;
         Ok(ListResourceTemplatesResult::with_all_items(templates))
@@ -256,6 +266,7 @@ impl ServerHandler for Front {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let session = self.session_ref(&context);
         self.proxy
+            .relay()
             .read_resource(request, &session, &context.meta)
             .await
             .map_err(Into::into)
@@ -271,6 +282,7 @@ impl ServerHandler for Front {
         }
         let session = self.session_ref(&context);
         self.proxy
+            .relay()
             .subscribe(request.uri, &session, &context.meta, true)
             .await
             .map_err(Into::into)
@@ -286,6 +298,7 @@ impl ServerHandler for Front {
         }
         let session = self.session_ref(&context);
         self.proxy
+            .relay()
             .subscribe(request.uri, &session, &context.meta, false)
             .await
             .map_err(Into::into)
@@ -298,6 +311,7 @@ impl ServerHandler for Front {
     ) -> Result<CompleteResult, ErrorData> {
         let session = self.session_ref(&context);
         self.proxy
+            .relay()
             .complete(request, &session, &context.meta)
             .await
             .map_err(Into::into)
@@ -312,13 +326,14 @@ impl ServerHandler for Front {
             return Err(e);
         }
         self.proxy
+            .relay()
             .set_level(request.level, &context.meta)
             .await
             .map_err(Into::into)
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
-        self.proxy.roots_changed().await;
+        self.proxy.relay().roots_changed().await;
     }
 
     /// rmcp hands over a request it could not read as a known method (its params do not fit)
@@ -375,6 +390,7 @@ impl ServerHandler for Front {
         for uri in uris {
             match self
                 .proxy
+                .relay()
                 .subscribe(uri.clone(), &session, &request.meta, true)
                 .await
             {
@@ -394,6 +410,7 @@ impl ServerHandler for Front {
         for uri in subscribed {
             let _ = self
                 .proxy
+                .relay()
                 .subscribe(uri, &session, &request.meta, false)
                 .await;
         }

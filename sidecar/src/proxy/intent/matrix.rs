@@ -130,7 +130,7 @@ impl Said {
 
 /// Why the matrix refuses a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub enum Unmatched {
     /// No `intent.operation_type`.
     Required,
     /// `intent.operation_type` is another variant's.
@@ -140,10 +140,10 @@ pub enum Refusal {
 }
 
 /// Key one against key two: the declared operation must be the variant's own.
-pub fn check_declared(variant: Variant, declared: Option<Variant>) -> Result<(), Refusal> {
+pub fn check_declared(variant: Variant, declared: Option<Variant>) -> Result<(), Unmatched> {
     match declared {
-        None => Err(Refusal::Required),
-        Some(declared) if declared != variant => Err(Refusal::Mismatch { declared }),
+        None => Err(Unmatched::Required),
+        Some(declared) if declared != variant => Err(Unmatched::Mismatch { declared }),
         Some(_) => Ok(()),
     }
 }
@@ -151,9 +151,9 @@ pub fn check_declared(variant: Variant, declared: Option<Variant>) -> Result<(),
 /// The variant against the server's word: a riskier variant than the tool needs is accepted
 /// (overly cautious), a less risky one is refused; a tool its server says nothing about is
 /// called as the agent declares (`maxRisk` still decides whether it is on offer at all).
-pub fn check_server(variant: Variant, said: Option<Said>) -> Result<(), Refusal> {
+pub fn check_server(variant: Variant, said: Option<Said>) -> Result<(), Unmatched> {
     match said {
-        Some(said) if variant.risk() < said.risk() => Err(Refusal::Server { said }),
+        Some(said) if variant.risk() < said.risk() => Err(Unmatched::Server { said }),
         _ => Ok(()),
     }
 }
@@ -165,7 +165,7 @@ pub fn check(
     variant: Variant,
     declared: Option<Variant>,
     said: Option<Said>,
-) -> Result<(), Refusal> {
+) -> Result<(), Unmatched> {
     check_declared(variant, declared)?;
     check_server(variant, said)
 }
@@ -224,28 +224,28 @@ mod tests {
             for declared in [Write, Destructive] {
                 assert_eq!(
                     check(Read, Some(declared), said),
-                    Err(Refusal::Mismatch { declared })
+                    Err(Unmatched::Mismatch { declared })
                 );
             }
         }
         // any | missing | any -> intent required
         for variant in Variant::ALL {
             for said in [NOTHING, READ_ONLY, DESTRUCTIVE] {
-                assert_eq!(check(variant, None, said), Err(Refusal::Required));
+                assert_eq!(check(variant, None, said), Err(Unmatched::Required));
             }
         }
         // read or write | matching | destructiveHint, or class destructive by override -> refused
         for variant in [Read, Write] {
             assert_eq!(
                 check(variant, Some(variant), DESTRUCTIVE),
-                Err(Refusal::Server {
+                Err(Unmatched::Server {
                     said: Said::Destructive
                 })
             );
             let by_override = Some(Said::Override(Risk::Destructive));
             assert_eq!(
                 check(variant, Some(variant), by_override),
-                Err(Refusal::Server {
+                Err(Unmatched::Server {
                     said: Said::Override(Risk::Destructive)
                 })
             );
@@ -260,13 +260,13 @@ mod tests {
         assert_eq!(check(Write, Some(Write), READ_ONLY), Ok(()));
         assert_eq!(
             check(Write, Some(Destructive), NOTHING),
-            Err(Refusal::Mismatch {
+            Err(Unmatched::Mismatch {
                 declared: Destructive
             })
         );
         assert_eq!(
             check(Destructive, Some(Read), DESTRUCTIVE),
-            Err(Refusal::Mismatch { declared: Read })
+            Err(Unmatched::Mismatch { declared: Read })
         );
         assert_eq!(check(Destructive, Some(Destructive), DESTRUCTIVE), Ok(()));
     }
@@ -278,7 +278,7 @@ mod tests {
         let writes = Some(Said::NotReadOnly);
         assert_eq!(
             check(Read, Some(Read), writes),
-            Err(Refusal::Server {
+            Err(Unmatched::Server {
                 said: Said::NotReadOnly
             })
         );

@@ -2,10 +2,11 @@
 //! offers four fixed tools instead of the enabled ones: `retrieve_tools` finds the enabled tools,
 //! and `call_tool_read`, `call_tool_write` and `call_tool_destructive` call one with a declared
 //! intent, which the two-key check ([`matrix`]) holds against the variant and against what the
-//! tool's server says. A call that passes becomes the call of the tool it names and takes the
-//! direct path unchanged: router lookup, deny rules, `check_arguments` (argument validation of
-//! `args` against the real tool's schema, rate limits), forward, audit (with the intent) and
-//! metrics.
+//! tool's server says. Both keys are steps of the call pipeline (`super::call`): [`front`] (the
+//! first key, before the route) and [`second_key`] (once the tool's route is known). A call that
+//! passes becomes the call of the tool it names and takes the direct path's other steps
+//! unchanged (its arguments are `args`, checked against the real tool's schema), with its intent
+//! in the audit record.
 //!
 //! Children: `matrix` (the check), `offer` (the four tools), `declared` (a call's arguments),
 //! `retrieve` (the search).
@@ -15,27 +16,34 @@ mod matrix;
 mod offer;
 mod retrieve;
 
-use std::{ops::ControlFlow, sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use orchestrator_crds::proxy::ToolMode;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, Tool};
 
 pub use declared::Declared;
-use matrix::{Refusal, Said, Variant};
+pub use retrieve::Query;
 
-use super::{CallRequest, Proxy, Snapshot, record::Denial};
+use matrix::{Said, Unmatched, Variant};
+
+use super::{CallRequest, Snapshot};
 use crate::{
-    error::Error,
-    names::{clip, clip_to},
+    names::clip_to,
+    policy::refusal::{Reason, Refusal},
     router::Route,
 };
 
 /// How much of a server's start error `retrieve_tools` shows.
 const MAX_UNAVAILABLE: usize = 512;
 
-/// What intent mode makes of a `tools/call`: an answer (`retrieve_tools`'s, or a refusal), or
-/// the call of the tool a `call_tool_*` names, with its intent, to continue on the direct path.
-pub(super) type Front = ControlFlow<Result<CallToolResponse, Error>, CallRequest>;
+/// What intent mode makes of a `tools/call` that passes its first key.
+pub(super) enum Front {
+    /// Go on with the call (in intent mode, now the call of the tool a `call_tool_*` names,
+    /// with its declared intent).
+    Call,
+    /// `retrieve_tools`: the proxy answers it (see [`retrieve`]).
+    Retrieve(Query),
+}
 
 /// The tools `tools/list` offers in intent mode.
 pub(super) fn offered() -> Arc<Vec<Tool>> {
@@ -62,159 +70,118 @@ fn rule(variant: Variant, what: &str) -> String {
     format!("policy.toolMode \"intent\" ({variant} {what})")
 }
 
-impl Proxy {
-    /// Intent mode's front of `tools/call` (direct mode: the request, unchanged).
-    pub(super) async fn intent_front(
-        &self,
-        snap: &Snapshot,
-        req: CallRequest,
-        started: Instant,
-    ) -> Front {
-        if snap.config.tool_mode != ToolMode::Intent {
-            return ControlFlow::Continue(req);
-        }
-        if req.name == offer::RETRIEVE_TOOLS {
-            return ControlFlow::Break(self.retrieve_tools(snap, &req, started).await);
-        }
-        let Some(variant) = Variant::of_tool(&req.name) else {
-            // An enabled tool called by its own name would skip the two-key check.
-            let error = Error::IntentDirectCall {
-                tool: clip(&req.name).into_owned(),
-            };
-            let denial = snap.router_for(&req.session).route(&req.name).map(|route| {
-                let rule = "policy.toolMode \"intent\" (tools are called through call_tool_*)";
-                Denial::by_policy(route, rule.into(), "intent_required")
-            });
-            return ControlFlow::Break(self.refuse(snap, &req, started, error, denial));
-        };
-        let call = declared::parse(variant, req.arguments.as_ref());
-        let refusal = match (&call.declared.operation_type, call.operation) {
-            (None, _) => Some(Refusal::Required),
-            (Some(_), Some(declared)) => matrix::check_declared(variant, Some(declared)).err(),
-            // Not one of the three: among the problems.
-            (Some(_), None) => None,
-        };
-        let takes = format!("takes intent.operation_type {:?}", variant.operation());
-        let (error, what, decision) = match refusal {
-            Some(Refusal::Mismatch { declared }) => (
-                Error::IntentMismatch {
-                    variant: variant.tool(),
-                    declared: declared.operation(),
-                    fits: declared.tool(),
-                },
-                takes,
-                "intent_mismatch",
-            ),
-            Some(_) => (
-                Error::IntentRequired {
-                    variant: variant.tool(),
-                    operation: variant.operation(),
-                },
-                takes,
-                "intent_required",
-            ),
-            None if !call.problems.is_empty() => (
-                Error::IntentArguments {
-                    tool: variant.tool(),
-                    problems: call.problems,
-                },
-                "arguments".to_string(),
-                "invalid_arguments",
-            ),
-            None => {
-                return ControlFlow::Continue(CallRequest {
-                    name: call.name.unwrap_or_default(),
-                    arguments: call.args,
-                    intent: Some(call.declared),
-                    ..req
-                });
-            }
-        };
-        // The record names the tool the call was for (by its exposed name), when there is one.
-        let req = CallRequest {
-            name: call.name.unwrap_or_else(|| variant.tool().to_string()),
-            arguments: call.args,
-            intent: Some(call.declared),
-            ..req
-        };
-        let denial = snap
-            .router_for(&req.session)
-            .route(&req.name)
-            .map(|route| Denial::by_policy(route, rule(variant, &what), decision));
-        ControlFlow::Break(self.refuse(snap, &req, started, error, denial))
+/// Step (intent mode; a direct-mode call passes unchanged): its own tools. A `call_tool_*` must
+/// declare the intent of its variant (the first key), and becomes the call of the tool it names
+/// (`req` is rewritten: name, arguments, intent); `retrieve_tools` is the proxy's to answer; an
+/// enabled tool called by its own name is refused, as it would skip the two-key check. A refused
+/// call's record names the tool it was for, when there is one.
+pub(super) fn front(snap: &Snapshot, req: &mut CallRequest) -> Result<Front, Refusal> {
+    if snap.config.tool_mode != ToolMode::Intent {
+        return Ok(Front::Call);
     }
+    let on = |req: &CallRequest, reason: Reason, rule: String| match snap
+        .router_for(&req.session)
+        .route(&req.name)
+    {
+        Some(route) => Refusal::of(reason, route.target(), rule),
+        None => Refusal::new(reason),
+    };
+    if req.name == offer::RETRIEVE_TOOLS {
+        return match retrieve::parse(req.arguments.as_ref()) {
+            Ok(query) => Ok(Front::Retrieve(query)),
+            Err(problems) => Err(Refusal::new(Reason::IntentArguments {
+                tool: offer::RETRIEVE_TOOLS,
+                problems,
+            })),
+        };
+    }
+    let Some(variant) = Variant::of_tool(&req.name) else {
+        let rule = "policy.toolMode \"intent\" (tools are called through call_tool_*)";
+        return Err(on(req, Reason::IntentDirectCall, rule.into()));
+    };
+    let call = declared::parse(variant, req.arguments.as_ref());
+    let unmatched = match (&call.declared.operation_type, call.operation) {
+        (None, _) => Some(Unmatched::Required),
+        (Some(_), Some(declared)) => matrix::check_declared(variant, Some(declared)).err(),
+        // Not one of the three: among the problems.
+        (Some(_), None) => None,
+    };
+    let takes = format!("takes intent.operation_type {:?}", variant.operation());
+    let refused = match unmatched {
+        Some(Unmatched::Mismatch { declared }) => Some((
+            Reason::IntentMismatch {
+                variant: variant.tool(),
+                declared: declared.operation(),
+                fits: declared.tool(),
+            },
+            takes,
+        )),
+        Some(_) => Some((
+            Reason::IntentRequired {
+                variant: variant.tool(),
+                operation: variant.operation(),
+            },
+            takes,
+        )),
+        None if !call.problems.is_empty() => Some((
+            Reason::IntentArguments {
+                tool: variant.tool(),
+                problems: call.problems,
+            },
+            "arguments".to_string(),
+        )),
+        None => None,
+    };
+    req.name = match (&refused, call.name) {
+        (_, Some(name)) => name,
+        (Some(_), None) => variant.tool().to_string(),
+        (None, None) => String::new(),
+    };
+    req.arguments = call.args;
+    req.intent = Some(call.declared);
+    match refused {
+        Some((reason, what)) => Err(on(req, reason, rule(variant, &what))),
+        None => Ok(Front::Call),
+    }
+}
 
-    /// The second key, once the tool is known: the variant called must be at least what the
-    /// tool's server (or a `risk` override) says the tool is. Nothing to check for a direct call.
-    pub(super) fn check_intent(
-        &self,
-        route: &Route,
-        req: &CallRequest,
-    ) -> Result<(), Box<(Error, Denial)>> {
-        let Some(declared) = &req.intent else {
-            return Ok(());
-        };
-        let Err(Refusal::Server { said }) = matrix::check_server(declared.variant, Said::of(route))
-        else {
-            return Ok(());
-        };
-        let marked = said.risk();
-        let fits = Variant::for_risk(marked);
-        let error = Error::IntentServerMismatch {
-            tool: clip(&req.name).into_owned(),
-            server: route.server.name.clone(),
-            marked,
-            fits: fits.tool(),
-        };
-        let source = said.source(route.server.name.as_str(), route.tool.as_str());
-        let rule = format!("policy.toolMode \"intent\" ({source}: use {fits})");
-        Err(Box::new((
-            error,
-            Denial::by_policy(route, rule, "intent_mismatch"),
-        )))
-    }
+/// Step: the second key, once the tool is known: the variant called must be at least what the
+/// tool's server (or a `risk` override) says the tool is. Nothing to check for a direct call.
+pub(super) fn second_key(route: &Route, req: &CallRequest) -> Result<(), Refusal> {
+    let Some(declared) = &req.intent else {
+        return Ok(());
+    };
+    let Err(Unmatched::Server { said }) = matrix::check_server(declared.variant, Said::of(route))
+    else {
+        return Ok(());
+    };
+    let marked = said.risk();
+    let fits = Variant::for_risk(marked);
+    let source = said.source(route.server.name.as_str(), route.tool.as_str());
+    let rule = format!("policy.toolMode \"intent\" ({source}: use {fits})");
+    let reason = Reason::IntentServerMismatch {
+        marked,
+        fits: fits.tool(),
+    };
+    Err(Refusal::of(reason, route.target(), rule))
+}
 
-    /// `retrieve_tools`: the enabled tools matching the query, from the current table. Servers
-    /// whose list is not known yet are started first (in parallel), as `tools/list` does in
-    /// direct mode; one that fails is named in the answer.
-    async fn retrieve_tools(
-        &self,
-        snap: &Snapshot,
-        req: &CallRequest,
-        started: Instant,
-    ) -> Result<CallToolResponse, Error> {
-        let query = match retrieve::parse(req.arguments.as_ref()) {
-            Ok(query) => query,
-            Err(problems) => {
-                let error = Error::IntentArguments {
-                    tool: offer::RETRIEVE_TOOLS,
-                    problems,
-                };
-                return self.refuse(snap, req, started, error, None);
-            }
-        };
-        let router = snap.router_for(&req.session);
-        let missing = router.lists_to_fetch();
-        let (current, unavailable) = if missing.is_empty() {
-            (None, Vec::new())
-        } else {
-            let errors = self.fetch_lists(&missing, &req.session).await;
-            self.rebuild().await;
-            let errors = errors
-                .iter()
-                .map(|e| clip_to(&e.to_string(), MAX_UNAVAILABLE).into_owned())
-                .collect();
-            (self.snapshot(), errors)
-        };
-        let table = current.as_deref().unwrap_or(snap);
-        let answer = retrieve::answer(table.router_for(&req.session), &query, &unavailable);
-        let response =
-            CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(
-                answer.to_string(),
-            )]));
-        self.answered(table, req, started, &response);
-        Ok(response)
-    }
+/// `retrieve_tools`'s answer: the enabled tools matching the query in `table` (every list known
+/// that could be), naming the servers that could not be started.
+pub(super) fn retrieved(
+    table: &Snapshot,
+    req: &CallRequest,
+    query: &Query,
+    unavailable: &[crate::error::Error],
+) -> CallToolResponse {
+    let unavailable: Vec<String> = unavailable
+        .iter()
+        .map(|e| clip_to(&e.to_string(), MAX_UNAVAILABLE).into_owned())
+        .collect();
+    let answer = retrieve::answer(table.router_for(&req.session), query, &unavailable);
+    CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(
+        answer.to_string(),
+    )]))
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use crate::{
     upstream::{Connection, StartReason},
 };
 
-use super::Proxy;
+use super::Snapshot;
 
 /// What a passthrough request needs from servers.
 #[derive(Clone, Copy, Debug)]
@@ -111,6 +111,14 @@ impl Passthrough {
     }
 }
 
+/// The relayed rest of MCP, over the proxy's upstreams and its current table: what
+/// [`super::Proxy::relay`] gives the front for every request that is not about tools.
+pub struct Relay<'a> {
+    pub(in crate::proxy) pool: &'a crate::upstream::pool::Pool,
+    pub(in crate::proxy) passthrough: &'a Passthrough,
+    pub(in crate::proxy) current: &'a arc_swap::ArcSwapOption<Snapshot>,
+}
+
 fn not_found(what: &'static str, name: &str) -> Error {
     Error::NotFound {
         what,
@@ -118,7 +126,11 @@ fn not_found(what: &'static str, name: &str) -> Error {
     }
 }
 
-impl Proxy {
+impl Relay<'_> {
+    fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.current.load_full()
+    }
+
     /// Live connections of the startable servers that offer `feature`: the running ones, or with
     /// [`Reach::Start`] also those started now (capabilities unknown or including the feature).
     async fn connections_for(

@@ -9,15 +9,14 @@ use rmcp::model::{
     RequestMetaObject, ServerResult,
 };
 
-use super::{Feature, Reach, not_found, unexpected};
+use super::{Feature, Reach, Relay, not_found, unexpected};
 use crate::{
     error::{Error, Result},
     names::ServerName,
-    proxy::Proxy,
     session::SessionRef,
 };
 
-impl Proxy {
+impl Relay<'_> {
     fn exposed_prompt(&self, server: &ServerName, name: &str) -> String {
         match self.snapshot().map(|s| s.config.tool_prefix) {
             Some(ToolPrefix::None) => name.to_string(),

@@ -12,16 +12,15 @@ use rmcp::model::{
     UnsubscribeRequestParams,
 };
 
-use super::{Feature, Passthrough, Reach, unexpected};
+use super::{Feature, Passthrough, Reach, Relay, unexpected};
 use crate::{
     error::{Error, Result},
     names::{ServerName, clip},
-    proxy::Proxy,
     session::SessionRef,
     upstream::Connection,
 };
 
-impl Proxy {
+impl Relay<'_> {
     /// `resources/list`: the resources of the running servers (starts nothing).
     pub async fn list_resources(
         &self,
@@ -147,12 +146,12 @@ impl Proxy {
                     .map(|(_, s)| s.clone())
             })
         };
-        if let Some(server) = lookup(&self.passthrough) {
+        if let Some(server) = lookup(self.passthrough) {
             return Ok(server);
         }
         self.collect_resources(reach, session, meta).await?;
         self.collect_templates(reach, session, meta).await?;
-        if let Some(server) = lookup(&self.passthrough) {
+        if let Some(server) = lookup(self.passthrough) {
             return Ok(server);
         }
         let offering = self

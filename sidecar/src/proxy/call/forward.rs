@@ -1,10 +1,10 @@
-//! The `tools/call` path: decide with the current table, refuse what is not on offer (without
-//! touching any upstream), forward what is, and record every call (audit line, metrics, span).
+//! The call's last step: forward it to the upstream that owns the tool (started now if it is not
+//! running), relay what the upstream asks meanwhile, and turn what it answers (or how it failed)
+//! into the call's result.
 
 use std::{
-    ops::ControlFlow,
     sync::{Arc, atomic::Ordering},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use rmcp::{
@@ -14,197 +14,20 @@ use rmcp::{
     },
     service::PeerRequestOptions,
 };
-use tracing::Instrument;
 
 use crate::{
     config::Server,
     error::Error,
-    names::{ServerName, clip},
-    router::{Lookup, Route},
+    names::ServerName,
+    router::Route,
     session::ListKind,
     telemetry,
     upstream::{Connection, Revision, StartReason, Upstream},
 };
 
-use super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, Snapshot, record::Denial, upstream_meta};
+use super::super::{CallRequest, MRTR_MAX_ROUNDS, Proxy, upstream_meta};
 
 impl Proxy {
-    /// `tools/call`: decide, then forward to the upstream that owns the tool. A call that is not
-    /// allowed never reaches any upstream.
-    pub async fn call_tool(self: &Arc<Self>, req: CallRequest) -> Result<CallToolResponse, Error> {
-        let started = Instant::now();
-        let _in_flight = InFlight::enter(self);
-        let Some(mut snap) = self.snapshot() else {
-            return Err(Error::NotReady);
-        };
-        if self.draining.load(Ordering::Acquire) {
-            return self.refuse(&snap, &req, started, Error::ShuttingDown, None);
-        }
-        // Intent mode: its own tools; a call_tool_* goes on as the call of the tool it names.
-        let req = match self.intent_front(&snap, req, started).await {
-            ControlFlow::Continue(req) => req,
-            ControlFlow::Break(answer) => return answer,
-        };
-        let mut fetched = false;
-        let mut fetch_errors = Vec::new();
-        let mut route: Route = loop {
-            match snap.router_for(&req.session).lookup(&req.name) {
-                Lookup::Routed(route) => break route.clone(),
-                Lookup::Denied {
-                    server,
-                    tool,
-                    rule,
-                    risk,
-                } => {
-                    let denial = Denial::by_rule(server, tool.to_string(), &rule, risk);
-                    let error = Error::ToolDenied {
-                        tool: req.name.clone(),
-                        server: denial.server.clone(),
-                        rule: denial.rule.clone(),
-                    };
-                    return self.refuse(&snap, &req, started, error, Some(denial));
-                }
-                Lookup::NeedsLists(servers) if !fetched => {
-                    fetched = true;
-                    let timeout = snap.config.call_timeout;
-                    match self.fetch_for_call(servers, &req, timeout).await {
-                        Ok(errors) => fetch_errors = errors,
-                        Err(error) => return self.refuse(&snap, &req, started, error, None),
-                    }
-                    snap = self.snapshot().ok_or(Error::NotReady)?;
-                }
-                Lookup::NeedsLists(_) | Lookup::Unknown => {
-                    // The server that could own the name did not start: say that, not "unknown".
-                    if let Some(error) = fetch_errors.into_iter().next() {
-                        return self.refuse(&snap, &req, started, error, None);
-                    }
-                    return self.refuse(
-                        &snap,
-                        &req,
-                        started,
-                        Error::UnknownTool(clip(&req.name).into_owned()),
-                        None,
-                    );
-                }
-            }
-        };
-        if let Err(refused) = self.check_arguments(&snap, &route, &req).await {
-            let (error, denial) = *refused;
-            return self.refuse(&snap, &req, started, error, Some(denial));
-        }
-        // A call that waits for approval takes no rate-limit token while it waits.
-        let approved = match self.await_approval(&snap, &route, &req, started).await {
-            Ok(approved) => approved,
-            Err(answered) => return *answered,
-        };
-        // The wait may have been long: an approved call goes on only if its tool is still on
-        // offer, with the definition that was approved, under the config in force now.
-        if approved.is_some() {
-            snap = self.snapshot().ok_or(Error::NotReady)?;
-            match snap.router_for(&req.session).lookup(&req.name) {
-                Lookup::Routed(now)
-                    if now.server.name == route.server.name
-                        && now.definition == route.definition =>
-                {
-                    route = now.clone();
-                }
-                _ => {
-                    let rule = format!(
-                        "the tool was withdrawn or changed while its call waited for approval (servers[{}])",
-                        route.server.name
-                    );
-                    let error = Error::ToolDenied {
-                        tool: req.name.clone(),
-                        server: route.server.name.clone(),
-                        rule: rule.clone(),
-                    };
-                    let denial = Denial::by_policy(&route, rule, "denied").held(approved);
-                    return self.refuse(&snap, &req, started, error, Some(denial));
-                }
-            }
-        }
-        if let Err(refused) = self.check_limits(&route, &req) {
-            let (error, denial) = *refused;
-            let denial = denial.held(approved);
-            return self.refuse(&snap, &req, started, error, Some(denial));
-        }
-        let timeout = snap.config.call_timeout;
-        let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
-        let result = tokio::select! {
-            result = self.forward(&route, &req, timeout).instrument(span.clone()) => result,
-            // Shutdown's grace is over: the call is answered now, not cut off silently.
-            () = self.cut_off.cancelled() => Err(Error::ShuttingDown),
-        };
-        self.finish(
-            &snap,
-            &req,
-            &route,
-            started,
-            &result,
-            &span,
-            approved.as_ref(),
-        );
-        result
-    }
-
-    /// The call policy for an exposed tool, first: in intent mode the declared intent must fit
-    /// what the tool's server says; its arguments must fit its input schema (unless
-    /// `policy.validateArguments` is off). Then (after any wait for approval) it must fit its
-    /// rate limits, so a refused call costs no token.
-    async fn check_arguments(
-        &self,
-        snap: &Snapshot,
-        route: &Route,
-        req: &CallRequest,
-    ) -> Result<(), Box<(Error, Denial)>> {
-        self.check_intent(route, req)?;
-        if snap.config.validate_arguments
-            && let Err(refused) = self
-                .validators
-                .check(
-                    &route.definition,
-                    &route.input_schema,
-                    req.arguments.as_ref(),
-                )
-                .await
-        {
-            let problems = refused.problems();
-            let rule = format!(
-                "policy.validateArguments (servers[{}]: the inputSchema of {:?})",
-                route.server.name, route.tool
-            );
-            let error = Error::InvalidArguments {
-                tool: req.name.clone(),
-                server: route.server.name.clone(),
-                problems,
-            };
-            return Err(Box::new((
-                error,
-                Denial::by_policy(route, rule, "invalid_arguments"),
-            )));
-        }
-        Ok(())
-    }
-
-    /// The call's rate limits (see [`Proxy::check_arguments`]).
-    fn check_limits(&self, route: &Route, req: &CallRequest) -> Result<(), Box<(Error, Denial)>> {
-        if let Err(limited) = self.limiters.check(&route.server, route.tool.as_str()) {
-            let error = Error::RateLimited {
-                tool: req.name.clone(),
-                server: route.server.name.clone(),
-                limit: limited.path.clone(),
-                rate: limited.limit.to_string(),
-                retry_after: limited.retry_after,
-            };
-            let rule = format!("{} ({})", limited.path, limited.limit);
-            return Err(Box::new((
-                error,
-                Denial::by_policy(route, rule, "rate_limited"),
-            )));
-        }
-        Ok(())
-    }
-
     /// Starts (or waits for) the call's server. The start runs on its own, bounded by the start
     /// timeout, so a call that gives up on it does not take it down: the next call finds the
     /// server running.
@@ -225,41 +48,9 @@ impl Proxy {
         }
     }
 
-    /// Starts the servers whose tool lists decide a call's name. The starts run on their own
-    /// (bounded by the start timeout); the call waits for them at most `timeout`, and not past
-    /// shutdown's cut-off.
-    async fn fetch_for_call(
-        self: &Arc<Self>,
-        servers: Vec<Arc<Server>>,
-        req: &CallRequest,
-        timeout: Duration,
-    ) -> Result<Vec<Error>, Error> {
-        let first = servers.first().map(|s| s.name.clone());
-        let fetch = {
-            let proxy = self.clone();
-            let session = req.session.clone();
-            tokio::spawn(async move {
-                let errors = proxy.fetch_lists(&servers, &session).await;
-                if proxy.rebuild().await {
-                    proxy.notify(ListKind::Tools).await;
-                }
-                errors
-            })
-        };
-        tokio::select! {
-            joined = tokio::time::timeout(timeout, fetch) => match joined {
-                Ok(Ok(errors)) => Ok(errors),
-                Ok(Err(e)) => Err(Error::Other(format!("listing the tools failed: {e}"))),
-                Err(_) => Err(match first {
-                    Some(server) => Error::Timeout { server, timeout },
-                    None => Error::Other("listing the tools timed out".into()),
-                }),
-            },
-            () = self.cut_off.cancelled() => Err(Error::ShuttingDown),
-        }
-    }
-
-    async fn forward(
+    /// Forwards the call to its upstream (started now if it is not running) and returns what the
+    /// upstream answered, driving `input_required` rounds for a client that cannot.
+    pub(super) async fn forward(
         self: &Arc<Self>,
         route: &Route,
         req: &CallRequest,
@@ -281,7 +72,7 @@ impl Proxy {
         let client_token = req.meta.get_progress_token();
         // The retry of a call the proxy parked for a 2026-07-28 client (see `bridge`).
         let mut resumed = match req.request_state.as_deref() {
-            Some(state) if state.starts_with(super::bridge::STATE_PREFIX) => {
+            Some(state) if state.starts_with(super::super::bridge::STATE_PREFIX) => {
                 let Some(pending) = self.bridge.resume(state, req.input_responses.as_ref()) else {
                     return Err(Error::InvalidParams(
                         "the call this retry continues is gone (finished, timed out or the proxy restarted); call the tool again".into(),
@@ -427,7 +218,7 @@ impl Proxy {
             tokio::spawn(async move {
                 let _ = done_tx.send(wait.await);
             });
-            let pending = super::bridge::Pending { done, asks };
+            let pending = super::super::bridge::Pending { done, asks };
             let result = self.bridged_step(pending, req, timeout).await;
             if req.ct.is_cancelled() {
                 cancel_upstream(conn, id).await;
@@ -446,15 +237,17 @@ impl Proxy {
     /// Waits for a bridged call: its result, or its next question as an input_required result.
     async fn bridged_step(
         &self,
-        pending: super::bridge::Pending,
+        pending: super::super::bridge::Pending,
         req: &CallRequest,
         timeout: Duration,
     ) -> Result<ServerResult, Error> {
         // A parked call waits for its client at most this long.
         let keep = timeout + Duration::from_secs(60);
         match self.bridge.wait(pending, &req.ct, keep).await {
-            super::bridge::Step::Done(result) => *result,
-            super::bridge::Step::Asked(question) => Ok(ServerResult::InputRequiredResult(question)),
+            super::super::bridge::Step::Done(result) => *result,
+            super::super::bridge::Step::Asked(question) => {
+                Ok(ServerResult::InputRequiredResult(question))
+            }
         }
     }
 
@@ -524,22 +317,4 @@ async fn cancel_upstream(conn: &Connection, id: RequestId) {
         Some("cancelled by the client".into()),
     );
     let _ = conn.peer.notify_cancelled(params).await;
-}
-
-/// Counts a call in flight for draining.
-struct InFlight<'a>(&'a Proxy);
-
-impl<'a> InFlight<'a> {
-    fn enter(proxy: &'a Proxy) -> Self {
-        proxy.calls_in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(proxy)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if self.0.calls_in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
 }

@@ -1,21 +1,21 @@
-//! A call that `policy.requireApproval` names waits here, after its arguments are checked and
-//! before the rate limits (a held call takes no token), until a person decides, its wait runs
-//! out, its client cancels it or shutdown's grace is over. While it waits, a client that sent a
+//! The approval step: a call that `policy.requireApproval` names waits here, after its arguments
+//! are checked and before the rate limits (a held call takes no token), until a person decides,
+//! its wait runs out, its client cancels it or shutdown's grace is over. While it waits, a client that sent a
 //! `progressToken` hears about it every [`PROGRESS_EVERY`]. The pending set and the verdicts are
 //! `crate::approval`'s.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use orchestrator_crds::approval::{Decision, MAX_PENDING, Verdict};
-use rmcp::model::{CallToolResponse, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use tokio_util::sync::CancellationToken;
 
-use super::{
-    CallRequest, Proxy, Snapshot,
-    record::{ApprovalNote, Denial},
-};
+use super::super::{CallRequest, Snapshot};
 use crate::{
-    approval::{Held, Refusal},
+    approval::{Approvals, Held, NotHeld},
     error::Error,
+    metrics::Metrics,
+    policy::refusal::{ApprovalNote, Reason, Refusal},
     router::Route,
 };
 
@@ -30,20 +30,24 @@ enum Wait {
     Ended(Error),
 }
 
-/// What `await_approval` refuses with: the call's answer, already recorded.
-pub(super) type Answered = Result<CallToolResponse, Error>;
+/// What a call waiting for approval needs: the pending set, the approval metric, and shutdown's
+/// cut-off.
+pub(super) struct Gate<'a> {
+    pub approvals: &'a Approvals,
+    pub metrics: &'a Metrics,
+    pub cut_off: &'a CancellationToken,
+}
 
-impl Proxy {
+impl Gate<'_> {
     /// Holds `req` when `policy.requireApproval` names it. `Ok(None)`: it need not wait;
-    /// `Ok(Some(note))`: a person approved it, forward it; `Err(answer)`: refused (rejected,
-    /// expired, cancelled, or it could not be held), recorded already.
-    pub(super) async fn await_approval(
+    /// `Ok(Some(note))`: a person approved it, forward it; `Err`: rejected, expired, withdrawn
+    /// (cancelled, shutdown), or it could not be held.
+    pub async fn approval(
         &self,
         snap: &Snapshot,
         route: &Route,
         req: &CallRequest,
-        started: Instant,
-    ) -> Result<Option<ApprovalNote>, Box<Answered>> {
+    ) -> Result<Option<ApprovalNote>, Refusal> {
         let Some(policy) = &snap.config.require_approval else {
             return Ok(None);
         };
@@ -52,7 +56,7 @@ impl Proxy {
         if req
             .request_state
             .as_deref()
-            .is_some_and(|s| s.starts_with(super::bridge::STATE_PREFIX))
+            .is_some_and(|s| s.starts_with(super::super::bridge::STATE_PREFIX))
         {
             return Ok(None);
         }
@@ -60,15 +64,9 @@ impl Proxy {
         let Some(rule) = policy.rule_for(server.as_str(), route.tool.as_str(), route.risk) else {
             return Ok(None);
         };
-        let refused = |error: Error, decision: &'static str, note: Option<ApprovalNote>| {
-            let denial = Denial::by_policy(route, rule.clone(), decision).held(note);
-            Err(Box::new(self.refuse(
-                snap,
-                req,
-                started,
-                error,
-                Some(denial),
-            )))
+        let refused = |reason: Reason, decided_by: Option<String>, id: Option<String>| {
+            let note = id.map(|id| ApprovalNote { id, decided_by });
+            Refusal::of(reason, route.target(), rule.clone()).held(note)
         };
         let mut held = match self.approvals.hold(
             server.as_str(),
@@ -77,22 +75,12 @@ impl Proxy {
             policy.timeout,
         ) {
             Ok(held) => held,
-            Err(Refusal::Unavailable) => {
-                self.metrics.approval("unavailable");
-                let error = Error::ApprovalUnavailable {
-                    tool: req.name.clone(),
-                    server: server.clone(),
-                };
-                return refused(error, "approval_unavailable", None);
+            Err(NotHeld::Unavailable) => {
+                return Err(refused(Reason::ApprovalUnavailable, None, None));
             }
-            Err(Refusal::Busy) => {
-                self.metrics.approval("busy");
-                let error = Error::ApprovalBusy {
-                    tool: req.name.clone(),
-                    server: server.clone(),
-                    limit: MAX_PENDING,
-                };
-                return refused(error, "approval_busy", None);
+            Err(NotHeld::Busy) => {
+                let busy = Reason::ApprovalBusy { limit: MAX_PENDING };
+                return Err(refused(busy, None, None));
             }
         };
         let id = held.id().to_string();
@@ -108,43 +96,22 @@ impl Proxy {
                 }))
             }
             Wait::Decided(verdict) => {
-                self.metrics.approval("rejected");
-                let note = ApprovalNote {
+                let rejected = Reason::ApprovalRejected {
                     id: id.clone(),
-                    decided_by: Some(verdict.decided_by.clone()),
-                };
-                let error = Error::ApprovalRejected {
-                    tool: req.name.clone(),
-                    server: server.clone(),
-                    id,
-                    decided_by: verdict.decided_by,
+                    decided_by: verdict.decided_by.clone(),
                     reason: verdict.reason,
                 };
-                refused(error, "rejected", Some(note))
+                Err(refused(rejected, Some(verdict.decided_by), Some(id)))
             }
             Wait::Expired => {
-                self.metrics.approval("expired");
                 tracing::info!(approval = %id, %server, tool = %route.tool, "approval expired");
-                let note = ApprovalNote {
+                let expired = Reason::ApprovalExpired {
                     id: id.clone(),
-                    decided_by: None,
-                };
-                let error = Error::ApprovalExpired {
-                    tool: req.name.clone(),
-                    server: server.clone(),
-                    id,
                     timeout: policy.timeout,
                 };
-                refused(error, "expired", Some(note))
+                Err(refused(expired, None, Some(id)))
             }
-            Wait::Ended(error) => {
-                self.metrics.approval("withdrawn");
-                let note = ApprovalNote {
-                    id,
-                    decided_by: None,
-                };
-                refused(error, "withdrawn", Some(note))
-            }
+            Wait::Ended(error) => Err(refused(Reason::Withdrawn(error), None, Some(id))),
         }
     }
 

@@ -1,83 +1,27 @@
 //! What every `tools/call` leaves behind, whatever its outcome: an audit line, the call metrics
-//! and the call's span fields.
+//! and the call's span fields ([`Ledger`]); also the record of a changed tool definition.
 
 use std::time::Instant;
 
 use orchestrator_crds::proxy::OnChange;
 use rmcp::model::CallToolResponse;
 
-use super::{CallRequest, Proxy, Snapshot};
+use super::super::{CallRequest, Snapshot, TaskEvent};
 use crate::{
-    audit::{self, Outcome, redact},
+    audit::{self, Audit, Outcome, redact},
     error::Error,
-    filter::{Risk, Rule, RuleDisplay},
-    names::{ServerName, clip},
+    filter::{Risk, RuleDisplay},
+    metrics::Metrics,
+    names::clip,
+    policy::refusal::{ApprovalNote, Refusal},
     router::{DefinitionChange, Route, exposed_name},
     telemetry,
 };
 
-/// A call the proxy's rules refused: the tool it would have reached and what decided.
-pub(super) struct Denial {
-    pub server: ServerName,
-    pub tool: String,
-    /// What decided, as a config path (`servers[fs].tools.deny[0] "write_*"`).
-    pub rule: String,
-    pub risk: Option<Risk>,
-    /// The audit record's `decision`: `denied`, `rate_limited`, `invalid_arguments`, or one of
-    /// the approval outcomes (`rejected`, `expired`, ...).
-    pub decision: &'static str,
-    /// The approval request that held the call, when one did.
-    pub approval: Option<ApprovalNote>,
-}
-
-/// What the audit record of a call held for approval names.
-#[derive(Clone, Debug)]
-pub(super) struct ApprovalNote {
-    pub id: String,
-    /// Who decided (approved, rejected); `None` when nobody did.
-    pub decided_by: Option<String>,
-}
-
-impl Denial {
-    /// A tool hidden by a rule (patterns, `maxRisk`, a changed definition).
-    pub fn by_rule(server: ServerName, tool: String, rule: &Rule, risk: Option<Risk>) -> Self {
-        let rule = RuleDisplay {
-            server: &server,
-            rule,
-        }
-        .to_string();
-        Self {
-            server,
-            tool,
-            rule,
-            risk,
-            decision: "denied",
-            approval: None,
-        }
-    }
-
-    /// An exposed tool's call refused by the call policy (rate limit, argument validation).
-    pub fn by_policy(route: &Route, rule: String, decision: &'static str) -> Self {
-        Self {
-            server: route.server.name.clone(),
-            tool: route.tool.as_str().to_string(),
-            rule,
-            risk: Some(route.risk),
-            decision,
-            approval: None,
-        }
-    }
-
-    /// The same refusal, of a call that an approval request held.
-    pub fn held(self, approval: Option<ApprovalNote>) -> Self {
-        Self { approval, ..self }
-    }
-}
-
 /// An error's text as given, and without the call's argument values (an upstream's message may
 /// echo what it was sent): the log always gets the second, the audit record the first only where
 /// the configuration records arguments.
-pub(super) struct ErrorText {
+struct ErrorText {
     given: String,
     /// `None`: the text held no argument value.
     redacted: Option<String>,
@@ -104,47 +48,24 @@ impl ErrorText {
     }
 }
 
-impl Proxy {
-    /// Records a call refused by the proxy itself and returns its error.
-    pub(super) fn refuse(
-        &self,
-        snap: &Snapshot,
-        req: &CallRequest,
-        started: Instant,
-        error: Error,
-        denied: Option<Denial>,
-    ) -> Result<CallToolResponse, Error> {
-        // A tool that is not on offer is the agent's mistake to see and correct: it gets a tool
-        // error result it can read (as most MCP servers answer unknown tools). Failures of the
-        // proxy itself stay JSON-RPC errors.
-        let as_result = error.is_refusal();
-        let outcome = match (&denied, as_result) {
-            (Some(_), true) => Outcome::Denied,
-            // A held call that ended without a decision (cancelled, shutdown).
-            (Some(_), false) => Outcome::ProtocolError,
-            // Intent mode's checks of the call itself refuse before its tool is known.
-            (None, true) if error.decision().is_some() => Outcome::Denied,
-            (None, true) => Outcome::ToolError,
-            (None, false) => Outcome::ProtocolError,
-        };
-        let (server, upstream_tool, rule, risk, decision) = match &denied {
-            Some(d) => (
-                Some(d.server.as_str()),
-                Some(d.tool.as_str()),
-                Some(d.rule.clone()),
-                d.risk,
-                d.decision,
-            ),
-            None => (
-                None,
-                None,
-                None,
-                None,
-                error.decision().unwrap_or("unknown"),
-            ),
-        };
+/// What records calls: the audit log and the metrics (the call's span is its own), and the
+/// stream of events about the task.
+pub(in crate::proxy) struct Ledger<'a> {
+    pub audit: &'a Audit,
+    pub metrics: &'a Metrics,
+    pub task_events: &'a tokio::sync::mpsc::Sender<TaskEvent>,
+}
+
+impl Ledger<'_> {
+    /// Records a call refused at one of the call path's steps: a log line, the span's fields,
+    /// the call metric and the audit record, each as the refusal says.
+    pub fn refused(&self, snap: &Snapshot, req: &CallRequest, started: Instant, refusal: &Refusal) {
+        let target = refusal.target.as_ref();
+        let server = target.map(|t| t.server.as_str());
+        let decision = refusal.decision();
+        let outcome = refusal.outcome();
         let tool = clip(&req.name);
-        let text = ErrorText::of(error.to_string(), req);
+        let text = ErrorText::of(refusal.text(&tool), req);
         tracing::info!(%tool, session = %req.session.id, error = %text.redacted(), "tools/call refused");
         let span = telemetry::call_span(&tool, req.session.id, &req.meta);
         if !span.is_none() {
@@ -155,53 +76,40 @@ impl Proxy {
         }
         // A name no upstream listed is client input, whatever server prefix it carries (a
         // refusal by rule names the server without its list): one fixed label for all of them.
-        let label_tool = if snap.is_listed(&req.name) {
+        let listed = target
+            .and_then(|t| t.listed)
+            .unwrap_or_else(|| snap.is_listed(&req.name));
+        let label_tool = if listed {
             req.name.as_str()
         } else {
             "(unknown)"
         };
-        // Refusals by the call policy count under their own outcome (`rate_limited`, ...).
-        let label_outcome = match outcome {
-            Outcome::Denied => decision,
-            other => other.as_str(),
-        };
         self.metrics.call(
             server.unwrap_or("(none)"),
             label_tool,
-            label_outcome,
+            refusal.metric_outcome(),
             started.elapsed().as_secs_f64(),
         );
         self.write_audit(
             snap,
             req,
-            server,
-            upstream_tool,
-            risk,
-            decision,
-            rule,
+            Decided {
+                server,
+                upstream_tool: target.map(|t| t.tool.as_str()),
+                risk: target.and_then(|t| t.risk),
+                decision,
+                rule: refusal.rule.clone(),
+                approval: refusal.approval.as_ref(),
+            },
             outcome,
             Some(text),
             started,
-            denied.as_ref().and_then(|d| d.approval.as_ref()),
         );
-        if !as_result {
-            return Err(error);
-        }
-        let mut meta = rmcp::model::MetaObject::new();
-        meta.insert(
-            "io.orchestrator/proxy".into(),
-            error.to_mcp().data.unwrap_or_default(),
-        );
-        let result = rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
-            error.to_string(),
-        )])
-        .with_meta(Some(meta));
-        Ok(CallToolResponse::Complete(result))
     }
 
     /// A tool definition that is not the approved one: a warning, a metric and an audit record
     /// (decision `quarantined` under `onChange: block`, `alerted` under `alert`).
-    pub(super) fn report_definition_change(&self, snap: &Snapshot, c: &DefinitionChange) {
+    pub fn definition_changed(&self, snap: &Snapshot, c: &DefinitionChange) {
         let what = c.change.describe(c.server.as_str(), c.tool.as_str());
         let (decision, action) = match c.on_change {
             OnChange::Block => ("quarantined", "block"),
@@ -210,7 +118,7 @@ impl Proxy {
         tracing::warn!(server = %c.server, tool = %c.tool, definition = %c.change.seen(), action, "{what}");
         self.metrics
             .definition_changed(&c.server, c.tool.as_str(), action);
-        let _ = self.task_events.try_send(super::TaskEvent {
+        let _ = self.task_events.try_send(TaskEvent {
             task: snap.config.task_name.clone(),
             reason: "ToolDefinitionChanged",
             action: match c.on_change {
@@ -250,7 +158,7 @@ impl Proxy {
 
     /// Records a call that was forwarded (after a person approved it, when `approved`).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn finish(
+    pub fn forwarded(
         &self,
         snap: &Snapshot,
         req: &CallRequest,
@@ -297,23 +205,19 @@ impl Proxy {
             rule: rule.rule(),
         }
         .to_string();
-        self.write_audit(
-            snap,
-            req,
-            Some(route.server.name.as_str()),
-            Some(route.tool.as_str()),
-            Some(route.risk),
+        let decided = Decided {
+            server: Some(route.server.name.as_str()),
+            upstream_tool: Some(route.tool.as_str()),
+            risk: Some(route.risk),
             decision,
-            Some(rule),
-            outcome,
-            error,
-            started,
-            approved,
-        );
+            rule: Some(rule),
+            approval: approved,
+        };
+        self.write_audit(snap, req, decided, outcome, error, started);
     }
 
     /// Records a call the proxy answered itself (intent mode's `retrieve_tools`): no server.
-    pub(super) fn answered(
+    pub fn answered(
         &self,
         snap: &Snapshot,
         req: &CallRequest,
@@ -330,25 +234,25 @@ impl Proxy {
             outcome.as_str(),
             started.elapsed().as_secs_f64(),
         );
-        self.write_audit(
-            snap, req, None, None, None, "allowed", None, outcome, None, started, None,
-        );
+        let decided = Decided {
+            server: None,
+            upstream_tool: None,
+            risk: None,
+            decision: "allowed",
+            rule: None,
+            approval: None,
+        };
+        self.write_audit(snap, req, decided, outcome, None, started);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn write_audit(
         &self,
         snap: &Snapshot,
         req: &CallRequest,
-        server: Option<&str>,
-        upstream_tool: Option<&str>,
-        risk: Option<Risk>,
-        decision: &'static str,
-        rule: Option<String>,
+        decided: Decided<'_>,
         outcome: Outcome,
         error: Option<ErrorText>,
         started: Instant,
-        approval: Option<&ApprovalNote>,
     ) {
         let config = &snap.config;
         // Where the configuration keeps argument values out of the record, they are kept out of
@@ -373,13 +277,13 @@ impl Proxy {
             protocol: req.session.protocol.as_ref().map(|p| p.as_str()),
             request_id: clip(&req.request_id.to_string()).into_owned(),
             tool: &clip(&req.name),
-            server,
-            upstream_tool,
-            risk: risk.map(Risk::as_str),
-            decision,
-            approval_id: approval.map(|a| a.id.as_str()),
-            decided_by: approval.and_then(|a| a.decided_by.as_deref()),
-            rule,
+            server: decided.server,
+            upstream_tool: decided.upstream_tool,
+            risk: decided.risk.map(Risk::as_str),
+            decision: decided.decision,
+            approval_id: decided.approval.map(|a| a.id.as_str()),
+            decided_by: decided.approval.and_then(|a| a.decided_by.as_deref()),
+            rule: decided.rule,
             outcome,
             error,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
@@ -393,4 +297,14 @@ impl Proxy {
         };
         self.audit.record(config.audit.path.as_ref(), &record);
     }
+}
+
+/// What the audit record says was decided about a call, and on which tool.
+struct Decided<'a> {
+    server: Option<&'a str>,
+    upstream_tool: Option<&'a str>,
+    risk: Option<Risk>,
+    decision: &'static str,
+    rule: Option<String>,
+    approval: Option<&'a ApprovalNote>,
 }
