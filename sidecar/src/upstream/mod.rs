@@ -2,7 +2,8 @@
 //! restart with backoff), each holding at most one live [`Connection`] (the rmcp client, the
 //! child process for stdio servers, and the routes of its in-flight calls).
 //!
-//! Submodules: `stdio` (child processes), `zoned` (processes a server's own container starts
+//! Submodules: `connection` (one live connection: its peer, process and call routes), `stdio`
+//! (child processes), `zoned` (processes a server's own container starts
 //! for us), `http` (streamable-HTTP client), `handler` (what the
 //! upstream may send us), `routes` (which session a call belongs to), `cache` (tool lists on
 //! disk), `shared` (capabilities and logging level all upstreams share), `pool` (all upstreams,
@@ -13,6 +14,7 @@
 
 mod backoff;
 pub mod cache;
+mod connection;
 pub mod guard;
 pub mod handler;
 mod handshake;
@@ -26,6 +28,7 @@ pub mod stderr;
 pub mod stdio;
 mod zoned;
 
+pub use connection::Connection;
 pub use revision::Revision;
 pub use shared::Shared;
 
@@ -39,11 +42,9 @@ use std::{
 
 use arc_swap::ArcSwapOption;
 use rmcp::{
-    ClientLifecycleMode, Peer, RoleClient,
-    model::{
-        ClientRequest, Implementation, ProtocolVersion, SetLevelRequest, SetLevelRequestParams,
-    },
-    service::{RunningService, serve_client_with_lifecycle},
+    ClientLifecycleMode, RoleClient,
+    model::{ClientRequest, ProtocolVersion, SetLevelRequest, SetLevelRequestParams},
+    service::serve_client_with_lifecycle,
     transport::IntoTransport,
 };
 use tokio::sync::mpsc;
@@ -53,13 +54,13 @@ use self::{
     backoff::Backoff,
     handler::{Tap, UpstreamEvent, UpstreamHandler},
     handshake::{StartFailure, answered, client_config, start_failure},
-    routes::{CallRoutes, Forward},
+    routes::CallRoutes,
 };
 use crate::{
     config::{Server, Transport},
     error::{Error, Result},
     metrics::Metrics,
-    names::{ServerName, clip_to},
+    names::clip_to,
     session::SessionRef,
     sync::lock,
 };
@@ -108,59 +109,6 @@ impl std::fmt::Display for StartReason {
             }
             StartReason::CallTool(tool) => write!(f, "tools/call {tool}"),
             StartReason::Passthrough(what) => write!(f, "{what} was requested"),
-        }
-    }
-}
-
-/// One live connection to an upstream.
-pub struct Connection {
-    pub server: ServerName,
-    pub peer: Peer<RoleClient>,
-    service: std::sync::Mutex<Option<RunningService<RoleClient, UpstreamHandler>>>,
-    pub child: Option<stdio::Child>,
-    pub routes: Arc<CallRoutes>,
-    pub forward: mpsc::UnboundedSender<Forward>,
-    /// Cancelled when the upstream's stream ends (exit, crash, connection loss) or on stop.
-    pub closed: CancellationToken,
-    pub started_at: Instant,
-    pub protocol: ProtocolVersion,
-    pub server_info: Option<Implementation>,
-    /// Set once the tool list was fetched over this connection (freshness check after a start).
-    pub listed: AtomicBool,
-}
-
-impl Connection {
-    pub fn is_alive(&self) -> bool {
-        !self.closed.is_cancelled() && !self.peer.is_transport_closed()
-    }
-
-    /// Why the connection is gone, for error messages: the exit status and the last stderr line.
-    pub async fn gone_reason(&self) -> String {
-        let Some(child) = &self.child else {
-            return "closed the connection".into();
-        };
-        // The transport usually notices before the exit status is in; wait for it briefly.
-        let info = match tokio::time::timeout(Duration::from_millis(500), child.exited()).await {
-            Ok(info) => info.status,
-            Err(_) => "stopped answering (still running)".into(),
-        };
-        let tail = child.stderr_tail();
-        match tail.iter().rev().find(|l| !l.trim().is_empty()) {
-            Some(line) => format!("exited ({info}); last stderr line: {line}"),
-            None => format!("exited ({info})"),
-        }
-    }
-
-    /// Stops the connection: closes the session, TERMs the child, KILLs it after the grace time.
-    pub async fn stop(&self, grace: Duration) {
-        // Take the service first: the watcher reads its absence as "stopped on purpose".
-        let service = lock(&self.service).take();
-        self.closed.cancel();
-        if let Some(service) = service {
-            service.cancellation_token().cancel();
-        }
-        if let Some(child) = &self.child {
-            child.terminate(grace).await;
         }
     }
 }
