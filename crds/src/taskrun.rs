@@ -6,24 +6,39 @@
 //! servers, missing Secrets) the operator reports as status conditions.
 //!
 //! Unknown fields are not denied: the API server prunes them, and `kubectl apply` refuses them.
+//!
+//! Its children, in the order they may import each other (each uses only those above it;
+//! `scripts/check-module-cycles` holds the code to this list):
+//! - [`permission_rules`]: the grammar of the agent's permission rules, as CEL and in Rust.
+//! - `tool_config`: `spec.toolConfig` (built-in tools, MCP servers) and [`EffectiveTools`].
+//! - [`history`]: `status.contextHistory`, one entry per `contextVersion`, and who asked.
+//! - `status`: [`TaskRunStatus`], [`Phase`] and the [`conditions`] the operator writes.
+//! - `tests`: the CRD's names, printer columns and status subresource.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::CatalogServer;
 pub use crate::{
     approval::Approval,
     policy::{RateLimits, ToolPolicy},
     tools::Risk,
 };
 pub use history::ContextChange;
+pub use status::{Phase, TaskRunStatus, conditions};
+pub use tool_config::{
+    EffectiveTools, InternalTools, McpServer, Permissions, SecretEnvRef, ToolConfig, ToolPatterns,
+};
+
+pub mod history;
+pub mod permission_rules;
+mod status;
+mod tool_config;
 
 /// API group of every orchestrator resource.
 pub const GROUP: &str = "orchestrator.io";
@@ -260,302 +275,6 @@ pub struct PodTemplate {
     pub runtime_class_name: Option<String>,
 }
 
-/// The tools the agent may use.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolConfig {
-    /// The agent's own built-in tools (e.g. `WebFetch`, `Bash`).
-    #[serde(default)]
-    pub internal_tools: InternalTools,
-    /// MCP servers from the catalog, reached through the proxy sidecar.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["name"],
-        "x-kubernetes-validations" = [
-            {"rule": "self.all(s, self.exists_one(t, t.name == s.name))", "message": "server names must be unique"}
-        ]
-    ))]
-    pub mcp_servers: Vec<McpServer>,
-    /// Rules the proxy holds every MCP tool call to, beyond each server's patterns.
-    #[serde(default, skip_serializing_if = "is_default")]
-    pub policy: ToolPolicy,
-}
-
-fn is_default<T: Default + PartialEq>(v: &T) -> bool {
-    *v == T::default()
-}
-
-/// The agent's built-in tools.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct InternalTools {
-    /// Which built-in tools the agent may use.
-    #[serde(default)]
-    pub permissions: Permissions,
-}
-
-/// Allow and deny rules for the agent's built-in tools, in the agent's own rule syntax (for
-/// Claude Code: `WebFetch`, `Bash(npm test:*)`, `mcp__server__tool`). Deny wins; `*` in `allow`
-/// allows all. A rule the agent could not parse is refused at admission
-/// ([`permission_rules`]): the agent would skip it and leave the tool enabled.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Permissions {
-    /// Allowed tools; `["*"]` (the default) allows every tool not denied.
-    #[serde(default = "allow_all")]
-    #[schemars(length(max = 128), inner(length(max = 256)))]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "set",
-        "x-kubernetes-validations" = permission_rules::cel(permission_rules::List::Allow)
-    ))]
-    pub allow: Vec<String>,
-    /// Denied tools.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 128), inner(length(max = 256)))]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "set",
-        "x-kubernetes-validations" = permission_rules::cel(permission_rules::List::Deny)
-    ))]
-    pub deny: Vec<String>,
-}
-
-impl Default for Permissions {
-    fn default() -> Self {
-        Self {
-            allow: allow_all(),
-            deny: Vec::new(),
-        }
-    }
-}
-
-fn allow_all() -> Vec<String> {
-    vec!["*".to_string()]
-}
-
-/// One MCP server for the task: a catalog entry, switched on or off, with tool filters.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct McpServer {
-    /// The catalog entry's name (a DNS-1123 label).
-    #[schemars(length(min = 1, max = 63))]
-    #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')", "message": "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit"}
-    ]))]
-    pub name: String,
-    /// A disabled server is never started and exposes nothing (its Secrets are still wired into
-    /// the pod, so it can be enabled later by add-context).
-    #[serde(default = "default_true")]
-    pub enabled: bool,
-    /// Which of the server's tools the agent sees.
-    #[serde(default)]
-    pub tools: ToolPatterns,
-    /// Where the env vars the catalog says this server needs come from, when not from the
-    /// catalog's default Secret.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["env"]))]
-    pub secret_refs: Vec<SecretEnvRef>,
-    /// Tool name -> its risk class (`read`, `write`, `destructive`), instead of what the catalog
-    /// or the server's annotations say.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 128))]
-    pub risk: BTreeMap<String, Risk>,
-    /// Calls per minute to the server (`perMinute`, `burst`) and to single tools (`tools`).
-    #[serde(default, skip_serializing_if = "RateLimits::is_empty")]
-    pub rate_limit: RateLimits,
-}
-
-impl McpServer {
-    /// An enabled server with the given patterns and no Secret overrides.
-    pub fn new(name: impl Into<String>, allow: &[&str], deny: &[&str]) -> Self {
-        Self {
-            name: name.into(),
-            enabled: true,
-            tools: ToolPatterns {
-                allow: allow.iter().map(|s| s.to_string()).collect(),
-                deny: deny.iter().map(|s| s.to_string()).collect(),
-            },
-            secret_refs: Vec::new(),
-            risk: BTreeMap::new(),
-            rate_limit: RateLimits::default(),
-        }
-    }
-
-    /// The risk class of `tool` as far as the TaskRun and the server's catalog `entry` say (the
-    /// TaskRun's over the catalog's); `None` when only the server's annotations would.
-    pub fn known_risk(&self, tool: &str, entry: Option<&CatalogServer>) -> Option<Risk> {
-        self.risk
-            .get(tool)
-            .copied()
-            .or_else(|| entry?.tools.iter().find(|t| t.name == tool)?.risk)
-    }
-}
-
-fn default_true() -> bool {
-    true
-}
-
-/// Glob patterns (`*`, `?`, `[abc]`, `{a,b}`) over a server's tool names. Deny wins; an empty
-/// `allow` allows every tool.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolPatterns {
-    /// Tools to expose; empty exposes all.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 128), inner(length(max = 256)))]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "set",
-        "x-kubernetes-validations" = [{"rule": "self.all(p, size(p) > 0)", "message": "patterns must not be empty"}]
-    ))]
-    pub allow: Vec<String>,
-    /// Tools to hide even if allowed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 128), inner(length(max = 256)))]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "set",
-        "x-kubernetes-validations" = [{"rule": "self.all(p, size(p) > 0)", "message": "patterns must not be empty"}]
-    ))]
-    pub deny: Vec<String>,
-}
-
-/// The Secret key an env var of a server comes from.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SecretEnvRef {
-    /// The env var, as the catalog names it (e.g. `GITHUB_PERSONAL_ACCESS_TOKEN`).
-    #[schemars(length(min = 1, max = 128))]
-    #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.matches('^[A-Za-z_][A-Za-z0-9_]*$')", "message": "must be an environment variable name: letters, digits and '_', not starting with a digit"}
-    ]))]
-    pub env: String,
-    /// The Secret in the TaskRun's namespace.
-    #[schemars(length(min = 1, max = 253))]
-    #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')", "message": "must be a DNS-1123 subdomain"}
-    ]))]
-    pub name: String,
-    /// The key in the Secret; the catalog's `secretKey` for this env var when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub key: Option<String>,
-}
-
-/// What the operator observed and did.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskRunStatus {
-    /// Pending, Running, Succeeded or Failed (from the Job).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<Phase>,
-    /// `Ready`, `ConfigRendered`, `JobCreated`, `Succeeded`, `ToolsSynced`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    /// The `metadata.generation` this status describes. A change is applied once this reaches
-    /// the generation of the write and `ConfigRendered` is True.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Version of the rendered tool configuration; increments on each change (add-context).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context_version: Option<i64>,
-    /// The `contextVersion` the task pod's proxy reports it serves (from the task's Lease).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub served_context_version: Option<i64>,
-    /// Digest of the rendered tool configuration at `contextVersion`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_hash: Option<String>,
-    /// The ConfigMap holding the proxy and agent configuration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_map_name: Option<String>,
-    /// The Job running the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_name: Option<String>,
-    /// The effective tool patterns of each enabled MCP server.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["server"]))]
-    pub tools: Vec<EffectiveTools>,
-    /// How many of the catalog's known tools the agent can call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enabled_tool_count: Option<i64>,
-    /// When the Job started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Time>,
-    /// When the Job finished (succeeded or failed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_time: Option<Time>,
-    /// The last 20 `contextVersion`s: when, tools added and removed, and who asked.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 20), extend("x-kubernetes-list-type" = "atomic"))]
-    pub context_history: Vec<ContextChange>,
-    /// Calls held for a person's decision, and the last 20 decided (`task approvals`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 36), extend("x-kubernetes-list-type" = "atomic"))]
-    pub approvals: Vec<Approval>,
-}
-
-/// The lifecycle phase of a task run.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum Phase {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-}
-
-impl Phase {
-    /// Whether the task has finished.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Succeeded | Phase::Failed)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Running => "Running",
-            Phase::Succeeded => "Succeeded",
-            Phase::Failed => "Failed",
-        }
-    }
-}
-
-/// The tools an enabled server exposes to the agent.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct EffectiveTools {
-    /// The server.
-    pub server: String,
-    /// Its allow patterns (empty: all).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allow: Vec<String>,
-    /// Its deny patterns.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deny: Vec<String>,
-    /// The catalog's known tools these patterns expose; unset when the catalog does not list
-    /// the server's tools.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exposed: Option<Vec<String>>,
-}
-
-pub mod history;
-pub mod permission_rules;
-
-/// Condition types and reasons the operator writes (stable: tools and tests match on them).
-pub mod conditions {
-    pub const READY: &str = "Ready";
-    pub const CONFIG_RENDERED: &str = "ConfigRendered";
-    pub const JOB_CREATED: &str = "JobCreated";
-    pub const SUCCEEDED: &str = "Succeeded";
-    /// Whether the task pod's proxy serves the rendered `contextVersion` (its report:
-    /// `status.servedContextVersion`). Unknown until the proxy reports; absent for a task whose
-    /// proxy does not report (the API watch disabled).
-    pub const TOOLS_SYNCED: &str = "ToolsSynced";
-    /// `Succeeded=False` reason when the agent container exited with a non-zero code (the
-    /// message names the code, the container's reason and its termination message).
-    pub const AGENT_FAILED: &str = "AgentFailed";
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -585,16 +304,5 @@ mod tests {
                 "Task", "Service", "Phase", "Tools", "Context", "Served", "Age"
             ]
         );
-    }
-
-    #[test]
-    fn defaults_allow_all_internal_tools_and_enable_servers() {
-        let spec: TaskRunSpec = serde_json::from_value(serde_json::json!({
-            "taskId": 1, "serviceName": "svc", "task": {"prompt": "x"},
-            "toolConfig": {"mcpServers": [{"name": "time"}]}
-        }))
-        .expect("minimal spec parses");
-        assert_eq!(spec.tool_config.internal_tools.permissions.allow, ["*"]);
-        assert!(spec.tool_config.mcp_servers[0].enabled);
     }
 }

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectM
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::EffectiveTools;
+use super::tool_config::EffectiveTools;
 
 /// The annotation naming who asked for the change that made the TaskRun's current generation:
 /// JSON, `{"user":"alice","generation":2}` (see [`RequestedBy`]).
