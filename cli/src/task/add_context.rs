@@ -187,11 +187,13 @@ pub async fn update(
         let outcome = merge::apply(before, request, catalog)?;
         let changed = outcome.config != *before;
         if changed {
-            merge::check_something_enabled(
-                &outcome.config,
-                "leave at least one tool enabled (or delete the TaskRun to stop the task)",
-            )?;
             check_servers_in_pod(&current, &outcome.config.mcp_servers, catalog)?;
+            if merge::nothing_enabled(&outcome.config) {
+                output::note(&format!(
+                    "TaskRun {name} is offered no MCP tool now (every tool revoked); its agent keeps \
+                     its built-in tools"
+                ));
+            }
         }
         let mut generation = raw.metadata.generation;
         if changed && !dry_run {

@@ -250,7 +250,14 @@ pub fn tool_config(
         output::note(&n);
     }
     let mut out = merge::apply(&ToolConfig::default(), request, catalog)?;
-    merge::check_something_enabled(&out.config, "--deny-tools hides everything --tools allows")?;
+    if merge::nothing_enabled(&out.config) {
+        // A running task may have every tool revoked (add-context); a new one with none is a
+        // mistake worth stopping.
+        return Err(Error::Usage(
+            "the task would be offered no MCP tool: --deny-tools hides everything --tools allows"
+                .into(),
+        ));
+    }
     for n in out.notes {
         output::note(&n);
     }

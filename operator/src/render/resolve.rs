@@ -154,17 +154,6 @@ pub fn resolve<'a>(
             entry,
         });
     }
-    let startable = spec
-        .tool_config
-        .mcp_servers
-        .iter()
-        .any(|s| s.enabled && !s.tools.deny.iter().any(|p| p == "*"));
-    if !startable {
-        problems.push(Problem {
-            reason: "NothingEnabled",
-            message: "no MCP server is enabled with any tool allowed; the proxy refuses such a config: enable at least one server in spec.toolConfig.mcpServers".into(),
-        });
-    }
     // The CRD refuses these at admission; a TaskRun stored under an older CRD (Helm does not
     // upgrade CRDs) is refused here, before the agent could skip the rule and leave a tool on.
     let permissions = &spec.tool_config.internal_tools.permissions;

@@ -540,14 +540,21 @@ fn a_permission_rule_the_agent_would_skip_is_refused_not_rendered() {
     );
 }
 
+/// Revoking every tool (every server disabled or denying `**`) renders: the proxy serves the
+/// empty set. Refusing it would leave a running task's older, broader tools on offer.
 #[test]
-fn a_config_with_nothing_enabled_is_refused() {
+fn a_config_with_nothing_enabled_renders_an_empty_tool_set() {
     let mut tr = task_1001();
     for s in &mut tr.spec.tool_config.mcp_servers {
-        s.enabled = false;
+        s.tools.deny = vec!["**".into()];
     }
-    let problems = render(&tr, &catalog(), &settings()).expect_err("nothing enabled");
-    assert_eq!(problems[0].reason, "NothingEnabled");
+    let data = plan(&tr).config_map(2).data.expect("data");
+    let parsed: ProxyConfig =
+        serde_saphyr::from_str(&data["proxy.yaml"]).expect("proxy.yaml parses");
+    assert!(!parsed.servers.is_empty());
+    for server in &parsed.servers {
+        assert_eq!(server.tools.deny, ["**"], "{}", server.name);
+    }
 }
 
 #[test]
@@ -875,5 +882,62 @@ fn only_the_proxy_container_gets_the_task_identitys_token() {
     assert_eq!(
         value(&proxy, "KUBERNETES_SERVICE_PORT").as_deref(),
         Some("6443")
+    );
+}
+
+#[test]
+fn a_config_map_over_one_mib_of_values_is_too_large_counted_as_the_api_server_counts() {
+    let sizes = |data: &BTreeMap<String, String>| -> Vec<(String, usize)> {
+        data.iter().map(|(k, v)| (k.clone(), v.len())).collect()
+    };
+    let check = |data: &BTreeMap<String, String>| {
+        let sizes = sizes(data);
+        files::too_large(
+            "team-a",
+            "t-tools",
+            sizes.iter().map(|(k, n)| (k.as_str(), *n)),
+        )
+    };
+    // The task text sized so the values add up to exactly 1 MiB at version 9: accepted; at
+    // version 10 (one more digit in proxy.yaml) one byte too many. Bytes, not characters.
+    let mut tr = task_1001();
+    tr.spec.task.prompt = Some(String::new());
+    let rest: usize = plan(&tr)
+        .config_map(9)
+        .data
+        .iter()
+        .flatten()
+        .map(|(_, v)| v.len())
+        .sum();
+    let left = files::MAX_CONFIG_MAP_BYTES - rest;
+    tr.spec.task.prompt = Some(format!("é{}", "x".repeat(left - 2)));
+    let plan = plan(&tr);
+    let data = |v| plan.config_map(v).data.unwrap_or_default();
+    assert_eq!(check(&data(9)), None);
+    let problem = check(&data(10)).expect("one byte over");
+    assert_eq!(problem.reason, files::CONFIG_TOO_LARGE);
+    assert!(
+        problem.message.starts_with(&format!(
+            "ConfigMap team-a/t-tools would hold {} bytes of data, over the API server's limit of 1048576 bytes (1 MiB): task.md: {left} bytes (spec.task.prompt), proxy.yaml: ",
+            files::MAX_CONFIG_MAP_BYTES + 1
+        )) && problem.message.ends_with("in a new TaskRun)"),
+        "{}",
+        problem.message
+    );
+    // Whatever is largest is named first, with its fix.
+    let big = check(&BTreeMap::from([
+        (
+            "proxy.yaml".to_string(),
+            "x".repeat(files::MAX_CONFIG_MAP_BYTES),
+        ),
+        ("task.md".to_string(), "x".into()),
+    ]))
+    .expect("too large");
+    assert!(
+        big.message
+            .contains("proxy.yaml: 1048576 bytes (spec.toolConfig.mcpServers")
+            && big.message.ends_with("list fewer servers or patterns"),
+        "{}",
+        big.message
     );
 }

@@ -210,8 +210,9 @@ fn check_servers(entries: &[Entry], problems: &mut Vec<Problem>) -> Vec<(usize, 
         problems.push(Problem::new(
             Code::NothingEnabled,
             "servers",
-            "no server is enabled with any tool allowed; enable a server (enabled: true) whose \
-             tools.deny does not deny everything",
+            "no server is enabled with any tool allowed: the task is offered no MCP tool (every \
+             tool revoked); enable a server (enabled: true) whose tools.deny does not deny \
+             everything to offer some",
         ));
     }
     servers

@@ -26,7 +26,7 @@ pub enum Code {
     NameCollision,
     /// A glob pattern that does not compile, or is empty.
     BadPattern,
-    /// No server is enabled with any tool allowed.
+    /// Warning: no server is enabled with any tool allowed: the task is offered no MCP tool.
     NothingEnabled,
     /// A server with neither `stdio` nor `http`.
     NoTransport,
@@ -91,7 +91,7 @@ impl Code {
 
     pub fn severity(self) -> Severity {
         match self {
-            Code::LiteralSecret | Code::WideListen => Severity::Warning,
+            Code::LiteralSecret | Code::WideListen | Code::NothingEnabled => Severity::Warning,
             _ => Severity::Error,
         }
     }

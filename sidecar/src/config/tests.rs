@@ -223,15 +223,23 @@ servers:
 }
 
 #[test]
-fn nothing_enabled_is_refused() {
+fn nothing_enabled_loads_with_a_warning_and_offers_no_tool() {
     let text = r#"
 task: {name: t}
 servers:
   - {name: a, enabled: false, stdio: {command: x}}
-  - {name: b, stdio: {command: x}, tools: {deny: ["*"]}}
+  - {name: b, stdio: {command: x}, tools: {deny: ["**"]}}
 "#;
     assert_eq!(codes(text), vec!["PROXY.NOTHING_ENABLED"]);
     assert_eq!(codes("task: {name: t}"), vec!["PROXY.NOTHING_ENABLED"]);
+    // Revoking every tool is a config the proxy serves (an empty tool set), not one it refuses
+    // while the older, broader set stays on offer.
+    let loaded = load(text);
+    assert!(!loaded.problems.has_errors(), "{}", loaded.problems);
+    let config = loaded.config.expect("a config with nothing enabled loads");
+    let table = crate::router::Router::build(&config, &Default::default());
+    assert!(table.tools().is_empty());
+    assert!(table.missing_lists().is_empty(), "nothing is startable");
 }
 
 #[test]

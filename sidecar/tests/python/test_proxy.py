@@ -386,6 +386,33 @@ async def test_disabling_a_server_stops_it_and_hides_its_tools(make_proxy, tools
         assert refused.is_error and "servers[time].enabled: false" in text_of(refused)
 
 
+async def test_revoking_every_tool_serves_an_empty_tool_set(make_proxy, tools):
+    """`deny: ["**"]` on every server (add-context --disable-tools SERVER:* for all) takes every
+    tool away from a running task: the proxy serves the empty set and says so, instead of refusing
+    the config and keeping the older, broader one."""
+    config = {"contextVersion": 1, "servers": [everything_server(tools, tools={"allow": ["echo"]})]}
+    proxy = make_proxy(config)
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async with Client(proxy.url, mode="legacy", message_handler=on_message) as client:
+        assert names(await client.list_tools()) == ["every__echo"]
+        every_pid = proxy.server_pid("every")
+        proxy.swap({"contextVersion": 2, "servers": [everything_server(tools, tools={"allow": ["echo"], "deny": ["**"]})]})
+        with anyio.fail_after(10):
+            await changed.wait()
+        assert names(await client.list_tools()) == []
+        refused = await client.call_tool("every__echo", {"message": "hi"})
+        assert refused.is_error and refused.meta["io.orchestrator/proxy"]["code"] == "PROXY.TOOL_DENIED"
+        await await_for(lambda: not alive(every_pid), what="the server with no tool left to stop")
+    assert proxy.tools()["contextVersion"] == 2
+    assert proxy.metric("mcp_proxy_config_reloads_total", result="ok", source="file") == 1
+    assert "PROXY.NOTHING_ENABLED" in proxy.log()
+
+
 async def test_invalid_swap_keeps_the_last_good_config(make_proxy, tools):
     good = {"contextVersion": 5, "servers": [everything_server(tools, tools={"allow": ["echo", "get-sum"]})]}
     proxy = make_proxy(good)
