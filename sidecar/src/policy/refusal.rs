@@ -62,7 +62,12 @@ pub enum Reason {
     },
     /// Intent mode: the tool's server (or its `risk` override) marks it riskier than the
     /// `call_tool_*` called.
-    IntentServerMismatch { marked: Risk, fits: &'static str },
+    IntentServerMismatch {
+        marked: Risk,
+        fits: &'static str,
+        /// Nothing says the tool only reads: `marked` is the proxy's class, not the server's.
+        unannotated: bool,
+    },
     /// Intent mode: the arguments of one of its own tools are wrong.
     IntentArguments {
         tool: &'static str,
@@ -278,9 +283,18 @@ impl Refusal {
             } => format!(
                 "Intent mismatch: tool is {variant} but intent declares {declared} (for a {declared} call {fits})"
             ),
-            Reason::IntentServerMismatch { marked, fits } => {
-                format!("Tool '{tool}' is marked {marked} by server, use {fits}")
-            }
+            Reason::IntentServerMismatch {
+                marked,
+                fits,
+                unannotated: false,
+            } => format!("Tool '{tool}' is marked {marked} by server, use {fits}"),
+            Reason::IntentServerMismatch {
+                marked,
+                fits,
+                unannotated: true,
+            } => format!(
+                "Tool '{tool}' is not annotated as read-only by its server, so the proxy classes it {marked}; use {fits}"
+            ),
             Reason::IntentArguments { tool, problems } => {
                 format!("invalid arguments for {tool}: {}", problems.join("; "))
             }

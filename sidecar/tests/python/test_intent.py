@@ -108,8 +108,10 @@ REQUIRED_TEXT = refused(REQUIRED, "intent.operation_type is required")
 
 # variant | intent.operation_type | tool (what its server says) | result (None: forwarded)
 ROWS = [
-    # read | read | nothing / readOnly -> forwarded
-    pytest.param("read", "read", "plain", None, id="read-read-nothing-forwarded"),
+    # read | read | readOnly -> forwarded
+    # read | read | nothing -> refused: a tool no annotation marks read-only is write, the one
+    # class the proxy gives it (retrieve_tools says call_tool_write; the reference trusted the agent)
+    pytest.param("read", "read", "plain", refused(SERVER, "Tool 'own__plain' is not annotated as read-only by its server, so the proxy classes it write; use call_tool_write"), id="read-read-nothing-refused"),
     pytest.param("read", "read", "look", None, id="read-read-readOnly-forwarded"),
     # read | write or destructive | any -> intent mismatch
     pytest.param("read", "write", "look", mismatch("read", "write"), id="read-write-readOnly-mismatch"),
@@ -126,7 +128,7 @@ ROWS = [
     pytest.param("write", "write", "retag", destructive("retag"), id="write-write-override-destructive-refused"),
     # destructive | destructive | readOnly -> forwarded (overly cautious is allowed)
     pytest.param("destructive", "destructive", "look", None, id="destructive-destructive-readOnly-forwarded"),
-    # any | matching | no annotations -> forwarded (the agent is trusted; maxRisk still holds)
+    # write or destructive | matching | no annotations -> forwarded (write is its class)
     pytest.param("write", "write", "plain", None, id="write-write-nothing-forwarded"),
     pytest.param("destructive", "destructive", "plain", None, id="destructive-destructive-nothing-forwarded"),
     # The reference's other rows.

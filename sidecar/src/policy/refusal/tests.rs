@@ -151,6 +151,7 @@ fn intent_refusals_say_the_matrix_words_and_carry_their_codes() {
         Reason::IntentServerMismatch {
             marked: Risk::Destructive,
             fits: "call_tool_destructive",
+            unannotated: false,
         },
         to("fs"),
         "policy.toolMode \"intent\"".into(),

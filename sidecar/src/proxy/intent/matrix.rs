@@ -70,8 +70,9 @@ impl fmt::Display for Variant {
     }
 }
 
-/// What the tool's server says the tool is, and where it says it. Absent (`None` where this is
-/// optional): the server said nothing, and the agent's declaration is trusted.
+/// What the tool's server says the tool is, and where it says it: the proxy's one class of the
+/// tool (`Server::risk_of`, which `maxRisk`, `requireApproval` and `GET /tools` use too), with
+/// its source. A tool its server does not mark read-only is write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Said {
     /// A `risk` entry of the catalog or the TaskRun names the tool's class: it counts as the
@@ -83,27 +84,30 @@ pub enum Said {
     ReadOnly,
     /// `readOnlyHint: false`: the server says the tool changes something.
     NotReadOnly,
+    /// No annotation says it only reads (none at all, or `destructiveHint: false` alone): the
+    /// proxy classes it write, whatever the agent declares.
+    Unannotated,
 }
 
 impl Said {
     /// The server's word on a routed tool.
-    pub fn of(route: &Route) -> Option<Said> {
+    pub fn of(route: &Route) -> Said {
         Said::from_parts(
             route.server.risk.get(route.tool.as_str()).copied(),
             route.hints,
         )
     }
 
-    pub fn from_parts(risk_override: Option<Risk>, hints: Hints) -> Option<Said> {
+    pub fn from_parts(risk_override: Option<Risk>, hints: Hints) -> Said {
         if let Some(risk) = risk_override {
-            return Some(Said::Override(risk));
+            return Said::Override(risk);
         }
         match (hints.read_only, hints.destructive) {
-            (_, Some(true)) => Some(Said::Destructive),
-            (Some(true), _) => Some(Said::ReadOnly),
-            (Some(false), _) => Some(Said::NotReadOnly),
+            (_, Some(true)) => Said::Destructive,
+            (Some(true), _) => Said::ReadOnly,
+            (Some(false), _) => Said::NotReadOnly,
             // `destructiveHint: false` alone says nothing about reading only.
-            _ => None,
+            _ => Said::Unannotated,
         }
     }
 
@@ -113,7 +117,7 @@ impl Said {
             Said::Override(risk) => risk,
             Said::Destructive => Risk::Destructive,
             Said::ReadOnly => Risk::Read,
-            Said::NotReadOnly => Risk::Write,
+            Said::NotReadOnly | Said::Unannotated => Risk::Write,
         }
     }
 
@@ -124,6 +128,9 @@ impl Said {
             Said::Destructive => format!("servers[{server}]: {tool:?} has destructiveHint: true"),
             Said::ReadOnly => format!("servers[{server}]: {tool:?} has readOnlyHint: true"),
             Said::NotReadOnly => format!("servers[{server}]: {tool:?} has readOnlyHint: false"),
+            Said::Unannotated => format!(
+                "servers[{server}]: {tool:?} has no readOnlyHint: true, so the proxy classes it write"
+            ),
         }
     }
 }
@@ -149,23 +156,19 @@ pub fn check_declared(variant: Variant, declared: Option<Variant>) -> Result<(),
 }
 
 /// The variant against the server's word: a riskier variant than the tool needs is accepted
-/// (overly cautious), a less risky one is refused; a tool its server says nothing about is
-/// called as the agent declares (`maxRisk` still decides whether it is on offer at all).
-pub fn check_server(variant: Variant, said: Option<Said>) -> Result<(), Unmatched> {
-    match said {
-        Some(said) if variant.risk() < said.risk() => Err(Unmatched::Server { said }),
-        _ => Ok(()),
+/// (overly cautious), a less risky one is refused. A tool its server does not mark read-only is
+/// write: it is not called through `call_tool_read`, whatever the agent declares.
+pub fn check_server(variant: Variant, said: Said) -> Result<(), Unmatched> {
+    if variant.risk() < said.risk() {
+        return Err(Unmatched::Server { said });
     }
+    Ok(())
 }
 
 /// The whole matrix, in the order the proxy applies it (the proxy applies the second half once
 /// the tool's route is known, so the tests check the two together here).
 #[cfg(test)]
-pub fn check(
-    variant: Variant,
-    declared: Option<Variant>,
-    said: Option<Said>,
-) -> Result<(), Unmatched> {
+pub fn check(variant: Variant, declared: Option<Variant>, said: Said) -> Result<(), Unmatched> {
     check_declared(variant, declared)?;
     check_server(variant, said)
 }
@@ -176,7 +179,7 @@ mod tests {
 
     use Variant::{Destructive, Read, Write};
 
-    fn hints(read_only: Option<bool>, destructive: Option<bool>) -> Option<Said> {
+    fn hints(read_only: Option<bool>, destructive: Option<bool>) -> Said {
         Said::from_parts(
             None,
             Hints {
@@ -186,9 +189,9 @@ mod tests {
         )
     }
 
-    const NOTHING: Option<Said> = None;
-    const READ_ONLY: Option<Said> = Some(Said::ReadOnly);
-    const DESTRUCTIVE: Option<Said> = Some(Said::Destructive);
+    const NOTHING: Said = Said::Unannotated;
+    const READ_ONLY: Said = Said::ReadOnly;
+    const DESTRUCTIVE: Said = Said::Destructive;
 
     #[test]
     fn annotations_and_overrides_are_the_servers_word() {
@@ -196,7 +199,7 @@ mod tests {
         assert_eq!(hints(None, Some(false)), NOTHING);
         assert_eq!(hints(Some(true), None), READ_ONLY);
         assert_eq!(hints(Some(true), Some(false)), READ_ONLY);
-        assert_eq!(hints(Some(false), None), Some(Said::NotReadOnly));
+        assert_eq!(hints(Some(false), None), Said::NotReadOnly);
         assert_eq!(hints(None, Some(true)), DESTRUCTIVE);
         assert_eq!(
             hints(Some(true), Some(true)),
@@ -210,14 +213,18 @@ mod tests {
                 destructive: Some(true),
             },
         );
-        assert_eq!(overridden, Some(Said::Override(Risk::Read)));
+        assert_eq!(overridden, Said::Override(Risk::Read));
     }
 
     /// The matrix of docs/design/approval-and-intent.md, row by row.
     #[test]
     fn the_validation_matrix_row_by_row() {
-        // read | read | nothing / readOnly -> forwarded
-        assert_eq!(check(Read, Some(Read), NOTHING), Ok(()));
+        // read | read | readOnly -> forwarded; nothing -> refused: the proxy classes an
+        // unannotated tool write (the reference design trusted the agent here)
+        assert_eq!(
+            check(Read, Some(Read), NOTHING),
+            Err(Unmatched::Server { said: NOTHING })
+        );
         assert_eq!(check(Read, Some(Read), READ_ONLY), Ok(()));
         // read | write or destructive | any -> intent mismatch
         for said in [NOTHING, READ_ONLY, DESTRUCTIVE] {
@@ -242,7 +249,7 @@ mod tests {
                     said: Said::Destructive
                 })
             );
-            let by_override = Some(Said::Override(Risk::Destructive));
+            let by_override = Said::Override(Risk::Destructive);
             assert_eq!(
                 check(variant, Some(variant), by_override),
                 Err(Unmatched::Server {
@@ -252,8 +259,8 @@ mod tests {
         }
         // destructive | destructive | readOnly -> forwarded (overly cautious is allowed)
         assert_eq!(check(Destructive, Some(Destructive), READ_ONLY), Ok(()));
-        // any | matching | no annotations -> forwarded (the agent is trusted)
-        for variant in Variant::ALL {
+        // write or destructive | matching | no annotations -> forwarded (write is the class)
+        for variant in [Write, Destructive] {
             assert_eq!(check(variant, Some(variant), NOTHING), Ok(()));
         }
         // The reference's other rows: write on readOnly is allowed; the other mismatches.
@@ -275,7 +282,7 @@ mod tests {
     /// override `write`) is refused through call_tool_read, which a client may auto-approve.
     #[test]
     fn a_tool_the_server_says_writes_is_not_called_as_a_read() {
-        let writes = Some(Said::NotReadOnly);
+        let writes = Said::NotReadOnly;
         assert_eq!(
             check(Read, Some(Read), writes),
             Err(Unmatched::Server {
@@ -283,14 +290,11 @@ mod tests {
             })
         );
         assert_eq!(check(Write, Some(Write), writes), Ok(()));
-        let overridden = Some(Said::Override(Risk::Write));
+        let overridden = Said::Override(Risk::Write);
         assert!(check(Read, Some(Read), overridden).is_err());
         assert_eq!(check(Write, Some(Write), overridden), Ok(()));
         // An override down to read lets a destructiveHint tool be called as a read.
-        assert_eq!(
-            check(Read, Some(Read), Some(Said::Override(Risk::Read))),
-            Ok(())
-        );
+        assert_eq!(check(Read, Some(Read), Said::Override(Risk::Read)), Ok(()));
     }
 
     #[test]

@@ -162,6 +162,7 @@ pub(super) fn second_key(route: &Route, req: &CallRequest) -> Result<(), Refusal
     let reason = Reason::IntentServerMismatch {
         marked,
         fits: fits.tool(),
+        unannotated: said == Said::Unannotated,
     };
     Err(Refusal::of(reason, route.target(), rule))
 }
