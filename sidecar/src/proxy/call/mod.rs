@@ -73,15 +73,23 @@ impl Proxy {
 
     /// The steps of the call path, in order.
     async fn decide(self: &Arc<Self>, call: &mut Call) -> Result<Decided, Refusal> {
+        // 1. A proxy that is shutting down takes no new call.
         steps::open(self.is_draining())?;
+        // 2. Intent mode's first key: `retrieve_tools` is answered here; a `call_tool_*` goes
+        //    on as the call of the tool it names.
         if let intent::Front::Retrieve(query) = intent::front(&call.snap, &mut call.req)? {
             return Ok(Decided::Answered(self.retrieve_tools(call, &query).await));
         }
+        // 3. The tool must be on offer (patterns, maxRisk, changed definitions).
         let route = self.route(call).await?;
+        // 4. Intent mode's second key: the variant against the tool's class.
         intent::second_key(&route, &call.req)?;
+        // 5. The arguments against the tool's inputSchema.
         steps::arguments(&self.validators, &call.snap, &route, &call.req).await?;
+        // 6. A person's approval, when policy.requireApproval names the call.
         let approved = self.gate().approval(&call.snap, &route, &call.req).await?;
         let held = |refusal: Refusal| refusal.held(approved.clone());
+        // 7. After an approval (the wait may have been long): still on offer, as approved.
         let route = match approved {
             Some(_) => {
                 call.snap = self.snapshot().ok_or(Error::NotReady)?;
@@ -89,7 +97,9 @@ impl Proxy {
             }
             None => route,
         };
+        // 8. Rate limits (after any wait: a call that waits or is refused takes no token).
         steps::rate_limits(&self.limiters, &route).map_err(held)?;
+        // 9. Forward (`forward_call`).
         Ok(Decided::Forward { route, approved })
     }
 
