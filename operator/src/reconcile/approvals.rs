@@ -5,10 +5,13 @@
 //! [`DecisionFacts`]). Each reconcile of a running task merges the two into the status: a new
 //! request becomes `Pending`; a pending one with a decision made before it expired becomes
 //! `Approved` or `Rejected`; one past its expiry `Expired`; one the proxy stopped holding
-//! without either (its client cancelled, or the proxy restarted) `Withdrawn`. The decided ones
-//! go to the proxy in the ConfigMap key [`VERDICTS_KEY`]. Both writes are under their own field
-//! manager ([`APPROVALS_MANAGER`]), so the operator's other writes leave them alone, and happen
-//! only when something changed. An Event tells each transition.
+//! without either (its client cancelled, the proxy restarted, or the task finished) `Withdrawn`.
+//! This happens while the TaskRun is blocked too (`refuse.rs`: its proxy keeps serving the last
+//! good config, and holding calls), and once more when a finished task still lists a pending
+//! one (`finished.rs`). The decided ones go to the proxy in the ConfigMap key [`VERDICTS_KEY`].
+//! Both writes are under their own field manager ([`APPROVALS_MANAGER`]), so the operator's other
+//! writes leave them alone, and happen only when something changed. An Event tells each
+//! transition.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -186,14 +189,21 @@ pub fn next_expiry(approvals: &[Approval], now: Timestamp) -> Option<Duration> {
         .min()
 }
 
-/// Merges, and writes what changed: the ConfigMap's verdicts, then the status, then the Events.
-/// Returns when to look again for an expiry.
+/// Where the verdicts go: the task's ConfigMap (when it is this TaskRun's), with the verdicts
+/// it holds.
+pub struct Target<'a> {
+    pub config_map: &'a str,
+    pub written: Option<&'a str>,
+}
+
+/// Merges, and writes what changed: the ConfigMap's verdicts (when there is a `target`), then
+/// the status, then the Events. A task that is not `running` any more holds nothing: its pending
+/// calls are withdrawn. Returns when to look again for an expiry.
 pub async fn reconcile(
     ctx: &Context,
     tr: &TaskRun,
     previous: &TaskRunStatus,
-    config_map: &str,
-    verdicts_written: Option<&str>,
+    target: Option<Target<'_>>,
     running: bool,
 ) -> Result<Option<Duration>> {
     let ns = tr.namespace().unwrap_or_default();
@@ -221,8 +231,12 @@ pub async fn reconcile(
     );
     let verdicts = verdicts(&approvals);
     let text = serde_json::to_string(&verdicts).unwrap_or_else(|_| "[]".into());
-    if (!verdicts.is_empty() || verdicts_written.is_some())
-        && verdicts_written != Some(text.as_str())
+    if let Some(Target {
+        config_map,
+        written,
+    }) = target
+        && (!verdicts.is_empty() || written.is_some())
+        && written != Some(text.as_str())
     {
         let patch = json!({
             "apiVersion": "v1",
@@ -302,7 +316,7 @@ fn describe(a: &Approval, task: &str) -> (EventType, &'static str, String) {
             EventType::Normal,
             "ApprovalWithdrawn",
             format!(
-                "call {call} ended before a decision (the client cancelled it or the proxy restarted)"
+                "call {call} ended before a decision (the client cancelled it, the proxy restarted or the task finished)"
             ),
         ),
     }

@@ -14,7 +14,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use kube::runtime::watcher;
 use orchestrator_crds::approval::VERDICTS_KEY;
@@ -25,13 +25,15 @@ use super::cached_job::CachedJob;
 use super::status::{self, JobState};
 use crate::render::{self, CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION};
 
-/// What reconcile reads of a Job: the task's state, and which sidecars (the proxy, each
-/// server's zone) with which env the pod was created with.
+/// What reconcile reads of a Job: the task's state, which sidecars (the proxy, each server's
+/// zone) with which env the pod was created with, and whose Job it is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobFacts {
     pub state: JobState,
     /// `<container>\t` and `<container>\t<env>` lines (one allocation, not one each).
     init_env: Box<str>,
+    /// The uid of its controller (see [`controller_uid`]).
+    controller: Option<Box<str>>,
 }
 
 impl JobFacts {
@@ -44,7 +46,13 @@ impl JobFacts {
         Self {
             state: status::job_state(job),
             init_env: init_env.into(),
+            controller: controller_uid(&job.metadata),
         }
+    }
+
+    /// Whether the Job is the child of the TaskRun with `uid`.
+    pub fn controlled_by(&self, uid: &str) -> bool {
+        self.controller.as_deref() == Some(uid)
     }
 
     /// Whether the pod has the sidecar `container`.
@@ -64,7 +72,7 @@ impl JobFacts {
 }
 
 /// What reconcile reads of a task's ConfigMap: the operator's two annotations, a digest of its
-/// data and one of its owner references.
+/// data and one of its owner references, and its controller.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigMapFacts {
     pub config_hash: Option<Box<str>>,
@@ -73,6 +81,8 @@ pub struct ConfigMapFacts {
     /// The verdicts key as written (bounded: at most 20 short entries).
     pub verdicts: Option<Box<str>>,
     owners: Box<str>,
+    /// The uid of its controller (see [`controller_uid`]).
+    controller: Option<Box<str>>,
 }
 
 impl ConfigMapFacts {
@@ -103,7 +113,13 @@ impl ConfigMapFacts {
             data: data.into(),
             verdicts: verdicts.map(|v| v.as_str().into()),
             owners: owners_digest(cm.metadata.owner_references.as_deref()).into(),
+            controller: controller_uid(&cm.metadata),
         }
+    }
+
+    /// Whether the ConfigMap is the child of the TaskRun with `uid`.
+    pub fn controlled_by(&self, uid: &str) -> bool {
+        self.controller.as_deref() == Some(uid)
     }
 
     /// Whether the ConfigMap is exactly `desired`: its data, both annotations and its owners
@@ -114,6 +130,20 @@ impl ConfigMapFacts {
             ..self.clone()
         } == Self::of(desired)
     }
+}
+
+/// The uid of an object's controller (its owner reference with `controller: true`): a child of
+/// a TaskRun is the TaskRun's only when this is the TaskRun's uid (see `taken.rs`).
+pub fn controller_uid(meta: &ObjectMeta) -> Option<Box<str>> {
+    controller(meta).map(|o| o.uid.as_str().into())
+}
+
+/// An object's controller: its owner reference with `controller: true` (there is at most one).
+pub fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
 }
 
 fn owners_digest(owners: Option<&[OwnerReference]>) -> String {

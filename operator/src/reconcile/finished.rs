@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use orchestrator_crds::approval::ApprovalState;
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
 
 use super::job::expire_job;
 use super::status;
 use super::status_write::{Tools, write_status};
 use super::ttl::{self, Ttl};
-use super::{Context, retention};
+use super::{Context, approvals, retention};
 use crate::error::{Error, Result};
 
 /// Reconciles a TaskRun whose recorded phase is terminal and whose `observedGeneration` is its
@@ -40,7 +41,8 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
     if ctx.jobs.wait_until_ready().await.is_err() {
         return Ok(Action::await_change()); // shutting down: the Job watch is gone
     }
-    let job = ctx.jobs.get(&ns, &name);
+    let uid = tr.uid().unwrap_or_default();
+    let job = ctx.jobs.get(&ns, &name).filter(|j| j.controlled_by(&uid));
     let state = job.as_ref().map(|j| j.state.clone());
     let (wait, deleted) = expire_job(tr, ctx, &ns, state.as_ref(), previous, &now).await?;
 
@@ -56,9 +58,21 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
     }
     let status = TaskRunStatus {
         conditions,
+        // Written on their own, under their own field manager (`approvals.rs`).
+        approvals: Vec::new(),
         ..previous.clone()
     };
     write_status(tr, ctx, previous, status, Tools::Carried).await?;
+    // A call still listed pending (the operator stopped between recording the outcome and
+    // withdrawing it, or an older one never did): nobody can decide it any more. Its ConfigMap
+    // is not written: the pod is done.
+    if previous
+        .approvals
+        .iter()
+        .any(|a| a.state == ApprovalState::Pending)
+    {
+        approvals::reconcile(ctx, tr, previous, None, false).await?;
+    }
 
     let next = [wait, kept.wait()].into_iter().flatten().min();
     Ok(next.map_or_else(Action::await_change, |d: Duration| Action::requeue(d)))

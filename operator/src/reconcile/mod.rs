@@ -9,12 +9,14 @@
 //! The children, in the order they may import each other (each uses only those before it):
 //! `cached_job` (the Job as read) and `trim` (the TaskRun as cached); `events` (on a TaskRun);
 //! `nudge` (running pods told of a new config); `status` (its parts, pure); `children` (facts of
-//! the children kept between reconciles); `ttl`, `version`, `inputs` (what a pod needs) and
+//! the children kept between reconciles); `taken` (a child's name taken by an object that is not
+//! the TaskRun's: the operator adopts nothing); `ttl`, `version`, `inputs` (what a pod needs) and
 //! `served` (what the proxy reports on the Lease); `approvals`, `history`
 //! (`status.contextHistory`) and `retention`; the steps of a reconcile (`reconcile_inner` takes
 //! them in another order): `observe` (the TaskRun, its recorded status and its Job), `config`
-//! (the ConfigMap), `job` (the pod's identity and the Job; its TTL), `status_write` (the status),
-//! `refuse` (render, or say why not); `finished` (a task whose outcome is recorded); `tests`.
+//! (the ConfigMap: prepared, checked, applied), `job` (the pod's identity and the Job; its TTL),
+//! `status_write` (the status), `refuse` (render, or say why not: also a name taken, a config
+//! too large); `finished` (a task whose outcome is recorded); `tests`.
 
 pub mod approvals;
 mod cached_job;
@@ -32,6 +34,7 @@ pub mod retention;
 pub mod served;
 pub mod status;
 mod status_write;
+mod taken;
 mod trim;
 mod ttl;
 mod version;
@@ -116,12 +119,13 @@ pub fn error_policy(tr: Arc<TaskRun>, error: &Error, _ctx: Arc<Context>) -> Acti
 
 /// Reconciles a TaskRun that is not finished, or whose spec changed since (else `finished.rs`),
 /// step by step: read what it starts from (`observe.rs`); render it, or refuse it when it cannot
-/// run (`refuse.rs`); apply the ConfigMap (`config.rs`) and record its version in the history
-/// (`history.rs`); create the Job once (`job.rs`); delete the finished Job after its TTL
-/// (`job.rs`); write the status (`status_write.rs`); the approvals (`approvals.rs`).
+/// run (`refuse.rs`); prepare the ConfigMap (`config.rs`) and refuse it when a child's name is
+/// taken, the ConfigMap is too large or the pod lacks an input (`refuse.rs`), before anything is
+/// applied; apply the ConfigMap and record its version in the history (`history.rs`); create the
+/// Job once (`job.rs`); delete the finished Job after its TTL (`job.rs`); write the status
+/// (`status_write.rs`); the approvals (`approvals.rs`; a blocked TaskRun's too).
 async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let ns = tr.namespace().ok_or(Error::MissingField("namespace"))?;
-    let name = tr.name_any();
     let previous = tr.status.clone().unwrap_or_default();
     let recorded_finished = previous.phase.is_some_and(Phase::is_terminal);
     if recorded_finished && tr.metadata.generation == previous.observed_generation {
@@ -129,17 +133,19 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     }
     let fresh = observe::fresh_taskrun(tr, ctx, &ns, &previous).await?;
     let tr = fresh.as_ref().unwrap_or(tr);
-    let mut seen = observe::observe(ctx, ns, name, previous).await?;
+    let mut seen = observe::observe(ctx, tr, ns, previous).await?;
 
     let plan = match refuse::render(tr, ctx, &seen).await? {
         ControlFlow::Continue(plan) => plan,
         ControlFlow::Break(action) => return Ok(action),
     };
-    if let ControlFlow::Break(action) = refuse::check_inputs(tr, ctx, &seen, &plan).await? {
+    // Nothing is applied before every child's name is known to be free or this TaskRun's.
+    let config = config::prepare(tr, ctx, &seen, &plan).await?;
+    if let ControlFlow::Break(action) = refuse::check(tr, ctx, &seen, &plan, &config).await? {
         return Ok(action);
     }
 
-    let config = config::apply_config(ctx, &seen, &plan).await?;
+    config::apply_config(ctx, &seen, &config).await?;
     // Until the status records the version: its history entry (and the event) first.
     if seen.previous.context_version != i64::try_from(config.version).ok() {
         history::record(ctx, tr, config.version, &plan).await?;
@@ -150,18 +156,13 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         job::expire_job(tr, ctx, &seen.ns, job_state, &seen.previous, &status::now()).await?;
 
     status_write::write_rendered(tr, ctx, &seen, &plan, config.version, ttl_deleted).await?;
-    let verdicts = config.existing.as_ref().and_then(|c| c.verdicts.clone());
     let cm_name = plan.config_map_name();
-    let running = !seen.finished;
-    let expiry = approvals::reconcile(
-        ctx,
-        tr,
-        &seen.previous,
-        &cm_name,
-        verdicts.as_deref(),
-        running,
-    )
-    .await?;
+    let target = approvals::Target {
+        config_map: &cm_name,
+        written: config.existing.as_ref().and_then(|c| c.verdicts.as_deref()),
+    };
+    let expiry =
+        approvals::reconcile(ctx, tr, &seen.previous, Some(target), !seen.finished).await?;
     let requeue = if seen.finished {
         ttl_wait
     } else {

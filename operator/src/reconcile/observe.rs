@@ -13,8 +13,9 @@ use super::Context;
 use super::cached_job::CachedJob;
 use super::children::JobFacts;
 use super::status::{self, JobState};
-use super::trim;
+use super::{taken, trim};
 use crate::error::Result;
+use crate::render::Problem;
 
 /// What reconcile knows of a TaskRun before it renders it.
 pub struct Observed {
@@ -29,6 +30,8 @@ pub struct Observed {
     /// The task finished (its Job says so, or the status recorded it): it is never run again,
     /// even when its Job is gone (deleted after its TTL).
     pub finished: bool,
+    /// A Job of the task's name that is not this TaskRun's (see `taken.rs`): not its Job.
+    pub job_taken: Option<Problem>,
 }
 
 /// A finished task whose spec changed is rendered as before, from a fresh read when the cache
@@ -48,19 +51,29 @@ pub async fn fresh_taskrun(
 }
 
 /// Reads the task's Job: the cache first; a miss is confirmed by a read so a Job that the cache
-/// has not seen yet is never applied twice. A failed Job's state is explained from its pods.
+/// has not seen yet is never applied twice, and so is a cached Job that is not this TaskRun's
+/// (which then is not its Job). A failed Job's state is explained from its pods.
 pub async fn observe(
     ctx: &Context,
+    tr: &TaskRun,
     ns: String,
-    name: String,
     previous: TaskRunStatus,
 ) -> Result<Observed> {
-    let job = match ctx.jobs.get(&ns, &name) {
+    let name = tr.name_any();
+    let uid = tr.uid().unwrap_or_default();
+    let mut job_taken = None;
+    let job = match ctx.jobs.get(&ns, &name).filter(|j| j.controlled_by(&uid)) {
         Some(job) => Some(job),
-        None => Api::<CachedJob>::namespaced(ctx.client.clone(), &ns)
+        None => match Api::<CachedJob>::namespaced(ctx.client.clone(), &ns)
             .get_opt(&name)
             .await?
-            .map(|j| Arc::new(JobFacts::of(&j))),
+        {
+            Some(j) => {
+                job_taken = taken::judge("Job", &j.metadata, tr);
+                job_taken.is_none().then(|| Arc::new(JobFacts::of(&j)))
+            }
+            None => None,
+        },
     };
     let mut job_state = job.as_ref().map(|j| j.state.clone());
     if let Some(state) = job_state.as_mut()
@@ -80,6 +93,7 @@ pub async fn observe(
         job,
         job_state,
         finished,
+        job_taken,
     })
 }
 

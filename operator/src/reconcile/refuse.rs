@@ -1,20 +1,24 @@
 //! What stops a TaskRun from being (fully) reconciled: no valid catalog, a TaskRun that does not
-//! render, a pod's missing inputs. Each writes a status saying why (`Ready=False`, see
-//! [`blocked`]) and leaves the children as they are, and the reconcile ends with the returned
-//! action.
+//! render, a child's name taken by an object that is not the TaskRun's (`taken.rs`), a
+//! ConfigMap over the API server's limit, a pod's missing inputs. Each writes a status saying
+//! why (`Ready=False`, see [`blocked`]) and leaves the children as they are (approvals are still
+//! merged), and the reconcile ends with the returned action.
 
 use std::ops::ControlFlow;
+use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
 
+use super::config::Config;
 use super::observe::Observed;
-use super::status::{self, Cond, JobState};
+use super::status::{self, Cond};
 use super::status_write::{Tools, write_status};
-use super::{Context, SECRET_RETRY, events, inputs};
+use super::{Context, SECRET_RETRY, approvals, events, inputs, soonest, taken};
 use crate::error::Result;
+use crate::render::files::CONFIG_TOO_LARGE;
 use crate::render::{self, Plan, Problem};
 
 /// Renders the TaskRun with the last valid catalog. Without a catalog (looked at again soon) or
@@ -24,61 +28,81 @@ pub async fn render(
     ctx: &Context,
     seen: &Observed,
 ) -> Result<ControlFlow<Action, Plan>> {
-    let job_state = seen.job_state.as_ref();
     let Some(catalog) = ctx.catalog.get() else {
         let problem = Problem {
             reason: "CatalogUnavailable",
             message: "no valid catalog loaded yet (see the operator's log for the catalog ConfigMap's problems)".into(),
         };
-        blocked(tr, ctx, &seen.previous, job_state, vec![problem]).await?;
-        return Ok(ControlFlow::Break(Action::requeue(SECRET_RETRY)));
+        let action = blocked(tr, ctx, seen, vec![problem], Some(SECRET_RETRY)).await?;
+        return Ok(ControlFlow::Break(action));
     };
     match render::render(tr, &catalog, &ctx.render) {
         Ok(plan) => Ok(ControlFlow::Continue(plan)),
-        Err(problems) => {
-            blocked(tr, ctx, &seen.previous, job_state, problems).await?;
-            Ok(ControlFlow::Break(Action::await_change()))
-        }
+        Err(problems) => Ok(ControlFlow::Break(
+            blocked(tr, ctx, seen, problems, None).await?,
+        )),
     }
 }
 
-/// Blocks an unfinished task whose pod lacks what the plan needs (looked at again soon: the
-/// operator does not watch Secrets). A finished task is not checked: it never runs again.
-pub async fn check_inputs(
+/// Blocks the TaskRun, before any child is applied, when a child's name is taken (the Job's,
+/// found by `observe.rs`; the ConfigMap's, by `config.rs`; the pod's identity's, read here when
+/// the Job is about to be created), when its ConfigMap is too large, or when an unfinished
+/// task's pod lacks what the plan needs. Every problem at once; looked at again soon, since the
+/// operator watches neither Secrets nor other owners' objects, except when only the config is
+/// too large (only a change of the TaskRun or the catalog, both watched, can fix that). A
+/// finished task's pod is not checked: it never runs again.
+pub async fn check(
     tr: &TaskRun,
     ctx: &Context,
     seen: &Observed,
     plan: &Plan,
+    config: &Config,
 ) -> Result<ControlFlow<Action>> {
-    if seen.finished {
-        return Ok(ControlFlow::Continue(()));
+    let mut problems: Vec<Problem> = seen.job_taken.iter().cloned().collect();
+    let mut inputs = Vec::new();
+    if !seen.finished {
+        match &seen.job {
+            // Nothing may start before everything it needs exists: a pod with a missing
+            // Secret key would hang in CreateContainerConfigError.
+            None => {
+                problems.extend(taken::identity(&ctx.client, &seen.ns, tr, plan.identity()).await?);
+                inputs = inputs::missing_inputs(tr, plan, &ctx.client, &seen.ns).await?;
+            }
+            // A running pod's containers and env cannot change: a server added since, or a
+            // newly enabled one needing a Secret the pod was created without, cannot start.
+            Some(job) => inputs = inputs::not_in_pod(job, plan),
+        }
     }
-    let problems = match &seen.job {
-        // Nothing may start before everything it needs exists: a pod with a missing
-        // Secret key would hang in CreateContainerConfigError.
-        None => inputs::missing_inputs(tr, plan, &ctx.client, &seen.ns).await?,
-        // A running pod's containers and env cannot change: a server added since, or a
-        // newly enabled one needing a Secret the pod was created without, cannot start.
-        Some(job) => inputs::not_in_pod(job, plan),
-    };
+    // The names taken first (the ConfigMap's is in the config's problems), then the rest.
+    problems.extend(config.problems.iter().cloned());
+    problems.sort_by_key(|p| p.reason != taken::NAME_TAKEN);
+    problems.extend(inputs);
     if problems.is_empty() {
         return Ok(ControlFlow::Continue(()));
     }
-    let job_state = seen.job_state.as_ref();
-    blocked(tr, ctx, &seen.previous, job_state, problems).await?;
-    Ok(ControlFlow::Break(Action::requeue(SECRET_RETRY)))
+    let retry = problems
+        .iter()
+        .any(|p| p.reason != CONFIG_TOO_LARGE)
+        .then_some(SECRET_RETRY);
+    Ok(ControlFlow::Break(
+        blocked(tr, ctx, seen, problems, retry).await?,
+    ))
 }
 
 /// Writes the status of a TaskRun that cannot be (fully) reconciled: `Ready=False` with the
 /// first problem's reason and every problem in the message. Children are left as they are (the
 /// last good config stays in force), and a warning event is emitted when the problem is new.
+/// The approvals are still merged (the proxy of a running task keeps serving, and holding
+/// calls, with the last good config); a finished task's pending ones are withdrawn. Returns
+/// when to look again: after `retry`, or at an approval's expiry, whichever comes first.
 async fn blocked(
     tr: &TaskRun,
     ctx: &Context,
-    previous: &TaskRunStatus,
-    job: Option<&JobState>,
+    seen: &Observed,
     problems: Vec<Problem>,
-) -> Result<()> {
+    retry: Option<Duration>,
+) -> Result<Action> {
+    let (previous, job) = (&seen.previous, seen.job_state.as_ref());
     let reason = problems.first().map_or("Invalid", |p| p.reason);
     let message = problems
         .iter()
@@ -136,5 +160,18 @@ async fn blocked(
         tr.metadata.generation,
         &status::now(),
     );
-    write_status(tr, ctx, previous, status, Tools::Carried).await
+    write_status(tr, ctx, previous, status, Tools::Carried).await?;
+    // The verdicts go to the ConfigMap only when it is this TaskRun's (its name may be taken).
+    let cm_name = render::config_map_name(&seen.name);
+    let uid = tr.uid().unwrap_or_default();
+    let cm = ctx.config_maps.get(&seen.ns, &cm_name);
+    let target = cm
+        .as_ref()
+        .filter(|c| c.controlled_by(&uid))
+        .map(|c| approvals::Target {
+            config_map: &cm_name,
+            written: c.verdicts.as_deref(),
+        });
+    let expiry = approvals::reconcile(ctx, tr, previous, target, !seen.finished).await?;
+    Ok(soonest(retry, expiry).map_or_else(Action::await_change, Action::requeue))
 }

@@ -99,8 +99,16 @@ pub async fn write_status(
     let api: Api<TaskRun> =
         Api::namespaced(ctx.client.clone(), &tr.namespace().unwrap_or_default());
     if tools == Tools::Carried && trim::tools_dropped(tr) {
-        // Both with the cache's digest of the tools in force: the rest decides.
-        if tr.status.as_ref() == Some(&status) {
+        // Both with the cache's digest of the tools in force: the rest decides (the history
+        // and the approvals aside: each is written on its own).
+        let same = |old: &TaskRunStatus| {
+            *old == TaskRunStatus {
+                context_history: old.context_history.clone(),
+                approvals: old.approvals.clone(),
+                ..status.clone()
+            }
+        };
+        if tr.status.as_ref().is_some_and(same) {
             return Ok(());
         }
         let fresh = api.get(&tr.name_any()).await?;

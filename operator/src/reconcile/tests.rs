@@ -45,6 +45,8 @@ struct Write {
 struct Server {
     objects: BTreeMap<String, Value>,
     writes: Vec<Write>,
+    /// Each read (a GET, or a dry run that changes nothing), by path.
+    reads: Vec<String>,
 }
 
 /// The scripted API server, shared with the task that answers the client.
@@ -69,8 +71,35 @@ impl Fake {
         std::mem::take(&mut self.lock().writes)
     }
 
-    fn answer(&self, method: &Method, path: &str, merge: bool, body: Value) -> (StatusCode, Value) {
+    /// The reads since the last call.
+    fn take_reads(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().reads)
+    }
+
+    fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        (merge, dry_run): (bool, bool),
+        body: Value,
+    ) -> (StatusCode, Value) {
         let mut server = self.lock();
+        if *method == Method::GET || dry_run {
+            server.reads.push(path.to_string());
+        }
+        // A dry run changes nothing: the object as the patch would leave it, or 404.
+        if dry_run {
+            return match server.objects.get(path) {
+                Some(object) => {
+                    let mut object = object.clone();
+                    if merge {
+                        json_patch::merge(&mut object, &body);
+                    }
+                    (StatusCode::OK, object)
+                }
+                None => (StatusCode::NOT_FOUND, not_found(path)),
+            };
+        }
         if *method == Method::GET && path.ends_with("/pods") {
             // A list (the only one reconcile makes; the label selector is the Job's).
             let prefix = format!("{path}/");
@@ -192,6 +221,9 @@ fn path(kind: &str, name: &str) -> String {
         "jobs" => format!("/apis/batch/v1/namespaces/{NS}/jobs/{name}"),
         "taskruns" => format!("/apis/orchestrator.io/v1/namespaces/{NS}/taskruns/{name}"),
         "leases" => format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{name}"),
+        "roles" | "rolebindings" => {
+            format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/{kind}/{name}")
+        }
         _ => format!("/api/v1/namespaces/{NS}/{kind}/{name}"),
     }
 }
@@ -219,13 +251,17 @@ impl Harness {
                     .headers()
                     .get("content-type")
                     .is_some_and(|v| v.as_bytes() == b"application/merge-patch+json");
+                let dry_run = request
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.split('&').any(|p| p == "dryRun=All"));
                 let bytes = request
                     .into_body()
                     .collect_bytes()
                     .await
                     .unwrap_or_default();
                 let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let (status, answer) = server.answer(&method, &path, merge, body);
+                let (status, answer) = server.answer(&method, &path, (merge, dry_run), body);
                 let response = Response::builder()
                     .status(status)
                     .header("content-type", "application/json")
@@ -1061,4 +1097,323 @@ async fn a_held_call_is_listed_pending_then_its_verdict_reaches_the_proxys_confi
             .and_then(|s| s.context_version),
         Some(1)
     );
+}
+
+/// An object someone else made, named like a child of `task-1001`: not the TaskRun's.
+fn theirs(kind: &str, name: &str, owners: Value) -> Value {
+    let api_version = match kind {
+        "Job" => "batch/v1",
+        "Lease" => "coordination.k8s.io/v1",
+        "Role" | "RoleBinding" => "rbac.authorization.k8s.io/v1",
+        _ => "v1",
+    };
+    let mut object = json!({"apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name, "namespace": NS, "uid": "5e1f0000-0000-0000-0000-00000000beef",
+                     "resourceVersion": "42", "ownerReferences": owners}});
+    if kind == "Job" {
+        // Someone else's Job that succeeded: its outcome is not the task's.
+        object["status"] = json!({"succeeded": 1,
+            "conditions": [{"type": "Complete", "status": "True"}]});
+    }
+    object
+}
+
+#[tokio::test]
+async fn a_child_whose_name_is_taken_blocks_the_taskrun_and_nothing_is_changed() {
+    for (kind, resource, name) in [
+        ("ServiceAccount", "serviceaccounts", "task-1001"),
+        ("Role", "roles", "task-1001"),
+        ("RoleBinding", "rolebindings", "task-1001"),
+        ("Lease", "leases", "task-1001"),
+        ("ConfigMap", "configmaps", "task-1001-tools"),
+        ("Job", "jobs", "task-1001"),
+    ] {
+        let mut h = Harness::new();
+        let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+        let object = theirs(kind, name, json!(null));
+        h.fake.put(&path(resource, name), object.clone());
+
+        let action = h.reconcile(&tr).await;
+        let writes = h.fake.take_writes();
+
+        // Blocked before any child is applied: theirs is left exactly as it was.
+        assert_eq!(
+            kinds(&writes),
+            ["POST events", "PATCH taskruns/status"],
+            "{kind}"
+        );
+        assert_eq!(h.fake.get(&path(resource, name)), Some(object), "{kind}");
+        assert_eq!(events(&writes), [("Warning".into(), "NameTaken".into())]);
+        let status = written_status(&writes);
+        let (ready, reason, message) = condition(&status, ct::READY);
+        assert_eq!((ready.as_str(), reason.as_str()), ("False", "NameTaken"));
+        let lower = kind.to_lowercase();
+        assert!(
+            message.contains(&format!(
+                "{kind} team-a/{name} exists and is not this TaskRun's"
+            )) && message.contains("rename the TaskRun")
+                && message.contains(&format!("kubectl -n team-a delete {lower} {name}")),
+            "{message}"
+        );
+        assert_eq!(condition(&status, ct::JOB_CREATED).0, "False", "{kind}");
+        assert_eq!(
+            status.phase,
+            Some(Phase::Pending),
+            "not the other Job's outcome"
+        );
+        // It is not watched: looked at again soon.
+        assert_eq!(action, Action::requeue(SECRET_RETRY), "{kind}");
+
+        // Still there: nothing written again.
+        let blocked = h.with_written_status(&tr);
+        h.reconcile(&blocked).await;
+        assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+
+        // Deleted (as the message says): the task starts.
+        h.fake.lock().objects.remove(&path(resource, name));
+        if kind == "Job" {
+            let job: CachedJob =
+                serde_json::from_value(theirs(kind, name, json!(null))).expect("a Job");
+            h.jobs
+                .apply(&watcher::Event::Delete(job), children::job_facts);
+        }
+        h.reconcile(&blocked).await;
+        let writes = h.fake.take_writes();
+        assert!(kinds(&writes).contains(&"PATCH jobs".to_string()), "{kind}");
+        assert_eq!(condition(&written_status(&writes), ct::READY).0, "True");
+        h.sync_caches("task-1001");
+    }
+}
+
+#[tokio::test]
+async fn the_children_of_an_earlier_taskrun_of_the_same_name_are_not_taken_over() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    complete_job(&h, "task-1001", 5);
+    h.sync_caches("task-1001");
+    h.fake.take_writes();
+
+    // Deleted and created again under the same name before the garbage collector removed the
+    // first one's children: they are not the new TaskRun's (nor is their outcome).
+    let mut again = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    again.metadata.uid = Some("0b6a3c9e-1b1e-4c57-9a43-5f1d2d6c2002".into());
+    let action = h.reconcile(&again).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["POST events", "PATCH taskruns/status"]);
+    let status = written_status(&writes);
+    let (_, reason, message) = condition(&status, ct::READY);
+    assert_eq!(reason, "NameTaken");
+    assert!(
+        message.contains("Job team-a/task-1001 exists and is not this TaskRun's")
+            && message.contains("ConfigMap team-a/task-1001-tools exists")
+            && message.contains(
+                "an earlier TaskRun task-1001 (uid 0b6a3c9e-1b1e-4c57-9a43-5f1d2d6c1001)"
+            ),
+        "{message}"
+    );
+    assert_eq!(status.phase, Some(Phase::Pending));
+    assert_eq!(action, Action::requeue(SECRET_RETRY));
+    let owner = &h.fake.get(&path("jobs", "task-1001")).expect("the Job")["metadata"]["ownerReferences"]
+        [0]["uid"];
+    assert_eq!(*owner, json!(tr.metadata.uid), "still the first TaskRun's");
+}
+
+#[tokio::test]
+async fn the_taskruns_own_children_are_not_taken_and_a_settled_task_reads_nothing() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    let tr = h.with_written_status(&tr);
+    h.fake.take_writes();
+    h.fake.take_reads();
+
+    // Nothing changed: no write, and no read either (the caches say the children are its own).
+    h.reconcile(&tr).await;
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+    assert_eq!(h.fake.take_reads(), Vec::<String>::new());
+
+    // The Job of the unfinished task is deleted: it comes back with its identity (its own
+    // ServiceAccount, Role, RoleBinding and Lease are not "taken").
+    let job = h.fake.lock().objects.remove(&path("jobs", "task-1001"));
+    let job: CachedJob = serde_json::from_value(job.expect("the Job")).expect("a Job");
+    h.jobs
+        .apply(&watcher::Event::Delete(job), children::job_facts);
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(
+        kinds(&writes),
+        [
+            "PATCH serviceaccounts",
+            "PATCH roles",
+            "PATCH rolebindings",
+            "PATCH leases",
+            "PATCH jobs",
+            "POST events"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_config_over_the_api_limit_is_a_condition_not_a_retry_loop() {
+    let h = Harness::new();
+    let mut tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    tr.spec.task.prompt = Some("x".repeat(1024 * 1024));
+
+    let action = h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    assert_eq!(kinds(&writes), ["POST events", "PATCH taskruns/status"]);
+    let status = written_status(&writes);
+    let (ready, reason, message) = condition(&status, ct::READY);
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "ConfigTooLarge")
+    );
+    assert!(
+        message.contains("ConfigMap team-a/task-1001-tools would hold")
+            && message.contains("over the API server's limit of 1048576 bytes")
+            && message.contains("task.md: 1048576 bytes (spec.task.prompt)")
+            && message.contains("spec.task.configMapKeyRef"),
+        "{message}"
+    );
+    // Only a change of the TaskRun (or the catalog) can make it fit: no retry.
+    assert_eq!(action, Action::await_change());
+    let tr = h.with_written_status(&tr);
+    assert_eq!(h.reconcile(&tr).await, Action::await_change());
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+}
+
+/// One call the proxy of `task-1001` holds, expiring in five minutes.
+fn held(id: &str) -> Value {
+    let expires = (k8s_openapi::jiff::Timestamp::now()
+        + k8s_openapi::jiff::SignedDuration::from_secs(300))
+    .to_string();
+    json!({"id": id, "server": "everything", "tool": "echo", "arguments": {"message": "\"hi\""},
+           "requestedAt": "2026-01-01T00:00:00Z", "expiresAt": expires})
+}
+
+fn approval_state(tr: &TaskRun, id: &str) -> Option<ApprovalState> {
+    tr.status
+        .as_ref()
+        .and_then(|s| s.approvals.iter().find(|a| a.id == id))
+        .map(|a| a.state)
+}
+
+#[tokio::test]
+async fn approvals_are_merged_while_blocked_and_withdrawn_when_the_task_finishes() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+
+    // add-context names a server the catalog does not have: blocked, the last config in force.
+    let mut blocked = h.with_written_status(&tr);
+    let mut unknown = blocked.spec.tool_config.mcp_servers[0].clone();
+    unknown.name = "no-such-server".into();
+    blocked.spec.tool_config.mcp_servers.push(unknown);
+    blocked.metadata.generation = Some(2);
+    h.reconcile(&blocked).await;
+    h.fake.take_writes();
+
+    // Its proxy still runs and holds a call: listed pending...
+    proxy_holds(&mut h, "task-1001", json!([held("a1b2c3d4")]));
+    let blocked = h.with_written_status(&blocked);
+    h.reconcile(&blocked).await;
+    let blocked = h.with_written_status(&blocked);
+    assert_eq!(
+        approval_state(&blocked, "a1b2c3d4"),
+        Some(ApprovalState::Pending)
+    );
+    assert_eq!(
+        condition(blocked.status.as_ref().expect("status"), ct::READY).1,
+        "UnknownServer"
+    );
+
+    // ...decided, and the verdict reaches the proxy.
+    person_decides(&mut h, "task-1001", "a1b2c3d4", "approve", "alice");
+    h.reconcile(&blocked).await;
+    let writes = h.fake.take_writes();
+    let cm = path("configmaps", &crate::render::config_map_name("task-1001"));
+    let verdict = writes.iter().find(|w| w.path == cm).expect("the verdicts");
+    assert!(
+        verdict.body["data"][VERDICTS_KEY]
+            .as_str()
+            .is_some_and(|v| v.contains("a1b2c3d4")),
+        "{}",
+        verdict.body
+    );
+    let blocked = h.with_written_status(&blocked);
+    assert_eq!(
+        approval_state(&blocked, "a1b2c3d4"),
+        Some(ApprovalState::Approved)
+    );
+    // Looked at again unchanged: nothing to write (the approvals listed are no reason to).
+    h.sync_caches("task-1001");
+    h.reconcile(&blocked).await;
+    assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
+
+    // A second call is held, then the task finishes (still blocked): nobody can decide it any
+    // more, so it is withdrawn.
+    proxy_holds(&mut h, "task-1001", json!([held("e5f6a7b8")]));
+    h.sync_caches("task-1001");
+    h.reconcile(&blocked).await;
+    let blocked = h.with_written_status(&blocked);
+    assert_eq!(
+        approval_state(&blocked, "e5f6a7b8"),
+        Some(ApprovalState::Pending)
+    );
+    complete_job(&h, "task-1001", 1);
+    h.sync_caches("task-1001");
+    h.reconcile(&blocked).await;
+    let writes = h.fake.take_writes();
+    assert!(events(&writes).contains(&("Normal".into(), "ApprovalWithdrawn".into())));
+    let finished = h.with_written_status(&blocked);
+    assert_eq!(
+        finished.status.as_ref().and_then(|s| s.phase),
+        Some(Phase::Succeeded)
+    );
+    assert_eq!(
+        approval_state(&finished, "e5f6a7b8"),
+        Some(ApprovalState::Withdrawn)
+    );
+    assert_eq!(
+        approval_state(&finished, "a1b2c3d4"),
+        Some(ApprovalState::Approved)
+    );
+}
+
+#[tokio::test]
+async fn a_finished_taskrun_with_a_pending_approval_withdraws_it() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    complete_job(&h, "task-1001", 1);
+    h.sync_caches("task-1001");
+    h.reconcile(&h.with_written_status(&tr)).await;
+    h.fake.take_writes();
+
+    // Its outcome is recorded, but a call is still listed pending (an operator that stopped
+    // between the two writes, or an older one): nobody can decide it any more.
+    let mut finished = h.with_written_status(&tr);
+    proxy_holds(&mut h, "task-1001", json!([held("a1b2c3d4")]));
+    let pending: Approval = serde_json::from_value(json!({"id": "a1b2c3d4",
+        "server": "everything", "tool": "echo", "requestedAt": "2026-01-01T00:00:00Z",
+        "expiresAt": held("a1b2c3d4")["expiresAt"], "state": "Pending"}))
+    .expect("an approval");
+    if let Some(status) = finished.status.as_mut() {
+        status.approvals = vec![pending];
+    }
+    h.reconcile(&finished).await;
+    let writes = h.fake.take_writes();
+    let listed = approvals_written(&writes).expect("status.approvals written");
+    assert_eq!(listed[0].state, ApprovalState::Withdrawn);
+    assert_eq!(
+        events(&writes),
+        [("Normal".into(), "ApprovalWithdrawn".into())]
+    );
+    // Its ConfigMap is not written (the pod is done).
+    assert!(!writes.iter().any(|w| w.path.contains("/configmaps/")));
 }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
+use orchestrator_crds::approval::VERDICTS_KEY;
 use orchestrator_crds::proxy::{
     AuditSpec, HttpSpec, PROXY_CONFIG_FILE, PolicySpec, ProxyConfig, ServerSpec, StdioSpec,
     TaskRef, ToolFilter, ToolPrefix,
@@ -13,7 +14,7 @@ use orchestrator_crds::proxy::{
 use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
 
-use super::resolve::Resolved;
+use super::resolve::{Problem, Resolved};
 use super::zone::zone_socket;
 
 /// The agent's MCP client config (Claude Code `--mcp-config`).
@@ -136,6 +137,58 @@ impl Files {
         }
         data
     }
+}
+
+/// The most a ConfigMap may hold: the API server refuses one whose values (`data` and
+/// `binaryData`) add up to more bytes than this (1 MiB; `ValidateConfigMap`).
+pub const MAX_CONFIG_MAP_BYTES: usize = 1024 * 1024;
+
+/// The condition reason.
+pub const CONFIG_TOO_LARGE: &str = "ConfigTooLarge";
+
+/// Why the ConfigMap `ns/name` with values of these sizes (key, bytes) cannot be stored: they add
+/// up to more than [`MAX_CONFIG_MAP_BYTES`], counted as the API server counts them. Says how
+/// large each key is and where it comes from, largest first, and what to change.
+pub fn too_large<'a>(
+    ns: &str,
+    name: &str,
+    values: impl IntoIterator<Item = (&'a str, usize)>,
+) -> Option<Problem> {
+    let mut sizes: Vec<(&str, usize)> = values.into_iter().collect();
+    let total: usize = sizes.iter().map(|(_, n)| n).sum();
+    if total <= MAX_CONFIG_MAP_BYTES {
+        return None;
+    }
+    sizes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let source = |key: &str| match key {
+        TASK_FILE => " (spec.task.prompt)",
+        PROXY_CONFIG_FILE => {
+            " (spec.toolConfig.mcpServers: the servers, their patterns and the catalog's tools)"
+        }
+        SETTINGS_FILE => " (spec.toolConfig.internalTools.permissions)",
+        VERDICTS_KEY => " (the verdicts on held calls)",
+        _ => "",
+    };
+    let keys = sizes
+        .iter()
+        .map(|(key, n)| format!("{key}: {n} bytes{}", source(key)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let fix = match sizes.first().map(|(key, _)| *key) {
+        Some(TASK_FILE) => {
+            "give the task text by reference instead (spec.task.configMapKeyRef or spec.task.secretKeyRef; \
+             spec.task is immutable, so in a new TaskRun)"
+        }
+        Some(SETTINGS_FILE) => "list fewer permission rules",
+        _ => "list fewer servers or patterns",
+    };
+    Some(Problem {
+        reason: CONFIG_TOO_LARGE,
+        message: format!(
+            "ConfigMap {ns}/{name} would hold {total} bytes of data, over the API server's limit of \
+             {MAX_CONFIG_MAP_BYTES} bytes (1 MiB): {keys}; {fix}"
+        ),
+    })
 }
 
 /// The proxy is the agent's only MCP server (used with `--strict-mcp-config`).
