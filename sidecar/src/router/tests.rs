@@ -287,3 +287,22 @@ servers:
     );
     assert!(matches!(r.lookup("fs__delete"), Lookup::Routed(_)));
 }
+
+#[test]
+fn a_config_with_every_tool_revoked_offers_nothing_and_starts_nothing() {
+    let c = config(
+        r#"
+task: {name: t}
+servers:
+  - {name: gh, stdio: {command: x}, tools: {deny: ["**"]}}
+"#,
+    );
+    let r = Router::build(&c, &lists(&[("gh", &["create_issue"])]));
+    assert!(r.tools().is_empty());
+    assert!(matches!(
+        r.lookup("gh__create_issue"),
+        Lookup::Denied { .. }
+    ));
+    let unlisted = Router::build(&c, &HashMap::new());
+    assert!(unlisted.missing_lists().is_empty(), "nothing is startable");
+}
