@@ -5,7 +5,8 @@
 //! - `submit --wait` follows a task to Succeeded (exit 0) or Failed (exit 5);
 //! - `add-context --wait-synced` returns once the operator rendered the change, with the new
 //!   context version, which the ConfigMap and `describe` then show;
-//! - a change the operator refuses ends `--wait-synced` with its reason (exit 5).
+//! - a change the operator refuses ends `--wait-synced` with its reason (exit 5);
+//! - revoking every tool is rendered (an empty tool set), not refused.
 //!
 //! Run: `e2e/cluster up`, then
 //! `cargo test -p orchestrator-cli --test cluster_operator -- --ignored`.
@@ -184,6 +185,52 @@ async fn wait_follows_the_task_and_wait_synced_returns_the_rendered_context() ->
             .any(|l| l.split_whitespace().take(2).eq(["Succeeded", "True"])),
         "conditions table:\n{}",
         out.stdout
+    );
+
+    // Revoking every tool is a change like any other: the operator renders the empty set (it
+    // used to block the TaskRun as NothingEnabled, leaving the broader ConfigMap in force).
+    let out = cli(
+        &ns.name,
+        &[
+            "task",
+            "add-context",
+            "task-1001",
+            "--disable-tools",
+            "memory:*,everything:*",
+            "--wait-synced",
+        ],
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout: {}\nstderr: {}\noperator:\n{}",
+        out.stdout,
+        out.stderr,
+        operator.logs()
+    );
+    assert!(
+        out.stderr.contains("is offered no MCP tool now"),
+        "{}",
+        out.stderr
+    );
+    let cm: ConfigMap = Api::namespaced(client.clone(), &ns.name)
+        .get("task-1001-tools")
+        .await?;
+    let proxy: orchestrator_crds::proxy::ProxyConfig =
+        serde_saphyr::from_str(&cm.data.clone().unwrap_or_default()["proxy.yaml"])?;
+    assert_eq!(i64::try_from(proxy.context_version)?, v1 + 2);
+    assert!(
+        !proxy.servers.is_empty() && proxy.servers.iter().all(|s| !s.enabled),
+        "every server switched off: {:?}",
+        proxy.servers
+    );
+    let tr: TaskRun = Api::namespaced(client.clone(), &ns.name)
+        .get("task-1001")
+        .await?;
+    assert_eq!(
+        tr.status.as_ref().and_then(|s| s.context_version),
+        Some(v1 + 2),
+        "the operator reports the empty set as served context"
     );
     drop(operator);
     ns.delete().await
