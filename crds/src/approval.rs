@@ -9,15 +9,20 @@
 //! ```
 //!
 //! The proxy's Role cannot create ToolApprovals nor write the ConfigMap, so it cannot approve
-//! its own requests. Full arguments never leave the proxy: a request carries only
-//! [`summarize`]'s bounded, redacted summary.
-
-use std::collections::BTreeMap;
+//! its own requests.
+//!
+//! An approval approves one exact call. A request shows every byte the proxy will forward
+//! (`params`, the `tools/call` params with the values of the task's own Secrets masked) and
+//! names the [`CallDigest`] of the unmasked call; a decision names that digest, and the proxy
+//! forwards only the call with it, once. Only the task's own proxy pod may write its Lease (the
+//! chart's admission policy on [`BINDING_UID_ANNOTATION`], which the operator sets).
 
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::policy::sha256_jcs;
 use crate::tools::Risk;
 
 /// The Lease annotation the proxy writes: a JSON array of its pending [`ApprovalRequest`]s.
@@ -35,10 +40,26 @@ pub const MAX_DECIDED: usize = 20;
 pub const DEFAULT_TIMEOUT_SECONDS: u32 = 300;
 /// The longest wait a policy may set.
 pub const MAX_TIMEOUT_SECONDS: u32 = 3600;
-/// The most argument keys a summary lists (then `…` with the count left out).
-pub const MAX_SUMMARY_KEYS: usize = 16;
-/// The most characters of a string argument a summary shows.
-pub const MAX_SUMMARY_CHARS: usize = 64;
+/// The most bytes one request's JSON may take on the Lease (its `params` included): a call
+/// whose arguments would take more to show is refused, never held blind. 16 of them (192 KiB)
+/// fit the 256 KiB all of an object's annotations may hold.
+pub const MAX_REQUEST_BYTES: usize = 12 * 1024;
+/// The most distinct Secret keys one request may list as masked.
+pub const MAX_MASKED: usize = 64;
+/// The length of a request's `maskNonce` (lowercase hex).
+pub const MASK_NONCE_LEN: usize = 6;
+/// The Lease annotation naming the uid of the one pod whose proxy may write the Lease. Written
+/// by the operator only (under [`BINDING_MANAGER`]); the chart's admission policy checks every
+/// other write of the Lease against it.
+pub const BINDING_UID_ANNOTATION: &str = "orchestrator.io/proxy-pod-uid";
+/// The Lease annotation naming that pod (for messages).
+pub const BINDING_POD_ANNOTATION: &str = "orchestrator.io/proxy-pod";
+/// The field manager of the operator's writes of the two binding annotations.
+pub const BINDING_MANAGER: &str = "orchestrator-operator-binding";
+/// The label on a task's Lease that puts it under the admission policy (its objectSelector).
+pub const LEASE_LABEL: &str = "orchestrator.io/proxy-lease";
+/// The version of [`CallDigest`]'s layout.
+pub const CALL_DIGEST_VERSION: u32 = 1;
 /// The longest reason a decision keeps.
 pub const MAX_REASON_CHARS: usize = 512;
 
@@ -86,8 +107,51 @@ fn glob_matches(pattern: &str, name: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// A call the proxy holds, as it tells the operator (on its Lease). Bounded: ids and names
-/// are short, the summary is [`summarize`]'s.
+/// The exact call a held request stands for: what its digest covers. The digest
+/// ([`CallDigest::digest`], [`sha256_jcs`]) is what a decision names; the id is part of it, so
+/// each digest names one call, once.
+#[derive(Serialize, Clone, Copy, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct CallDigest<'a> {
+    /// [`CALL_DIGEST_VERSION`].
+    pub v: u32,
+    pub namespace: &'a str,
+    pub task_run: &'a str,
+    pub id: &'a str,
+    pub server: &'a str,
+    /// The hash of the tool's definition the call was held against (`sha256:…`).
+    pub definition: &'a str,
+    /// The task's context version (its policy) when the call was held.
+    pub context_version: u64,
+    /// The unmasked `tools/call` params the proxy will send upstream: `name` (the upstream
+    /// tool's name) and, when present, `arguments`, `_meta` (without the trace context the
+    /// proxy replaces), `requestState` and `inputResponses`.
+    pub params: &'a Value,
+}
+
+impl CallDigest<'_> {
+    /// `sha256:` and 64 hex digits over every part (RFC 8785 canonical JSON).
+    pub fn digest(&self) -> String {
+        sha256_jcs(self)
+    }
+}
+
+/// A Secret key whose value a request's `params` shows masked, as
+/// `<secret:SECRET/KEY:NONCE>` (NONCE is the request's `maskNonce`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaskedSecret {
+    #[schemars(length(max = 253))]
+    pub secret: String,
+    #[schemars(length(max = 253))]
+    pub key: String,
+    /// How many times its value was masked.
+    pub count: u32,
+}
+
+/// A call the proxy holds, as it tells the operator (on its Lease): every byte it will forward,
+/// with the task's Secret values masked, and the digest of the unmasked call. At most
+/// [`MAX_REQUEST_BYTES`] of JSON.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRequest {
@@ -95,9 +159,23 @@ pub struct ApprovalRequest {
     pub id: String,
     pub server: String,
     pub tool: String,
-    /// The arguments' top-level keys with a bounded, redacted view of each value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub arguments: BTreeMap<String, String>,
+    /// The [`CallDigest`] of the unmasked call: what a decision must name.
+    pub digest: String,
+    /// The hash of the tool's definition the call was held against.
+    pub definition: String,
+    /// The task's context version when the call was held.
+    pub context_version: u64,
+    /// The `tools/call` params the proxy will forward, as compact JSON, byte for byte, except
+    /// that each value of the task's Secrets is replaced by `<secret:SECRET/KEY:NONCE>`.
+    pub params: String,
+    /// The length of the unmasked params' JSON.
+    pub params_bytes: u32,
+    /// The Secret keys masked in `params`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked: Vec<MaskedSecret>,
+    /// Random per request: only placeholders carrying it are masks (a literal the agent typed
+    /// cannot pose as one).
+    pub mask_nonce: String,
     /// RFC 3339.
     pub requested_at: String,
     /// RFC 3339: past it the proxy refuses the call.
@@ -122,6 +200,10 @@ pub struct Verdict {
     pub decided_by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The digest of the call decided: the proxy forwards only the held call with this digest
+    /// (an empty one matches none).
+    #[serde(default)]
+    pub digest: String,
 }
 
 /// Where an approval stands.
@@ -154,9 +236,23 @@ pub struct Approval {
     pub id: String,
     pub server: String,
     pub tool: String,
-    /// The arguments' top-level keys with a bounded, redacted view of each value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub arguments: BTreeMap<String, String>,
+    /// The [`CallDigest`] of the call (empty on entries written before digests).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub definition: String,
+    #[serde(default)]
+    pub context_version: u64,
+    /// Every byte the proxy will forward, Secret values masked ([`ApprovalRequest::params`]);
+    /// kept while Pending only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<String>,
+    #[serde(default)]
+    pub params_bytes: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked: Vec<MaskedSecret>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mask_nonce: String,
     pub requested_at: String,
     pub expires_at: String,
     pub state: ApprovalState,
@@ -201,6 +297,10 @@ pub struct ToolApprovalSpec {
     /// The request's id (`orchestrator-cli task approvals TASK`).
     #[schemars(length(min = 1, max = 64))]
     pub id: String,
+    /// The digest of the call decided, as the request shows it (`task approvals TASK --show
+    /// ID`): the proxy forwards only the call with this digest.
+    #[schemars(pattern(r"^sha256:[0-9a-f]{64}$"))]
+    pub digest: String,
     pub decision: Decision,
     /// Why; shown to the agent on a rejection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,104 +316,9 @@ pub fn object_name(task_run: &str, id: &str) -> String {
     format!("{task_run}-{id}")
 }
 
-/// A bounded view of a call's arguments for a person deciding it: each top-level key (at most
-/// [`MAX_SUMMARY_KEYS`]) with its value's shape. Strings are clipped to [`MAX_SUMMARY_CHARS`]
-/// characters, and shown as `<redacted>` when the key sounds secret or the value looks like a
-/// credential; objects and arrays show only their size.
-pub fn summarize(
-    arguments: Option<&serde_json::Map<String, serde_json::Value>>,
-) -> BTreeMap<String, String> {
-    use serde_json::Value;
-    let mut out = BTreeMap::new();
-    let Some(arguments) = arguments else {
-        return out;
-    };
-    for (full_key, value) in arguments.iter().take(MAX_SUMMARY_KEYS) {
-        let key = clip(full_key, MAX_SUMMARY_CHARS);
-        let shown = match value {
-            _ if secret_key(full_key) => "<redacted>".to_string(),
-            Value::String(s) if looks_like_credential(s) => "<redacted>".to_string(),
-            Value::String(s) if s.chars().count() > MAX_SUMMARY_CHARS => format!(
-                "{:?}… ({} chars)",
-                clip(s, MAX_SUMMARY_CHARS),
-                s.chars().count()
-            ),
-            Value::String(s) => format!("{s:?}"),
-            Value::Array(a) => format!("array of {}", a.len()),
-            Value::Object(o) => format!("object with {} keys", o.len()),
-            other => other.to_string(),
-        };
-        out.insert(key, shown);
-    }
-    if arguments.len() > MAX_SUMMARY_KEYS {
-        out.insert(
-            "…".to_string(),
-            format!("{} more keys", arguments.len() - MAX_SUMMARY_KEYS),
-        );
-    }
-    out
-}
-
 /// The first `max` characters of `s`.
 pub fn clip(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
-}
-
-fn secret_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    [
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "key",
-        "authorization",
-        "credential",
-        "cookie",
-    ]
-    .iter()
-    .any(|word| key.contains(word))
-}
-
-/// A value holding something shaped like a credential anywhere in it: a known token prefix, a
-/// long unbroken run of letters, digits and `-_+/=.` (an API key, a JWT, base64 of a secret), or
-/// a secret-sounding name followed by `=` or `:` (`PGPASSWORD=...`, `"api_key": "..."`). The value
-/// is cut into runs at every other character, so quotes, `@`, `:` and spaces hide nothing.
-fn looks_like_credential(value: &str) -> bool {
-    const PREFIXES: [&str; 8] = [
-        "sk-",
-        "ghp_",
-        "gho_",
-        "ghs_",
-        "github_pat_",
-        "xox",
-        "AKIA",
-        "eyJ",
-    ];
-    let credential_char = |c: char| c.is_ascii_alphanumeric() || "-_+/=.".contains(c);
-    let run_is_secret = |run: &str| {
-        PREFIXES.iter().any(|p| run.starts_with(p))
-            || (run.len() >= 32
-                && run.chars().any(|c| c.is_ascii_digit())
-                && run.chars().any(|c| c.is_ascii_alphabetic()))
-    };
-    if value
-        .split(|c: char| !credential_char(c))
-        .any(run_is_secret)
-    {
-        return true;
-    }
-    // A secret-sounding name with a value after it.
-    let lower = value.to_ascii_lowercase();
-    lower.match_indices(['=', ':']).any(|(at, _)| {
-        let name: String = lower[..at]
-            .trim_end_matches(['"', '\'', ' '])
-            .chars()
-            .rev()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-            .collect();
-        secret_key(&name.chars().rev().collect::<String>())
-    })
 }
 
 #[cfg(test)]
@@ -337,62 +342,93 @@ mod tests {
         assert_eq!(policy.timeout_seconds(), DEFAULT_TIMEOUT_SECONDS);
     }
 
-    #[test]
-    fn a_summary_shows_shapes_and_clips_and_redacts_what_looks_secret() {
-        let long = "x ".repeat(100);
-        let args = json!({
-            "path": "/workspace/a.txt",
-            "content": long,
-            "api_token": "hunter2",
-            "header": "ghp_abcdefabcdefabcdefabcdefabcdef123456",
-            "blob": "QWxhZGRpbjpvcGVuIHNlc2FtZQ0123456789abcdefXYZ",
-            "items": [1, 2, 3],
-            "options": {"a": 1},
-            "force": true,
-        });
-        let summary = summarize(args.as_object());
-        assert_eq!(summary["path"], "\"/workspace/a.txt\"");
-        assert!(
-            summary["content"].ends_with("(200 chars)"),
-            "{}",
-            summary["content"]
-        );
-        assert_eq!(summary["api_token"], "<redacted>");
-        assert_eq!(summary["header"], "<redacted>");
-        assert_eq!(summary["blob"], "<redacted>");
-        assert_eq!(summary["items"], "array of 3");
-        assert_eq!(summary["options"], "object with 1 keys");
-        assert_eq!(summary["force"], "true");
-        let text = serde_json::to_string(&summary).unwrap_or_default();
-        assert!(!text.contains("hunter2") && !text.contains("ghp_abc"));
+    /// The fixed vector the operator's and the sidecar's tests assert too.
+    pub(crate) fn vector_params() -> serde_json::Value {
+        json!({"name": "echo", "arguments": {"message": "B: rm -rf /", "n": 12345678901234i64}})
     }
 
-    #[test]
-    fn credentials_inside_longer_text_are_redacted_too() {
-        let args = json!({
-            "command": "curl -H \"Authorization: Bearer ghp_abcdefabcdefabcdef\" https://x",
-            "url": "https://x-access-token:ghs_abcdefabcdef@github.com/o/r.git",
-            "body": "{\"api_key\":\"k123\"}",
-            "env": "PGPASSWORD=hunter2 psql",
-            "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx_token": "t0k3n",
-            "note": "keep the build green",
-        });
-        let summary = summarize(args.as_object());
-        for key in ["command", "url", "body", "env"] {
-            assert_eq!(summary[key], "<redacted>", "{key}: {}", summary[key]);
+    pub(crate) const VECTOR: &str =
+        "sha256:e1afe37203b00ff1c6bc666d39c20ba74fdf32752e80297c55f90aad034133a3";
+
+    fn vector<'a>(params: &'a serde_json::Value) -> CallDigest<'a> {
+        CallDigest {
+            v: CALL_DIGEST_VERSION,
+            namespace: "team-a",
+            task_run: "held",
+            id: "0a1b2c3d",
+            server: "everything",
+            definition: "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+            context_version: 3,
+            params,
         }
-        assert!(
-            summary.values().filter(|v| *v == "<redacted>").count() == 5,
-            "{summary:?}"
-        );
-        assert_eq!(summary["note"], "\"keep the build green\"");
     }
 
     #[test]
-    fn a_summary_of_many_keys_is_bounded() {
-        let args: serde_json::Map<_, _> = (0..40).map(|i| (format!("k{i:02}"), json!(i))).collect();
-        let summary = summarize(Some(&args));
-        assert_eq!(summary.len(), MAX_SUMMARY_KEYS + 1);
-        assert_eq!(summary["…"], "24 more keys");
+    fn call_digest_is_jcs_sha256_over_every_part() {
+        let params = vector_params();
+        let base = vector(&params);
+        assert_eq!(base.digest(), VECTOR);
+        // Key order does not matter.
+        let reordered: serde_json::Value = serde_json::from_str(
+            r#"{"arguments": {"n": 12345678901234, "message": "B: rm -rf /"}, "name": "echo"}"#,
+        )
+        .unwrap_or_default();
+        assert_eq!(vector(&reordered).digest(), VECTOR);
+        // Every part counts.
+        let other_args =
+            json!({"name": "echo", "arguments": {"message": "A: hello", "n": 12345678901234i64}});
+        let empty_args = json!({"name": "echo", "arguments": {}});
+        let no_args = json!({"name": "echo"});
+        let with_meta = json!({"name": "echo", "arguments": {"message": "B: rm -rf /", "n": 12345678901234i64}, "_meta": {"x": 1}});
+        let other_name = json!({"name": "echo2", "arguments": {"message": "B: rm -rf /", "n": 12345678901234i64}});
+        let variants = [
+            CallDigest {
+                id: "0a1b2c3e",
+                ..base
+            },
+            CallDigest {
+                server: "other",
+                ..base
+            },
+            CallDigest {
+                namespace: "team-b",
+                ..base
+            },
+            CallDigest {
+                task_run: "held2",
+                ..base
+            },
+            CallDigest {
+                definition: "sha256:2222222222222222222222222222222222222222222222222222222222222222",
+                ..base
+            },
+            CallDigest {
+                context_version: 4,
+                ..base
+            },
+            CallDigest { v: 2, ..base },
+            CallDigest {
+                params: &other_args,
+                ..base
+            },
+            CallDigest {
+                params: &with_meta,
+                ..base
+            },
+            CallDigest {
+                params: &other_name,
+                ..base
+            },
+        ];
+        let mut seen = std::collections::BTreeSet::from([VECTOR.to_string()]);
+        for d in variants {
+            assert!(seen.insert(d.digest()), "{d:?} hashes like another");
+        }
+        assert_ne!(
+            vector(&empty_args).digest(),
+            vector(&no_args).digest(),
+            "arguments: {{}} and absent differ"
+        );
+        assert!(crate::policy::is_pin(&base.digest()));
     }
 }

@@ -200,21 +200,28 @@ impl<S: Serialize, A: Serialize> Definition<'_, S, A> {
     /// input schema and annotations: the same for the same definition whatever the key order,
     /// different when any of them changes. What `pins` and `catalog pin` hold.
     pub fn hash(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut hasher = Sha256::new();
-        if let Err(e) = serde_json_canonicalizer::to_writer(self, &mut hasher) {
-            // Only a non-finite number could fail, which JSON cannot carry: hash its message
-            // so the value stays a hash and still differs from any good definition.
-            hasher.update(e.to_string().as_bytes());
-        }
-        let digest = hasher.finalize();
-        let mut out = String::with_capacity(PIN_PREFIX.len() + 64);
-        out.push_str(PIN_PREFIX);
-        for b in digest {
-            out.push_str(&format!("{b:02x}"));
-        }
-        out
+        sha256_jcs(self)
     }
+}
+
+/// `sha256:` and the SHA-256 of the RFC 8785 (JCS) canonical JSON of `value`: the same for the
+/// same value whatever its key order, different when any part changes. Tool pins
+/// ([`Definition::hash`]) and approval digests (`approval::CallDigest`) are made with it.
+pub fn sha256_jcs(value: &impl Serialize) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    if let Err(e) = serde_json_canonicalizer::to_writer(value, &mut hasher) {
+        // Only a non-finite number could fail, which JSON cannot carry: hash its message
+        // so the value stays a hash and still differs from any good value.
+        hasher.update(e.to_string().as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut out = String::with_capacity(PIN_PREFIX.len() + 64);
+    out.push_str(PIN_PREFIX);
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
 }
 
 #[cfg(test)]
