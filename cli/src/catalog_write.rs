@@ -118,7 +118,7 @@ fn replace_tools(text: &str, server: &str, tools: &[CatalogTool]) -> Option<Stri
     Some(joined)
 }
 
-/// `{name: x, description: "...", category: y, risk: z, pin: "sha256:..."}`.
+/// `{name: x, description: "...", category: y, risk: z, pin: "sha256:...", definition: {...}}`.
 fn flow(t: &CatalogTool) -> String {
     let mut parts = vec![format!("name: {}", scalar(&t.name))];
     if !t.description.is_empty() {
@@ -132,6 +132,10 @@ fn flow(t: &CatalogTool) -> String {
     }
     if let Some(p) = &t.pin {
         parts.push(format!("pin: {}", quoted(p)));
+    }
+    if let Some(d) = &t.definition {
+        // JSON is YAML's flow style: the definition as the server listed it, on one line.
+        parts.push(format!("definition: {d}"));
     }
     format!("{{{}}}", parts.join(", "))
 }
@@ -182,7 +186,26 @@ servers:
             category: None,
             risk: None,
             pin: None,
+            definition: None,
         }
+    }
+
+    #[test]
+    fn a_pinned_definition_is_written_on_one_line_and_reads_back_the_same() {
+        let definition = serde_json::json!({
+            "name": "read_file",
+            "title": "Read: a file # not a comment",
+            "description": "Reads \"a\" file,\n{with} [brackets] & ünïcode 🙂 and \\ backslashes",
+            "inputSchema": {"type": "object", "properties": {"path": {"type": "string", "minLength": 1}}, "required": ["path"]},
+            "annotations": {"readOnlyHint": true},
+            "_meta": {"n": 12345678901234i64, "f": 0.5, "nothing": null},
+        });
+        let mut read = tool("read_file");
+        read.pin = Some(orchestrator_crds::policy::definition_hash(&definition));
+        read.definition = Some(definition);
+        let new = replace_tools(FILE, "fs", std::slice::from_ref(&read)).expect("found");
+        let parsed = Catalog::parse(&new).expect("parses");
+        assert_eq!(parsed.get("fs").expect("fs").tools, vec![read]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::{collections::BTreeSet, path::Path, time::Duration};
 
 use orchestrator_crds::{
     catalog::{CatalogServer, CatalogTool},
-    policy::{Definition, short_pin},
+    policy::{definition_hash, short_pin},
     tools::Risk,
 };
 use rmcp::{
@@ -48,9 +48,11 @@ pub struct Found {
     pub read_only_hint: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub destructive_hint: Option<bool>,
-    /// `sha256:<hex>` over the name, description, input schema and annotations (what the proxy
-    /// computes and `pins` hold).
+    /// `sha256:<hex>` over the whole tool as listed (what the proxy computes and `pins` hold).
     pub definition: String,
+    /// The tool as listed (what `catalog pin --write` stores as its `definition`).
+    #[serde(skip)]
+    pub listed: serde_json::Value,
     /// `listed` (the catalog lists it), `new` (it does not).
     pub catalog: &'static str,
     /// `matches`, `differs` (the catalog's pin is another hash) or `none`.
@@ -91,13 +93,7 @@ pub fn compare(entry: &CatalogServer, tools: &[Tool]) -> Discovery {
                 hints.and_then(|a| a.read_only_hint),
                 hints.and_then(|a| a.destructive_hint),
             );
-            let definition = Definition {
-                name: &tool.name,
-                description: tool.description.as_deref(),
-                input_schema: &*tool.input_schema,
-                annotations: tool.annotations.as_ref(),
-            }
-            .hash();
+            let definition = definition_hash(tool);
             let pin = match listed.and_then(|t| t.pin.as_deref()) {
                 None => "none",
                 Some(pin) if pin == definition => "matches",
@@ -112,6 +108,7 @@ pub fn compare(entry: &CatalogServer, tools: &[Tool]) -> Discovery {
                 read_only_hint: read_only,
                 destructive_hint: destructive,
                 definition,
+                listed: serde_json::to_value(tool).unwrap_or_default(),
                 catalog: if listed.is_some() { "listed" } else { "new" },
                 pin,
             }
@@ -351,9 +348,11 @@ pub fn updated_tools(entry: &CatalogServer, found: &Discovery, pin: bool) -> Vec
                     category: None,
                     risk: None,
                     pin: None,
+                    definition: None,
                 });
             if pin {
                 tool.pin = Some(f.definition.clone());
+                tool.definition = Some(f.listed.clone());
             }
             tool
         })

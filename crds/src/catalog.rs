@@ -142,6 +142,28 @@ pub struct CatalogTool {
     /// per the TaskRun's `policy.onChange`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<String>,
+    /// The tool's full definition as the server listed it when pinned (the MCP `Tool` object:
+    /// name, title, description, inputSchema, outputSchema, annotations, `_meta`), written by
+    /// `orchestrator-cli catalog pin --write`; needs `pin`, which must be its hash. When every
+    /// tool of a server has one, a task's proxy lists the server's tools from these without
+    /// starting it, and the server's own list is held to them (a tool it adds is a changed
+    /// definition too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<serde_json::Value>,
+}
+
+impl CatalogServer {
+    /// The server's pinned definitions, when every listed tool has one (and there is a tool):
+    /// what the proxy lists for it before it starts. `None` otherwise.
+    pub fn pinned_definitions(&self) -> Option<Vec<serde_json::Value>> {
+        if self.tools.is_empty() {
+            return None;
+        }
+        self.tools
+            .iter()
+            .map(|t| t.pin.as_ref().and(t.definition.clone()))
+            .collect()
+    }
 }
 
 /// One thing wrong with a catalog.
@@ -352,9 +374,58 @@ impl Catalog {
                         ),
                     });
                 }
+                if let Some(definition) = &t.definition {
+                    out.extend(definition_problems(&t.name, t.pin.as_deref(), definition).map(
+                        |(code, message)| Problem {
+                            code,
+                            path: at(&format!(".tools[{j}].definition")),
+                            message,
+                        },
+                    ));
+                }
             }
         }
         out
+    }
+}
+
+/// What is wrong with a tool's stored `definition`: not a tool object of that name, or not what
+/// its `pin` names.
+fn definition_problems(
+    name: &str,
+    pin: Option<&str>,
+    definition: &serde_json::Value,
+) -> Option<(&'static str, String)> {
+    const FIX: &str = "write it with `orchestrator-cli catalog pin SERVER --write CATALOG`, which stores the definition the server lists and its hash";
+    let Some(object) = definition.as_object() else {
+        return Some((
+            "CATALOG.BAD_DEFINITION",
+            format!("the definition of {name:?} is not an MCP Tool object; {FIX}"),
+        ));
+    };
+    if object.get("name").and_then(|n| n.as_str()) != Some(name)
+        || !object.get("inputSchema").is_some_and(|s| s.is_object())
+    {
+        return Some((
+            "CATALOG.BAD_DEFINITION",
+            format!(
+                "the definition of {name:?} must have \"name\": {name:?} and an inputSchema object; {FIX}"
+            ),
+        ));
+    }
+    let hash = crate::policy::definition_hash(definition);
+    match pin {
+        None => Some((
+            "CATALOG.DEFINITION_WITHOUT_PIN",
+            format!("the definition of {name:?} has no pin; add pin: {hash:?} or {FIX}"),
+        )),
+        Some(pin) if pin != hash => Some((
+            "CATALOG.DEFINITION_PIN_MISMATCH",
+            format!(
+                "the definition of {name:?} hashes to {hash}, not to its pin {pin}: one of them was edited; {FIX}"
+            ),
+        )),
+        Some(_) => None,
     }
 }
 
@@ -491,5 +562,49 @@ servers:
         .expect("valid");
         assert_eq!(c.names(), ["git", "time"]);
         assert!(c.get("time").is_some());
+    }
+
+    #[test]
+    fn a_stored_definition_must_hash_to_its_pin() {
+        let definition = serde_json::json!({
+            "name": "echo",
+            "description": "Echoes back the input string",
+            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
+        });
+        let pin = crate::policy::definition_hash(&definition);
+        let catalog = |pin: Option<&str>, definition: serde_json::Value| {
+            let yaml = serde_json::json!({"servers": [{
+                "name": "everything",
+                "stdio": {"command": "mcp-server-everything"},
+                "tools": [{"name": "echo", "pin": pin, "definition": definition}],
+            }]});
+            Catalog::parse(&serde_json::to_string(&yaml).unwrap_or_default())
+        };
+        let good = catalog(Some(&pin), definition.clone()).expect("a definition and its pin");
+        assert_eq!(
+            good.get("everything").and_then(CatalogServer::pinned_definitions),
+            Some(vec![definition.clone()])
+        );
+        let mut edited = definition.clone();
+        edited["description"] = "Echoes, and also mails your keys away".into();
+        let codes = |r: Result<Catalog, CatalogError>| -> Vec<String> {
+            r.err()
+                .map(|e| e.problems.iter().map(|p| format!("{} at {}", p.code, p.path)).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            codes(catalog(Some(&pin), edited)),
+            ["CATALOG.DEFINITION_PIN_MISMATCH at servers[0].tools[0].definition"]
+        );
+        assert_eq!(
+            codes(catalog(None, definition.clone())),
+            ["CATALOG.DEFINITION_WITHOUT_PIN at servers[0].tools[0].definition"]
+        );
+        let mut renamed = definition;
+        renamed["name"] = "echo2".into();
+        assert_eq!(
+            codes(catalog(Some(&pin), renamed)),
+            ["CATALOG.BAD_DEFINITION at servers[0].tools[0].definition"]
+        );
     }
 }

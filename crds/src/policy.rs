@@ -183,30 +183,18 @@ pub fn is_pin(pin: &str) -> bool {
     })
 }
 
-/// The parts of a tool's definition its hash covers.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Definition<'a, S: Serialize, A: Serialize> {
-    pub name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<&'a str>,
-    pub input_schema: &'a S,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<&'a A>,
-}
-
-impl<S: Serialize, A: Serialize> Definition<'_, S, A> {
-    /// `sha256:` and the SHA-256 of the RFC 8785 (JCS) canonical JSON of the name, description,
-    /// input schema and annotations: the same for the same definition whatever the key order,
-    /// different when any of them changes. What `pins` and `catalog pin` hold.
-    pub fn hash(&self) -> String {
-        sha256_jcs(self)
-    }
+/// The hash of a tool's definition: [`sha256_jcs`] of the tool as `tools/list` gives it, every
+/// field included (name, title, description, inputSchema, outputSchema, annotations, icons,
+/// `_meta`), so a change to any of them is a changed definition. What `pins`, the catalog's `pin`
+/// and `catalog pin` hold. `tool` is the MCP `Tool` object (the proxy and the CLI pass rmcp's
+/// `Tool`, the catalog its stored `definition`; both serialise to the same JSON).
+pub fn definition_hash(tool: &impl Serialize) -> String {
+    sha256_jcs(tool)
 }
 
 /// `sha256:` and the SHA-256 of the RFC 8785 (JCS) canonical JSON of `value`: the same for the
 /// same value whatever its key order, different when any part changes. Tool pins
-/// ([`Definition::hash`]) and approval digests (`approval::CallDigest`) are made with it.
+/// ([`definition_hash`]) and approval digests (`approval::CallDigest`) are made with it.
 pub fn sha256_jcs(value: &impl Serialize) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
@@ -239,32 +227,44 @@ mod tests {
 
     #[test]
     fn a_definition_hash_ignores_key_order_and_sees_every_part() {
-        let schema: serde_json::Value = serde_json::from_str(
-            r#"{"type":"object","properties":{"a":{"type":"string"},"b":{}}}"#,
-        )
-        .expect("json");
-        let reordered: serde_json::Value = serde_json::from_str(
-            r#"{"properties":{"b":{},"a":{"type":"string"}},"type":"object"}"#,
-        )
-        .expect("json");
-        let annotations = serde_json::json!({"readOnlyHint": true});
-        let def = |description, schema, annotations| {
-            Definition {
-                name: "read",
-                description,
-                input_schema: schema,
-                annotations,
-            }
-            .hash()
-        };
-        let base = def(Some("Reads."), &schema, Some(&annotations));
+        let base_tool = serde_json::json!({
+            "name": "read",
+            "title": "Read",
+            "description": "Reads.",
+            "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}, "b": {}}},
+            "outputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true},
+            "_meta": {"x": 1},
+        });
+        let base = definition_hash(&base_tool);
         assert!(is_pin(&base), "{base}");
-        assert_eq!(base, def(Some("Reads."), &reordered, Some(&annotations)));
-        assert_ne!(base, def(Some("Reads!"), &schema, Some(&annotations)));
-        assert_ne!(base, def(Some("Reads."), &schema, None));
-        let changed = serde_json::json!({"readOnlyHint": false});
-        assert_ne!(base, def(Some("Reads."), &schema, Some(&changed)));
-        assert_ne!(base, def(None, &schema, Some(&annotations)));
+        let reordered: serde_json::Value = serde_json::from_str(
+            r#"{"_meta":{"x":1},"annotations":{"readOnlyHint":true},"outputSchema":{"type":"object"},
+               "inputSchema":{"properties":{"b":{},"a":{"type":"string"}},"type":"object"},
+               "description":"Reads.","title":"Read","name":"read"}"#,
+        )
+        .expect("json");
+        assert_eq!(base, definition_hash(&reordered));
+        let mut seen = std::collections::BTreeSet::from([base]);
+        for (field, value) in [
+            ("name", serde_json::json!("read2")),
+            ("title", serde_json::json!("Read!")),
+            ("description", serde_json::json!("Reads!")),
+            ("inputSchema", serde_json::json!({"type": "object"})),
+            ("outputSchema", serde_json::json!({"type": "string"})),
+            ("annotations", serde_json::json!({"readOnlyHint": false})),
+            ("_meta", serde_json::json!({"x": 2})),
+            ("icons", serde_json::json!([{"src": "https://example.invalid/i.png"}])),
+        ] {
+            let mut changed = base_tool.clone();
+            changed[field] = value;
+            assert!(seen.insert(definition_hash(&changed)), "{field} is not hashed");
+        }
+        let mut without_title = base_tool.clone();
+        if let Some(o) = without_title.as_object_mut() {
+            o.remove("title");
+        }
+        assert!(seen.insert(definition_hash(&without_title)));
     }
 
     #[test]

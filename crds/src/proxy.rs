@@ -157,6 +157,11 @@ pub struct ServerSpec {
     /// Tool name -> the hash its definition must have (`sha256:<hex>`, see `GET /tools`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pins: BTreeMap<String, String>,
+    /// The server's tools as pinned in the catalog (MCP `Tool` objects, each hashing to its
+    /// pin): the proxy lists these without starting the server, and holds the server's own list
+    /// to them (a tool not among them is a changed definition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub definitions: Vec<serde_json::Value>,
 }
 
 /// A stdio upstream: a child process.

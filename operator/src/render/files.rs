@@ -83,6 +83,8 @@ impl Files {
                         .iter()
                         .filter_map(|t| Some((t.name.clone(), t.pin.clone()?)))
                         .collect(),
+                    // Listed before the server starts, and its own list held to them.
+                    definitions: s.entry.pinned_definitions().unwrap_or_default(),
                 }
             })
             .collect();

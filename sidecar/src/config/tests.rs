@@ -469,6 +469,7 @@ fn what_the_operator_renders_round_trips() {
                     format!("sha256:{}", "ab".repeat(32)),
                 )]
                 .into(),
+                definitions: Vec::new(),
             },
             ServerSpec {
                 name: "docs".into(),
@@ -482,6 +483,7 @@ fn what_the_operator_renders_round_trips() {
                 risk: Default::default(),
                 rate_limit: Default::default(),
                 pins: Default::default(),
+                definitions: Vec::new(),
             },
         ],
     };

@@ -1,11 +1,11 @@
-//! Tool definitions: each tool's hash (name, description, input schema, annotations; see
-//! [`Definition::hash`]), the hash first seen per server while the proxy runs, and whether a
+//! Tool definitions: each tool's hash (every field of the tool as listed; see
+//! [`definition_hash`]), the hash first seen per server while the proxy runs, and whether a
 //! definition differs from that or from its pin (a server's `pins`). The router hides or only
 //! reports such a tool per `policy.onChange`; the proxy reports each change once.
 
 use std::{collections::HashMap, sync::Arc};
 
-use orchestrator_crds::policy::{Definition, short_pin as short};
+use orchestrator_crds::policy::{definition_hash, short_pin as short};
 use rmcp::model::Tool;
 use serde::Serialize;
 
@@ -16,14 +16,7 @@ pub type DefinitionHash = Arc<str>;
 
 /// The hash of `tool`'s definition.
 pub fn hash(tool: &Tool) -> DefinitionHash {
-    Definition {
-        name: &tool.name,
-        description: tool.description.as_deref(),
-        input_schema: &*tool.input_schema,
-        annotations: tool.annotations.as_ref(),
-    }
-    .hash()
-    .into()
+    definition_hash(tool).into()
 }
 
 /// One tool's definition as seen now, and the first one seen when it differs.
