@@ -78,6 +78,9 @@ pub struct Server {
     pub rate_limit: RateLimits,
     /// Tool name -> the definition hash it must have (`sha256:<hex>`).
     pub pins: BTreeMap<String, String>,
+    /// The server's tools as pinned in the catalog (each hashes to its pin): listed before the
+    /// server has run, so `tools/list` starts nothing. `None` when the config has none.
+    pub definitions: Option<Arc<Vec<rmcp::model::Tool>>>,
     /// Hash of the transport spec: equal hashes mean "the same server process would be started".
     /// Keys the on-disk tool-list cache and decides whether a reload keeps a running upstream.
     pub spec_hash: SpecHash,

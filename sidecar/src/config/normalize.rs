@@ -337,6 +337,7 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
         ));
     }
     check_policy(spec, at, problems);
+    let definitions = definitions(spec, at, problems);
     let after = problems.iter().filter(|p| p.is_error()).count();
     if after > before {
         return None;
@@ -350,8 +351,58 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
         risk: spec.risk.clone(),
         rate_limit: spec.rate_limit.clone(),
         pins: spec.pins.clone(),
+        definitions,
         spec_hash,
     })
+}
+
+/// A server's pinned definitions (`definitions`): MCP tools, one per name, each hashing to its
+/// pin. One that does not is refused with the config: a definition the proxy would list must be
+/// the one approved.
+fn definitions(
+    spec: &ServerSpec,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Arc<Vec<rmcp::model::Tool>>> {
+    if spec.definitions.is_empty() {
+        return None;
+    }
+    let mut names = std::collections::BTreeSet::new();
+    let mut tools = Vec::with_capacity(spec.definitions.len());
+    for (i, value) in spec.definitions.iter().enumerate() {
+        let path = format!("{at}.definitions[{i}]");
+        let tool = match serde_json::from_value::<rmcp::model::Tool>(value.clone()) {
+            Ok(tool) => tool,
+            Err(e) => {
+                problems.push(Problem::new(
+                    Code::BadValue,
+                    path,
+                    format!("not an MCP tool definition ({e}); write definitions with `orchestrator-cli catalog pin --write`"),
+                ));
+                continue;
+            }
+        };
+        let hash = orchestrator_crds::policy::definition_hash(&tool);
+        let problem = match spec.pins.get(tool.name.as_ref()) {
+            _ if !names.insert(tool.name.to_string()) => {
+                Some(format!("{:?} is defined more than once", tool.name))
+            }
+            None => Some(format!(
+                "{:?} has a definition but no pin; pins.{:?} must be its hash {hash}",
+                tool.name, tool.name
+            )),
+            Some(pin) if *pin != hash => Some(format!(
+                "the definition of {:?} hashes to {hash}, not to its pin {pin}; one of them was edited (`orchestrator-cli catalog pin --write` writes both)",
+                tool.name
+            )),
+            Some(_) => None,
+        };
+        match problem {
+            Some(message) => problems.push(Problem::new(Code::BadValue, path, message)),
+            None => tools.push(tool),
+        }
+    }
+    Some(Arc::new(tools))
 }
 
 /// A server's rate limits and pins: a burst needs a rate, tool names, the hash format.

@@ -104,7 +104,8 @@ impl Pool {
 
     /// Tool lists known for the startable servers of `config` in `revision`: from memory, else
     /// from the disk cache (which is how a restarted proxy answers without starting anything),
-    /// else the other revision's, borrowed until this revision's is known.
+    /// else the definitions pinned in the catalog (how a pod's first proxy does), else the
+    /// other revision's, borrowed until this revision's is known.
     pub fn known_lists(&self, config: &Config, revision: Revision) -> KnownLists {
         let mut out = KnownLists::default();
         let mut lists = lock(&self.lists);
@@ -129,8 +130,20 @@ impl Pool {
         if let Some(entry) = lists.get(&key).filter(|e| e.hash == server.spec_hash) {
             return Some(entry.list.clone());
         }
-        let tools = self.cache()?.load(&server.spec_hash, revision)?;
-        tracing::info!(server = %server.name, revision = revision.label(), tools = tools.len(), "tool list loaded from the cache directory");
+        let cached = self
+            .cache()
+            .and_then(|c| c.load(&server.spec_hash, revision));
+        let tools = match (cached, &server.definitions) {
+            (Some(tools), _) => {
+                tracing::info!(server = %server.name, revision = revision.label(), tools = tools.len(), "tool list loaded from the cache directory");
+                tools
+            }
+            (None, Some(pinned)) => {
+                tracing::info!(server = %server.name, revision = revision.label(), tools = pinned.len(), "tool list taken from the catalog's pinned definitions");
+                pinned.clone()
+            }
+            (None, None) => return None,
+        };
         let list = self.observe(server, revision, tools);
         lists.insert(
             key,
@@ -143,16 +156,23 @@ impl Pool {
     }
 
     /// Hashes a list's tool definitions and compares them with the first seen for the server
-    /// in that revision.
+    /// in that revision: for the task, as recorded outside the pod when an earlier proxy of the
+    /// task saw them (the [`Baseline`](crate::policy::definitions::Baseline)), so a restart
+    /// does not make a changed definition the new first one.
     fn observe(&self, server: &Server, revision: Revision, tools: Arc<Vec<Tool>>) -> KnownList {
+        let baseline = self.deps.shared.baseline();
+        let key = format!("{}@{}", server.name, revision.label());
+        let spec = server.spec_hash.0.as_str();
         let mut first_seen = lock(&self.first_seen);
         let entry = first_seen
             .entry((server.name.clone(), revision))
-            .or_insert_with(|| (server.spec_hash.clone(), FirstSeen::default()));
+            .or_insert_with(|| (server.spec_hash.clone(), baseline.first_seen(&key, spec)));
         if entry.0 != server.spec_hash {
-            *entry = (server.spec_hash.clone(), FirstSeen::default());
+            *entry = (server.spec_hash.clone(), baseline.first_seen(&key, spec));
         }
-        entry.1.observe(tools)
+        let list = entry.1.observe(tools);
+        baseline.record(&key, spec, &mut entry.1);
+        list
     }
 
     /// Starts the server if needed (not inside its restart backoff) and fetches its tool list

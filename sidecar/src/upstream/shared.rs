@@ -1,5 +1,6 @@
 //! What all upstreams share: the capabilities each server spec offered when it last ran (in
-//! memory and in the cache directory) and the logging level clients asked for.
+//! memory and in the cache directory), the logging level clients asked for, and the task's
+//! baseline of tool definitions.
 // Logging is deprecated by SEP-2577 but still part of the legacy protocol versions relayed.
 #![allow(deprecated)]
 
@@ -8,7 +9,7 @@ use std::{collections::HashMap, sync::Mutex};
 use rmcp::model::{LoggingLevel, ServerCapabilities};
 
 use super::cache;
-use crate::{config::SpecHash, sync::lock};
+use crate::{config::SpecHash, policy::definitions::Baseline, sync::lock};
 
 /// What all upstreams share: capabilities seen per server spec (in memory and in the cache
 /// directory) and the logging level clients asked for.
@@ -17,6 +18,7 @@ pub struct Shared {
     cache: Option<cache::DiskCache>,
     capabilities: Mutex<HashMap<SpecHash, ServerCapabilities>>,
     log_level: Mutex<Option<LoggingLevel>>,
+    baseline: Baseline,
 }
 
 impl Shared {
@@ -29,6 +31,12 @@ impl Shared {
 
     pub fn cache(&self) -> Option<&cache::DiskCache> {
         self.cache.as_ref()
+    }
+
+    /// The first-seen tool definitions of the task's servers (restored from, and recorded to,
+    /// the task's Lease when the proxy has API access).
+    pub fn baseline(&self) -> &Baseline {
+        &self.baseline
     }
 
     /// What a server (by spec) offered when it last ran, if known.
