@@ -6,6 +6,12 @@
 //! request becomes `Pending`; a pending one with a decision made before it expired becomes
 //! `Approved` or `Rejected`; one past its expiry `Expired`; one the proxy stopped holding
 //! without either (its client cancelled, the proxy restarted, or the task finished) `Withdrawn`.
+//!
+//! An approval approves one exact call, the one its digest names: a request listed again under
+//! its id with another digest is a conflict (the pending entry is withdrawn and the new view
+//! never listed), and a decision naming another digest than the entry's rejects the call. The
+//! verdicts carry the entry's digest, and the proxy forwards only the call with it. A pending
+//! entry keeps the call's full (masked) params; a decided one keeps only its digest.
 //! This happens while the TaskRun is blocked too (`refuse.rs`: its proxy keeps serving the last
 //! good config, and holding calls), and once more when a finished task still lists a pending
 //! one (`finished.rs`). The decided ones go to the proxy in the ConfigMap key [`VERDICTS_KEY`].
@@ -13,7 +19,6 @@
 //! writes leave them alone, and happen only when something changed. An Event tells each
 //! transition.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -25,6 +30,7 @@ use orchestrator_crds::approval::{
     APPROVALS_MANAGER, Approval, ApprovalRequest, ApprovalState, Decision, MAX_DECIDED,
     MAX_REASON_CHARS, ToolApproval, VERDICTS_KEY, Verdict, clip, object_name,
 };
+use orchestrator_crds::policy::short_pin;
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
 use serde_json::json;
 
@@ -39,6 +45,8 @@ const EXPIRY_SLACK_SECONDS: i64 = 2;
 pub struct DecisionFacts {
     pub task_run: String,
     pub id: String,
+    /// The digest of the call it decides.
+    pub digest: String,
     pub decision: Decision,
     pub decided_by: String,
     pub reason: Option<String>,
@@ -51,6 +59,7 @@ pub fn decision_facts(approval: &ToolApproval) -> Option<DecisionFacts> {
     Some(DecisionFacts {
         task_run: approval.spec.task_run.clone(),
         id: approval.spec.id.clone(),
+        digest: approval.spec.digest.clone(),
         decision: approval.spec.decision,
         decided_by: approval.spec.decided_by.clone(),
         reason: approval
@@ -62,6 +71,33 @@ pub fn decision_facts(approval: &ToolApproval) -> Option<DecisionFacts> {
     })
 }
 
+/// Why an approval changed state, when its state alone does not say (see [`describe`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cause {
+    /// As its state says.
+    State,
+    /// The proxy listed its id again with this other digest: the pending entry is withdrawn.
+    Conflict { listed: String },
+    /// ToolApproval `object` named digest `named`, not the entry's: the call is rejected.
+    DigestMismatch { object: String, named: String },
+}
+
+/// An approval whose state changed (an Event each).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    pub approval: Approval,
+    pub cause: Cause,
+}
+
+impl Transition {
+    fn new(approval: &Approval, cause: Cause) -> Self {
+        Self {
+            approval: approval.clone(),
+            cause,
+        }
+    }
+}
+
 /// The new `status.approvals` from the old, the proxy's requests (`None`: never published) and
 /// the decisions found for pending ids; with each approval whose state changed (an Event each),
 /// in order.
@@ -70,18 +106,36 @@ pub fn merge(
     requests: Option<&[ApprovalRequest]>,
     decision: impl Fn(&str) -> Option<DecisionFacts>,
     now: Timestamp,
-) -> (Vec<Approval>, Vec<Approval>) {
+) -> (Vec<Approval>, Vec<Transition>) {
     let mut approvals: Vec<Approval> = old.to_vec();
     let mut transitions = Vec::new();
     for request in requests.unwrap_or_default() {
-        if approvals.iter().any(|a| a.id == request.id) {
+        if let Some(listed) = approvals.iter_mut().find(|a| a.id == request.id) {
+            // The same id naming another call: the first view is not what is held any more,
+            // nor is the second what was shown. Neither can be approved.
+            if listed.digest != request.digest && listed.state == ApprovalState::Pending {
+                listed.state = ApprovalState::Withdrawn;
+                listed.params = None;
+                transitions.push(Transition::new(
+                    listed,
+                    Cause::Conflict {
+                        listed: request.digest.clone(),
+                    },
+                ));
+            }
             continue;
         }
         let approval = Approval {
             id: request.id.clone(),
             server: request.server.clone(),
             tool: request.tool.clone(),
-            arguments: request.arguments.clone(),
+            digest: request.digest.clone(),
+            definition: request.definition.clone(),
+            context_version: request.context_version,
+            params: Some(request.params.clone()),
+            params_bytes: request.params_bytes,
+            masked: request.masked.clone(),
+            mask_nonce: request.mask_nonce.clone(),
             requested_at: request.requested_at.clone(),
             expires_at: request.expires_at.clone(),
             state: ApprovalState::Pending,
@@ -89,7 +143,7 @@ pub fn merge(
             decided_at: None,
             reason: None,
         };
-        transitions.push(approval.clone());
+        transitions.push(Transition::new(&approval, Cause::State));
         approvals.push(approval);
     }
     for approval in approvals
@@ -102,14 +156,28 @@ pub fn merge(
             // A decision after the expiry comes too late: the proxy has refused the call.
             expires.zip(d.decided_at).is_none_or(|(e, at)| at <= e)
         });
+        let mut cause = Cause::State;
         if let Some(d) = decided {
-            approval.state = match d.decision {
-                Decision::Approve => ApprovalState::Approved,
-                Decision::Reject => ApprovalState::Rejected,
+            let names_this_call = !approval.digest.is_empty() && d.digest == approval.digest;
+            (approval.state, approval.reason) = match d.decision {
+                _ if !names_this_call => {
+                    let object = object_name(&d.task_run, &d.id);
+                    let reason = format!(
+                        "ToolApproval {object} names {}, not this call ({})",
+                        short_pin(&d.digest),
+                        short_pin(&approval.digest)
+                    );
+                    cause = Cause::DigestMismatch {
+                        object,
+                        named: d.digest.clone(),
+                    };
+                    (ApprovalState::Rejected, Some(reason))
+                }
+                Decision::Approve => (ApprovalState::Approved, d.reason),
+                Decision::Reject => (ApprovalState::Rejected, d.reason),
             };
             approval.decided_by = Some(d.decided_by);
             approval.decided_at = Some(d.decided_at.unwrap_or(now).to_string());
-            approval.reason = d.reason;
         } else if expires.is_some_and(|e| now >= e) {
             approval.state = ApprovalState::Expired;
         } else if !held {
@@ -123,13 +191,15 @@ pub fn merge(
         } else {
             continue;
         }
-        transitions.push(approval.clone());
+        // Decided: what was shown goes (the digest stays), which bounds the status.
+        approval.params = None;
+        transitions.push(Transition::new(approval, cause));
     }
     // Decided entries in the order they were decided: the newly decided go last.
     let (mut kept, decided_now): (Vec<_>, Vec<_>) = approvals.into_iter().partition(|a| {
         !transitions
             .iter()
-            .any(|t| t.id == a.id && a.state != ApprovalState::Pending)
+            .any(|t| t.approval.id == a.id && a.state != ApprovalState::Pending)
     });
     kept.extend(decided_now);
     let mut approvals = kept;
@@ -172,6 +242,7 @@ pub fn verdicts(approvals: &[Approval]) -> Vec<Verdict> {
                 decision,
                 decided_by: a.decided_by.clone().unwrap_or_default(),
                 reason: a.reason.clone(),
+                digest: a.digest.clone(),
             })
         })
         .collect()
@@ -268,14 +339,25 @@ pub async fn reconcile(
     }
     for t in transitions {
         let (kind, reason, note) = describe(&t, &name);
-        tracing::info!(approval = %t.id, state = t.state.as_str(), "approval");
+        match &t.cause {
+            Cause::State => {}
+            cause => {
+                tracing::warn!(approval = %t.approval.id, ?cause, "approval does not name the call held")
+            }
+        }
+        tracing::info!(approval = %t.approval.id, state = t.approval.state.as_str(), "approval");
         events::publish(ctx, tr, kind, reason, "Approve", note).await;
     }
     Ok(next_expiry(&approvals, now))
 }
 
-/// The Event of a transition: its type, reason and note.
-fn describe(a: &Approval, task: &str) -> (EventType, &'static str, String) {
+/// The most bytes of an Event's note (the API server allows 1 KiB).
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// The Event of a transition: its type, reason and note (never the call's params: they are in
+/// the status, `task approvals T --show ID`).
+fn describe(t: &Transition, task: &str) -> (EventType, &'static str, String) {
+    let a = &t.approval;
     let call = format!("{} of {}/{}", a.id, a.server, a.tool);
     let by = a.decided_by.as_deref().unwrap_or("unknown");
     let because = a
@@ -283,28 +365,52 @@ fn describe(a: &Approval, task: &str) -> (EventType, &'static str, String) {
         .as_deref()
         .map(|r| format!(": {r}"))
         .unwrap_or_default();
-    match a.state {
-        ApprovalState::Pending => (
+    let (kind, reason, note) = match (&t.cause, a.state) {
+        (Cause::Conflict { listed }, _) => (
+            EventType::Warning,
+            "ApprovalConflict",
+            format!(
+                "call {call} ({}) was listed again under its id as another call ({}); it is withdrawn and cannot be approved",
+                short_pin(&a.digest),
+                short_pin(listed)
+            ),
+        ),
+        (Cause::DigestMismatch { object, named }, _) => (
+            EventType::Warning,
+            "ApprovalDigestMismatch",
+            format!(
+                "call {call} rejected: ToolApproval {object} by {by} names {}, not this call ({})",
+                short_pin(named),
+                short_pin(&a.digest)
+            ),
+        ),
+        (Cause::State, ApprovalState::Pending) => (
             EventType::Normal,
             "ApprovalRequested",
             format!(
-                "call {call} waits for approval until {} (orchestrator-cli task approve|reject {task} {}); arguments: {}",
+                "call {call} ({}, {} bytes{}) waits for approval until {}: see it with orchestrator-cli task approvals {task} --show {}, then task approve|reject {task} {}",
+                short_pin(&a.digest),
+                a.params_bytes,
+                match a.masked.len() {
+                    0 => String::new(),
+                    n => format!(", {n} Secret value(s) masked"),
+                },
                 a.expires_at,
                 a.id,
-                summary(&a.arguments)
+                a.id
             ),
         ),
-        ApprovalState::Approved => (
+        (Cause::State, ApprovalState::Approved) => (
             EventType::Normal,
             "ApprovalGranted",
             format!("call {call} approved by {by}{because}"),
         ),
-        ApprovalState::Rejected => (
+        (Cause::State, ApprovalState::Rejected) => (
             EventType::Normal,
             "ApprovalRejected",
             format!("call {call} rejected by {by}{because}"),
         ),
-        ApprovalState::Expired => (
+        (Cause::State, ApprovalState::Expired) => (
             EventType::Warning,
             "ApprovalExpired",
             format!(
@@ -312,189 +418,28 @@ fn describe(a: &Approval, task: &str) -> (EventType, &'static str, String) {
                 a.expires_at
             ),
         ),
-        ApprovalState::Withdrawn => (
+        (Cause::State, ApprovalState::Withdrawn) => (
             EventType::Normal,
             "ApprovalWithdrawn",
             format!(
                 "call {call} ended before a decision (the client cancelled it, the proxy restarted or the task finished)"
             ),
         ),
-    }
+    };
+    (kind, reason, clip_bytes(note, MAX_NOTE_BYTES))
 }
 
-fn summary(arguments: &BTreeMap<String, String>) -> String {
-    if arguments.is_empty() {
-        return "none".into();
+/// `s`, cut to at most `max` bytes at a char boundary.
+fn clip_bytes(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
     }
-    arguments
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    s
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(s: &str) -> Timestamp {
-        s.parse().unwrap_or(Timestamp::UNIX_EPOCH)
-    }
-
-    fn request(id: &str) -> ApprovalRequest {
-        ApprovalRequest {
-            id: id.into(),
-            server: "fs".into(),
-            tool: "write_file".into(),
-            arguments: BTreeMap::from([("path".into(), "\"/w/a\"".into())]),
-            requested_at: "2026-01-01T00:00:00Z".into(),
-            expires_at: "2026-01-01T00:05:00Z".into(),
-        }
-    }
-
-    fn decided(id: &str, decision: Decision, when: &str) -> DecisionFacts {
-        DecisionFacts {
-            task_run: "t".into(),
-            id: id.into(),
-            decision,
-            decided_by: "alice".into(),
-            reason: Some("ok".into()),
-            decided_at: Some(at(when)),
-        }
-    }
-
-    #[test]
-    fn a_request_is_pending_then_approved_by_the_first_decision() {
-        let requests = [request("a1")];
-        let (pending, t) = merge(&[], Some(&requests), |_| None, at("2026-01-01T00:01:00Z"));
-        assert_eq!(pending.len(), 1);
-        assert_eq!(pending[0].state, ApprovalState::Pending);
-        assert_eq!(t.len(), 1);
-        // Unchanged inputs: no transition.
-        let (same, t) = merge(
-            &pending,
-            Some(&requests),
-            |_| None,
-            at("2026-01-01T00:02:00Z"),
-        );
-        assert_eq!((same.as_slice(), t.len()), (pending.as_slice(), 0));
-        let (approved, t) = merge(
-            &pending,
-            Some(&requests),
-            |id| Some(decided(id, Decision::Approve, "2026-01-01T00:03:00Z")),
-            at("2026-01-01T00:03:01Z"),
-        );
-        assert_eq!(approved[0].state, ApprovalState::Approved);
-        assert_eq!(approved[0].decided_by.as_deref(), Some("alice"));
-        assert_eq!(t.len(), 1);
-        assert_eq!(verdicts(&approved).len(), 1);
-        assert_eq!(verdicts(&approved)[0].decision, Decision::Approve);
-    }
-
-    #[test]
-    fn past_its_expiry_a_request_expires_and_a_late_decision_does_not_count() {
-        let requests = [request("a1")];
-        let (pending, _) = merge(&[], Some(&requests), |_| None, at("2026-01-01T00:01:00Z"));
-        let (expired, t) = merge(
-            &pending,
-            Some(&requests),
-            |id| Some(decided(id, Decision::Approve, "2026-01-01T00:06:00Z")),
-            at("2026-01-01T00:06:00Z"),
-        );
-        assert_eq!(expired[0].state, ApprovalState::Expired);
-        assert_eq!(t.len(), 1);
-        assert!(verdicts(&expired).is_empty());
-        assert_eq!(next_expiry(&expired, at("2026-01-01T00:06:00Z")), None);
-        assert_eq!(
-            next_expiry(&pending, at("2026-01-01T00:01:00Z")),
-            Some(Duration::from_secs(241))
-        );
-    }
-
-    #[test]
-    fn a_request_the_proxy_drops_is_withdrawn_or_expired_near_its_expiry() {
-        let (pending, _) = merge(
-            &[],
-            Some(&[request("a1")]),
-            |_| None,
-            at("2026-01-01T00:01:00Z"),
-        );
-        let (gone, _) = merge(&pending, Some(&[]), |_| None, at("2026-01-01T00:02:00Z"));
-        assert_eq!(gone[0].state, ApprovalState::Withdrawn);
-        let (late, _) = merge(&pending, Some(&[]), |_| None, at("2026-01-01T00:04:59Z"));
-        assert_eq!(late[0].state, ApprovalState::Expired);
-        // A Lease that never published requests withdraws nothing.
-        let (kept, t) = merge(&pending, None, |_| None, at("2026-01-01T00:02:00Z"));
-        assert_eq!((kept[0].state, t.len()), (ApprovalState::Pending, 0));
-    }
-
-    #[test]
-    fn a_request_decided_after_twenty_others_keeps_its_verdict() {
-        let mut requests: Vec<_> = (0..21).map(|i| request(&format!("r{i:02}"))).collect();
-        let (mut approvals, _) = merge(&[], Some(&requests), |_| None, at("2026-01-01T00:01:00Z"));
-        // r01..r20 are rejected and leave the proxy; r00 still waits.
-        (approvals, _) = merge(
-            &approvals,
-            Some(&requests),
-            |id| (id != "r00").then(|| decided(id, Decision::Reject, "2026-01-01T00:02:00Z")),
-            at("2026-01-01T00:02:00Z"),
-        );
-        requests.truncate(1);
-        let (approvals, _) = merge(
-            &approvals,
-            Some(&requests),
-            |_| None,
-            at("2026-01-01T00:02:30Z"),
-        );
-        let (approvals, t) = merge(
-            &approvals,
-            Some(&requests),
-            |id| (id == "r00").then(|| decided(id, Decision::Approve, "2026-01-01T00:03:00Z")),
-            at("2026-01-01T00:03:00Z"),
-        );
-        assert_eq!(t.len(), 1);
-        // The oldest decided (r01) went; r00, decided last, stays with its verdict.
-        assert_eq!(approvals.len(), MAX_DECIDED);
-        assert!(!approvals.iter().any(|a| a.id == "r01"));
-        assert_eq!(
-            approvals.last().map(|a| a.id.as_str()),
-            Some("r00"),
-            "decided last, listed last"
-        );
-        assert!(
-            verdicts(&approvals)
-                .iter()
-                .any(|v| v.id == "r00" && v.decision == Decision::Approve)
-        );
-        // Decided entries the proxy still holds are never dropped, even past the bound.
-        let all_held: Vec<_> = (0..25).map(|i| request(&format!("h{i:02}"))).collect();
-        let (held, _) = merge(&[], Some(&all_held), |_| None, at("2026-01-01T00:01:00Z"));
-        let (held, _) = merge(
-            &held,
-            Some(&all_held),
-            |id| Some(decided(id, Decision::Approve, "2026-01-01T00:02:00Z")),
-            at("2026-01-01T00:02:00Z"),
-        );
-        assert_eq!(held.len(), 25);
-        assert_eq!(verdicts(&held).len(), 25);
-    }
-
-    #[test]
-    fn decided_approvals_are_bounded_and_pending_ones_kept() {
-        let requests: Vec<_> = (0..30).map(|i| request(&format!("r{i}"))).collect();
-        let (pending, _) = merge(&[], Some(&requests), |_| None, at("2026-01-01T00:01:00Z"));
-        let (decided, _) = merge(
-            &pending,
-            Some(&requests[..5]),
-            |id| (id >= "r2").then(|| decided(id, Decision::Reject, "2026-01-01T00:02:00Z")),
-            at("2026-01-01T00:02:00Z"),
-        );
-        let pending_left = decided
-            .iter()
-            .filter(|a| a.state == ApprovalState::Pending)
-            .count();
-        let done = decided.len() - pending_left;
-        assert_eq!(done, MAX_DECIDED);
-        assert_eq!(pending_left, 2, "r0 and r1 are still held");
-    }
-}
+mod tests;

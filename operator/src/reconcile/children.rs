@@ -34,6 +34,8 @@ pub struct JobFacts {
     init_env: Box<str>,
     /// The uid of its controller (see [`controller_uid`]).
     controller: Option<Box<str>>,
+    /// Its own uid: its pods' `batch.kubernetes.io/controller-uid` (see `binding.rs`).
+    pub uid: Option<Box<str>>,
 }
 
 impl JobFacts {
@@ -47,6 +49,7 @@ impl JobFacts {
             state: status::job_state(job),
             init_env: init_env.into(),
             controller: controller_uid(&job.metadata),
+            uid: job.metadata.uid.as_deref().map(Into::into),
         }
     }
 

@@ -11,7 +11,8 @@
 //! `nudge` (running pods told of a new config); `status` (its parts, pure); `children` (facts of
 //! the children kept between reconciles); `taken` (a child's name taken by an object that is not
 //! the TaskRun's: the operator adopts nothing); `ttl`, `version`, `inputs` (what a pod needs) and
-//! `served` (what the proxy reports on the Lease); `approvals`, `history`
+//! `served` (what the proxy reports on the Lease); `approvals`, `binding` (which pod's proxy may
+//! write the Lease), `history`
 //! (`status.contextHistory`) and `retention`; the steps of a reconcile (`reconcile_inner` takes
 //! them in another order): `observe` (the TaskRun, its recorded status and its Job), `config`
 //! (the ConfigMap: prepared, checked, applied), `job` (the pod's identity and the Job; its TTL),
@@ -19,6 +20,7 @@
 //! too large); `finished` (a task whose outcome is recorded); `tests`.
 
 pub mod approvals;
+mod binding;
 mod cached_job;
 pub mod children;
 mod config;
@@ -123,7 +125,8 @@ pub fn error_policy(tr: Arc<TaskRun>, error: &Error, _ctx: Arc<Context>) -> Acti
 /// taken, the ConfigMap is too large or the pod lacks an input (`refuse.rs`), before anything is
 /// applied; apply the ConfigMap and record its version in the history (`history.rs`); create the
 /// Job once (`job.rs`); delete the finished Job after its TTL (`job.rs`); write the status
-/// (`status_write.rs`); the approvals (`approvals.rs`; a blocked TaskRun's too).
+/// (`status_write.rs`); bind the Lease to the task's pod (`binding.rs`); the approvals
+/// (`approvals.rs`; a blocked TaskRun's too).
 async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let ns = tr.namespace().ok_or(Error::MissingField("namespace"))?;
     let previous = tr.status.clone().unwrap_or_default();
@@ -156,6 +159,9 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         job::expire_job(tr, ctx, &seen.ns, job_state, &seen.previous, &status::now()).await?;
 
     status_write::write_rendered(tr, ctx, &seen, &plan, config.version, ttl_deleted).await?;
+    if let Some(job) = seen.job.as_deref().filter(|_| !seen.finished) {
+        binding::reconcile(ctx, tr, job).await;
+    }
     let cm_name = plan.config_map_name();
     let target = approvals::Target {
         config_map: &cm_name,

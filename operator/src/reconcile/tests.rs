@@ -1002,13 +1002,26 @@ fn proxy_holds(h: &mut Harness, name: &str, requests: Value) {
         .apply(&watcher::Event::Apply(meta), served::lease_facts);
 }
 
-/// A person's ToolApproval, as the operator's watch sees it.
+/// A person's ToolApproval of the call [`held`] shows, as the operator's watch sees it.
 fn person_decides(h: &mut Harness, task: &str, id: &str, decision: &str, who: &str) {
+    let digest = held(id)["digest"].as_str().unwrap_or_default().to_string();
+    person_decides_on(h, task, id, &digest, decision, who);
+}
+
+/// A person's ToolApproval naming `digest`.
+fn person_decides_on(
+    h: &mut Harness,
+    task: &str,
+    id: &str,
+    digest: &str,
+    decision: &str,
+    who: &str,
+) {
     let approval = json!({"apiVersion": "orchestrator.io/v1", "kind": "ToolApproval",
         "metadata": {"name": object_name(task, id), "namespace": NS,
                      "creationTimestamp": k8s_openapi::jiff::Timestamp::now().to_string()},
-        "spec": {"taskRun": task, "id": id, "decision": decision, "decidedBy": who,
-                 "reason": "looks right"}});
+        "spec": {"taskRun": task, "id": id, "digest": digest, "decision": decision,
+                 "decidedBy": who, "reason": "looks right"}});
     let approval: ToolApproval = serde_json::from_value(approval).expect("a ToolApproval");
     h.decisions
         .apply(&watcher::Event::Apply(approval), approvals::decision_facts);
@@ -1028,16 +1041,7 @@ async fn a_held_call_is_listed_pending_then_its_verdict_reaches_the_proxys_confi
     h.reconcile(&tr).await;
     h.fake.take_writes();
     h.sync_caches("task-1001");
-    let expires = (k8s_openapi::jiff::Timestamp::now()
-        + k8s_openapi::jiff::SignedDuration::from_secs(300))
-    .to_string();
-    proxy_holds(
-        &mut h,
-        "task-1001",
-        json!([{"id": "a1b2c3d4", "server": "everything", "tool": "echo",
-                "arguments": {"message": "\"hi\""}, "requestedAt": "2026-01-01T00:00:00Z",
-                "expiresAt": expires}]),
-    );
+    proxy_holds(&mut h, "task-1001", json!([held("a1b2c3d4")]));
 
     // Pending: in the status, with an Event; nothing for the proxy yet.
     let tr = h.with_written_status(&tr);
@@ -1049,7 +1053,11 @@ async fn a_held_call_is_listed_pending_then_its_verdict_reaches_the_proxys_confi
         (listed[0].id.as_str(), listed[0].state),
         ("a1b2c3d4", ApprovalState::Pending)
     );
-    assert_eq!(listed[0].arguments["message"], "\"hi\"");
+    assert_eq!(
+        listed[0].params.as_deref(),
+        held("a1b2c3d4")["params"].as_str()
+    );
+    assert_eq!(listed[0].digest, held("a1b2c3d4")["digest"]);
     assert!(events(&writes).contains(&("Normal".into(), "ApprovalRequested".into())));
     let cm = path("configmaps", &crate::render::config_map_name("task-1001"));
     assert!(!writes.iter().any(|w| w.path == cm), "no verdict yet");
@@ -1081,6 +1089,11 @@ async fn a_held_call_is_listed_pending_then_its_verdict_reaches_the_proxys_confi
     assert_eq!(
         (verdicts[0].decision, verdicts[0].decided_by.as_str()),
         (Decision::Approve, "alice")
+    );
+    assert_eq!(verdicts[0].digest, held("a1b2c3d4")["digest"]);
+    assert_eq!(
+        listed[0].params, None,
+        "a decided entry keeps only the digest"
     );
     assert!(events(&writes).contains(&("Normal".into(), "ApprovalGranted".into())));
 
@@ -1285,12 +1298,28 @@ async fn a_config_over_the_api_limit_is_a_condition_not_a_retry_loop() {
     assert_eq!(kinds(&h.fake.take_writes()), Vec::<String>::new());
 }
 
-/// One call the proxy of `task-1001` holds, expiring in five minutes.
+/// One call the proxy of `task-1001` holds, expiring in five minutes, as the proxy lists it
+/// (its digest over what it shows: nothing is masked).
 fn held(id: &str) -> Value {
     let expires = (k8s_openapi::jiff::Timestamp::now()
         + k8s_openapi::jiff::SignedDuration::from_secs(300))
     .to_string();
-    json!({"id": id, "server": "everything", "tool": "echo", "arguments": {"message": "\"hi\""},
+    let params = json!({"name": "echo", "arguments": {"message": "hi"}});
+    let definition = format!("sha256:{}", "1".repeat(64));
+    let digest = orchestrator_crds::approval::CallDigest {
+        v: orchestrator_crds::approval::CALL_DIGEST_VERSION,
+        namespace: NS,
+        task_run: "task-1001",
+        id,
+        server: "everything",
+        definition: &definition,
+        context_version: 1,
+        params: &params,
+    }
+    .digest();
+    json!({"id": id, "server": "everything", "tool": "echo", "digest": digest,
+           "definition": definition, "contextVersion": 1, "params": params.to_string(),
+           "paramsBytes": params.to_string().len(), "maskNonce": "a1b2c3",
            "requestedAt": "2026-01-01T00:00:00Z", "expiresAt": expires})
 }
 
@@ -1416,4 +1445,129 @@ async fn a_finished_taskrun_with_a_pending_approval_withdraws_it() {
     );
     // Its ConfigMap is not written (the pod is done).
     assert!(!writes.iter().any(|w| w.path.contains("/configmaps/")));
+}
+
+/// The Job's pod `name` (uid `uid`), running, controlled by the Job with `job_uid`.
+fn job_pod(h: &Harness, name: &str, uid: &str, job_uid: &str) {
+    h.fake.put(
+        &path("pods", name),
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "uid": uid,
+                "labels": {"batch.kubernetes.io/controller-uid": job_uid},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "task-1001",
+                                     "uid": job_uid, "controller": true}]},
+            "status": {"phase": "Running"}}),
+    );
+}
+
+/// The Lease as the operator's watch would show it after the writes so far.
+fn sync_lease(h: &mut Harness, name: &str) {
+    let lease = h.fake.get(&path("leases", name)).expect("the Lease");
+    let meta: PartialObjectMeta<Lease> = serde_json::from_value(lease).expect("a Lease");
+    h.leases
+        .apply(&watcher::Event::Apply(meta), served::lease_facts);
+}
+
+#[tokio::test]
+async fn the_lease_is_bound_to_the_one_pod_of_the_job_and_to_none_when_there_are_two() {
+    const JOB_UID: &str = "9d1c7a00-0000-4000-8000-000000001001";
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    // The Lease carries the admission policy's label from the start.
+    let lease = h.fake.get(&path("leases", "task-1001")).expect("the Lease");
+    assert_eq!(
+        lease["metadata"]["labels"][orchestrator_crds::approval::LEASE_LABEL],
+        "true"
+    );
+    // The Job as the API server has it (with a uid), and no pod yet: nothing to bind.
+    let mut job = h.fake.get(&path("jobs", "task-1001")).expect("the Job");
+    job["metadata"]["uid"] = json!(JOB_UID);
+    h.fake.put(&path("jobs", "task-1001"), job);
+    h.sync_caches("task-1001");
+    let tr = h.with_written_status(&tr);
+    h.fake.take_writes();
+    h.reconcile(&tr).await;
+    assert!(!kinds(&h.fake.take_writes()).contains(&"PATCH leases".to_string()));
+
+    // Its pod: the Lease names it, under the binding's own field manager.
+    job_pod(&h, "task-1001-abcde", "pod-uid-1", JOB_UID);
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    let bind = writes
+        .iter()
+        .find(|w| w.path == path("leases", "task-1001"))
+        .expect("the Lease was bound");
+    assert_eq!(
+        bind.body["metadata"]["annotations"],
+        json!({orchestrator_crds::approval::BINDING_UID_ANNOTATION: "pod-uid-1",
+               orchestrator_crds::approval::BINDING_POD_ANNOTATION: "task-1001-abcde"})
+    );
+    sync_lease(&mut h, "task-1001");
+    assert_eq!(
+        h.leases
+            .get(NS, "task-1001")
+            .and_then(|f| f.bound_uid.clone())
+            .as_deref(),
+        Some("pod-uid-1")
+    );
+    // Bound: the pods are not read again, and the binding never changes.
+    job_pod(&h, "forger", "pod-uid-2", JOB_UID);
+    h.fake.take_reads();
+    h.reconcile(&tr).await;
+    assert!(!h.fake.take_reads().iter().any(|r| r.ends_with("/pods")));
+    assert!(!kinds(&h.fake.take_writes()).contains(&"PATCH leases".to_string()));
+
+    // Another task whose Job has two candidate pods (one forged): none is bound, and a
+    // Warning says why.
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    let mut job = h.fake.get(&path("jobs", "task-1001")).expect("the Job");
+    job["metadata"]["uid"] = json!(JOB_UID);
+    h.fake.put(&path("jobs", "task-1001"), job);
+    h.sync_caches("task-1001");
+    job_pod(&h, "task-1001-abcde", "pod-uid-1", JOB_UID);
+    job_pod(&h, "forger", "pod-uid-2", JOB_UID);
+    let tr = h.with_written_status(&tr);
+    h.fake.take_writes();
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    assert!(!kinds(&writes).contains(&"PATCH leases".to_string()));
+    assert!(events(&writes).contains(&("Warning".into(), "ProxyIdentityAmbiguous".into())));
+}
+
+#[tokio::test]
+async fn a_decision_naming_another_call_rejects_the_held_one() {
+    let mut h = Harness::new();
+    let tr = sample(include_str!("../../../config/samples/taskrun.yaml"));
+    h.reconcile(&tr).await;
+    h.sync_caches("task-1001");
+    proxy_holds(&mut h, "task-1001", json!([held("a1b2c3d4")]));
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    h.fake.take_writes();
+    let other = format!("sha256:{}", "2".repeat(64));
+    person_decides_on(&mut h, "task-1001", "a1b2c3d4", &other, "approve", "alice");
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    let writes = h.fake.take_writes();
+    let listed = approvals_written(&writes).expect("status.approvals written");
+    assert_eq!(listed[0].state, ApprovalState::Rejected);
+    assert!(events(&writes).contains(&("Warning".into(), "ApprovalDigestMismatch".into())));
+    let cm = path("configmaps", &crate::render::config_map_name("task-1001"));
+    let verdict = writes.iter().find(|w| w.path == cm).expect("the verdicts");
+    let verdicts: Vec<Verdict> = serde_json::from_str(
+        verdict.body["data"][VERDICTS_KEY]
+            .as_str()
+            .unwrap_or_default(),
+    )
+    .expect("verdicts");
+    assert_eq!(
+        (verdicts[0].decision, verdicts[0].digest.as_str()),
+        (
+            Decision::Reject,
+            held("a1b2c3d4")["digest"].as_str().unwrap_or_default()
+        )
+    );
 }

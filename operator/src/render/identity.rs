@@ -7,7 +7,9 @@
 //! With the proxy's API watch on (the default), the identity also gets a Lease named like the
 //! TaskRun, created here, which it may only read and patch: the proxy reports there the
 //! `contextVersion` it serves, and the operator surfaces it as `status.servedContextVersion`
-//! and the condition `ToolsSynced`. The token is mounted into the proxy container only
+//! and the condition `ToolsSynced`; and the calls it holds for approval. The Lease carries
+//! [`LEASE_LABEL`], which puts it under the chart's admission policy: of the pods running the
+//! ServiceAccount, only the task pod's proxy may write it. The token is mounted into the proxy container only
 //! (`automountServiceAccountToken: false` for the pod, so the agent never gets one).
 
 use std::collections::BTreeMap;
@@ -16,6 +18,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use orchestrator_crds::approval::LEASE_LABEL;
 
 /// The objects that make up a task pod's identity.
 #[derive(Clone, Debug)]
@@ -98,9 +101,18 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         metadata: meta(input.name),
         rules: Some(rules),
     };
-    let lease = input.api_watch.then(|| Lease {
-        metadata: meta(input.name),
-        ..Default::default()
+    // Labelled so the chart's admission policy guards it: only the task pod's proxy may write
+    // it (the pod the operator binds it to, see `reconcile/binding.rs`).
+    let lease = input.api_watch.then(|| {
+        let mut metadata = meta(input.name);
+        metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LEASE_LABEL.into(), "true".into());
+        Lease {
+            metadata,
+            ..Default::default()
+        }
     });
     let role_binding = RoleBinding {
         metadata: meta(input.name),

@@ -6,14 +6,15 @@
 //! uid, env, `/tmp` and process namespace view (containers of a pod share no PID namespace):
 //! - the agent: the workspace, the task, its MCP config; no Secret but its own env, no token;
 //! - the proxy: the API token (the only container with one), the Secrets of HTTP servers, the
-//!   tool cache; not the workspace;
+//!   tool cache; not the workspace; every Secret key of the task as a file, read-only, only to
+//!   mask their values in the calls it shows for approval (the mask volume);
 //! - each stdio server: only its own Secrets and literal env, the workspace only as its catalog
 //!   entry says (`workspace`), a socket directory shared with the proxy alone, through which
 //!   the proxy has `orchestrator-mcp-proxy zone` start the server's process on first use.
 //!
 //! The task's ConfigMap is mounted as a directory (never `subPath`: those mounts are never
 //! updated) so a new tool config reaches the running proxy. Secrets arrive as env through
-//! `secretKeyRef` only.
+//! `secretKeyRef`, and, for the proxy's masking only, as files in the mask volume.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +23,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
     DownwardAPIVolumeFile, ExecAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
     PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
-    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
+    SecretProjection, SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
@@ -34,7 +35,7 @@ use super::pod::{
     PROXY_BINARY, PROXY_UID, RUN_AS, WORKSPACE_DIR, WORKSPACE_VOLUME, empty_dir, env, field_env,
     mount, quantities, restricted, restricted_as, secret_env,
 };
-use super::resolve::Resolved;
+use super::resolve::{MaskKey, Resolved, mask_keys};
 use super::zone::{ZONES_DIR, zone_container, zones};
 use super::{RenderSettings, config_map_name};
 
@@ -56,6 +57,10 @@ const API_ACCESS_VOLUME: &str = "proxy-api-access";
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// A bound token's lifetime; the kubelet renews it at 80 %, the proxy re-reads the file.
 const TOKEN_SECONDS: i64 = 3607;
+/// The task's Secret keys, as `<secret>/<key>` files, for the proxy's masking only.
+const MASK_VOLUME: &str = "mask-secrets";
+/// Where the proxy reads them (`--mask-secrets-dir`).
+pub const MASK_DIR: &str = "/etc/orchestrator/mask";
 
 pub struct JobInput<'a> {
     pub taskrun: &'a TaskRun,
@@ -177,6 +182,10 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
             vars.push(env("KUBERNETES_SERVICE_PORT", port));
         }
         mounts.push(mount(API_ACCESS_VOLUME, SERVICE_ACCOUNT_DIR, true));
+    }
+    if !masked(input).is_empty() {
+        vars.push(env("MCP_PROXY_MASK_SECRETS_DIR", MASK_DIR));
+        mounts.push(mount(MASK_VOLUME, MASK_DIR, true));
     }
     // Only the Secrets of servers the proxy itself talks to (HTTP headers); a stdio server's
     // are its own container's.
@@ -367,7 +376,57 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
     if input.settings.sidecar_api_watch {
         volumes.push(api_access_volume());
     }
+    volumes.extend(mask_volume(&masked(input)));
     volumes
+}
+
+/// The Secret keys the proxy masks: every one the pod gets (see [`mask_keys`]).
+fn masked(input: &JobInput<'_>) -> Vec<MaskKey> {
+    let agent_env = input
+        .taskrun
+        .spec
+        .agent
+        .as_ref()
+        .map(|a| a.env.as_slice())
+        .unwrap_or_default();
+    mask_keys(&input.resolved.secrets, agent_env)
+}
+
+/// The mask volume (none without keys): one `secret` source per Secret (two when some of its
+/// keys are optional and some not), each key at `<secret>/<key>`, read-only for everyone in
+/// the one container that mounts it (the proxy's).
+fn mask_volume(keys: &[MaskKey]) -> Option<Volume> {
+    let mut sources: BTreeMap<(&str, bool), Vec<KeyToPath>> = BTreeMap::new();
+    for k in keys {
+        sources
+            .entry((k.secret.as_str(), k.optional))
+            .or_default()
+            .push(KeyToPath {
+                key: k.key.clone(),
+                path: format!("{}/{}", k.secret, k.key),
+                ..Default::default()
+            });
+    }
+    (!sources.is_empty()).then(|| Volume {
+        name: MASK_VOLUME.into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o444),
+            sources: Some(
+                sources
+                    .into_iter()
+                    .map(|((secret, optional), items)| VolumeProjection {
+                        secret: Some(SecretProjection {
+                            name: secret.to_string(),
+                            items: Some(items),
+                            optional: optional.then_some(true),
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+        }),
+        ..Default::default()
+    })
 }
 
 /// What the standard automount gives, for the proxy container only: a bound token of the pod's

@@ -1,9 +1,11 @@
 //! Resolves a TaskRun's `toolConfig` against the catalog: which catalog entry each server is,
 //! where each env var it needs comes from, and everything that is wrong with it (each problem
-//! with the condition reason the status will carry). Pure.
+//! with the condition reason the status will carry); and which Secret keys the proxy masks
+//! ([`mask_keys`]). Pure.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::EnvVar;
 use orchestrator_crds::catalog::{Catalog, CatalogServer};
 use orchestrator_crds::taskrun::{McpServer, TaskRunSpec, ToolPolicy, permission_rules};
 use orchestrator_crds::tools::ToolFilter;
@@ -179,6 +181,40 @@ pub fn resolve<'a>(
     } else {
         Err(problems)
     }
+}
+
+/// A Secret key whose value the proxy masks in the calls it shows for approval.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MaskKey {
+    pub secret: String,
+    pub key: String,
+    /// The pod may start without it (every binding of it is optional).
+    pub optional: bool,
+}
+
+/// Every Secret key the task's pod gets, whichever container gets it: the servers' Secret env
+/// (HTTP and stdio alike) and the agent's `env[].valueFrom.secretKeyRef`. The proxy masks their
+/// values in what it shows an approver (the values an agent could pass in a call); sorted, one
+/// each (required when any binding requires it).
+pub fn mask_keys(secrets: &[SecretBinding], agent_env: &[EnvVar]) -> Vec<MaskKey> {
+    let agent = agent_env
+        .iter()
+        .filter_map(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+        .map(|r| (r.name.clone(), r.key.clone(), r.optional.unwrap_or(false)));
+    let servers = secrets
+        .iter()
+        .map(|b| (b.secret.clone(), b.key.clone(), b.optional));
+    let mut keys: BTreeMap<(String, String), bool> = BTreeMap::new();
+    for (secret, key, optional) in servers.chain(agent) {
+        *keys.entry((secret, key)).or_insert(true) &= optional;
+    }
+    keys.into_iter()
+        .map(|((secret, key), optional)| MaskKey {
+            secret,
+            key,
+            optional,
+        })
+        .collect()
 }
 
 /// The catalog's known tools a server's patterns expose (deny wins; empty allow allows all)

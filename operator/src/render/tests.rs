@@ -941,3 +941,178 @@ fn a_config_map_over_one_mib_of_values_is_too_large_counted_as_the_api_server_co
         big.message
     );
 }
+
+#[test]
+fn every_secret_key_of_the_task_is_mounted_for_masking_in_the_proxy_only() {
+    // task-1002: the github server (stdio, its token in its own container's env) and the agent's
+    // API key; the github server disabled makes its key optional, an optional agent key stays so.
+    let mut tr = task_1002();
+    tr.spec.tool_config.mcp_servers[0].enabled = false;
+    let agent = tr.spec.agent.get_or_insert_default();
+    agent.env.push(EnvVar {
+        name: "DEPLOY_PASSPHRASE".into(),
+        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
+            secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                name: "deploy".into(),
+                key: "passphrase".into(),
+                optional: Some(true),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let rendered = plan(&tr);
+    let pod = pod(&rendered);
+    let mask_dir = "/etc/orchestrator/mask";
+    let mounted = |c: &Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == mask_dir)
+            .map(|m| (m.name.clone(), m.read_only))
+    };
+    let proxy = proxy_container(&rendered);
+    let (volume_name, read_only) = mounted(&proxy).expect("the proxy mounts the mask volume");
+    assert_eq!(read_only, Some(true));
+    assert!(
+        proxy
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "MCP_PROXY_MASK_SECRETS_DIR" && e.value.as_deref() == Some(mask_dir))
+    );
+    // No other container: not the agent, not a server's zone.
+    for c in pod
+        .init_containers
+        .iter()
+        .flatten()
+        .skip(1)
+        .chain(&pod.containers)
+    {
+        assert!(mounted(c).is_none(), "{} mounts the mask volume", c.name);
+        assert!(
+            !c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == volume_name),
+            "{}",
+            c.name
+        );
+    }
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == volume_name)
+        .expect("the mask volume")
+        .clone();
+    let projected = volume.projected.expect("projected");
+    assert_eq!(projected.default_mode, Some(0o444));
+    type Source = (String, Vec<(String, String)>, Option<bool>);
+    let sources: Vec<Source> = projected
+        .sources
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let s = s.secret.expect("only Secrets");
+            let items = s
+                .items
+                .into_iter()
+                .flatten()
+                .map(|i| (i.key, i.path))
+                .collect();
+            (s.name, items, s.optional)
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            (
+                "anthropic".to_string(),
+                vec![("api-key".to_string(), "anthropic/api-key".to_string())],
+                None
+            ),
+            (
+                "deploy".to_string(),
+                vec![("passphrase".to_string(), "deploy/passphrase".to_string())],
+                Some(true)
+            ),
+            (
+                "github".to_string(),
+                vec![("token".to_string(), "github/token".to_string())],
+                Some(true)
+            ),
+        ]
+    );
+
+    // A task whose pod gets no Secret: no mask volume, no flag.
+    let mut bare = task_1001();
+    bare.spec.agent = None;
+    let rendered = plan(&bare);
+    let proxy = proxy_container(&rendered);
+    assert!(mounted(&proxy).is_none());
+    assert!(
+        !env_names(&proxy)
+            .iter()
+            .any(|n| n == "MCP_PROXY_MASK_SECRETS_DIR")
+    );
+}
+
+#[test]
+fn a_secret_key_required_by_one_container_and_optional_for_another_is_required() {
+    let binding = |optional: bool| SecretBinding {
+        env: "T".into(),
+        secret: "s".into(),
+        key: "k".into(),
+        optional,
+        servers: vec!["x".into()],
+    };
+    let agent = |optional: Option<bool>| EnvVar {
+        name: "A".into(),
+        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
+            secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                name: "s".into(),
+                key: "k".into(),
+                optional,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let keys = resolve::mask_keys(&[binding(true)], &[agent(None)]);
+    assert_eq!(
+        keys,
+        [resolve::MaskKey {
+            secret: "s".into(),
+            key: "k".into(),
+            optional: false
+        }]
+    );
+    assert!(resolve::mask_keys(&[binding(true)], &[agent(Some(true))])[0].optional);
+}
+
+#[test]
+fn the_lease_carries_the_admission_policys_label() {
+    let rendered = plan(&task_1001());
+    let lease = rendered.identity().lease.clone().expect("a Lease");
+    assert_eq!(
+        lease
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(orchestrator_crds::approval::LEASE_LABEL)
+            .map(String::as_str),
+        Some("true")
+    );
+    // Only the Lease: the label puts an object under the policy.
+    assert!(
+        rendered
+            .identity()
+            .role
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .all(|(k, _)| k != orchestrator_crds::approval::LEASE_LABEL)
+    );
+}
