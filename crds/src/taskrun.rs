@@ -9,6 +9,8 @@
 //!
 //! Its children, in the order they may import each other (each uses only those above it;
 //! `scripts/check-module-cycles` holds the code to this list):
+//! - [`limits`]: the upper bounds on the spec's strings, lists and maps, and the transforms that
+//!   set them on the Kubernetes types embedded in it.
 //! - [`permission_rules`]: the grammar of the agent's permission rules, as CEL and in Rust.
 //! - `tool_config`: `spec.toolConfig` (built-in tools, MCP servers) and [`EffectiveTools`].
 //! - [`history`]: `status.contextHistory`, one entry per `contextVersion`, and who asked.
@@ -36,6 +38,7 @@ pub use tool_config::{
 };
 
 pub mod history;
+pub mod limits;
 pub mod permission_rules;
 mod status;
 mod tool_config;
@@ -174,7 +177,7 @@ pub struct TaskRunSpec {
 pub struct TaskSource {
     /// The task text itself (Markdown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 262144))]
+    #[schemars(length(min = 1, max = limits::PROMPT_CHARS))]
     pub prompt: Option<String>,
     /// A key of a ConfigMap in the TaskRun's namespace holding the task file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,19 +216,20 @@ pub struct AgentSpec {
     /// Entrypoint. When neither `command` nor `args` is set the operator runs Claude Code with
     /// the rendered MCP config (`--strict-mcp-config`) and permission settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 64), inner(length(max = limits::COMMAND_ITEM_CHARS)))]
     pub command: Option<Vec<String>>,
     /// Arguments to the entrypoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 256))]
+    #[schemars(length(max = 256), inner(length(max = limits::ARG_CHARS)))]
     pub args: Option<Vec<String>>,
     /// Extra environment (e.g. an API key from a Secret via `valueFrom.secretKeyRef`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 128))]
+    #[schemars(length(max = 128), transform = limits::env)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub env: Vec<EnvVar>,
     /// Compute resources of the agent container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = limits::resources)]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -237,6 +241,7 @@ pub struct ProxyContainerSpec {
     /// (node, python). Replaces the operator's default as a whole (requests cpu 100m, memory
     /// 128Mi; limit memory 1Gi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = limits::resources)]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -246,11 +251,11 @@ pub struct ProxyContainerSpec {
 pub struct PodTemplate {
     /// Labels a node must have for the pod to run there.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 64))]
+    #[schemars(extend("maxProperties" = 64), transform = limits::labels)]
     pub node_selector: BTreeMap<String, String>,
     /// Taints the pod tolerates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 64), transform = limits::tolerations)]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])", "message": "a toleration's operator must be Exists or Equal"},
         {"rule": "self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])", "message": "a toleration's effect must be NoSchedule, PreferNoSchedule or NoExecute (or empty for all)"},
@@ -260,10 +265,11 @@ pub struct PodTemplate {
     pub tolerations: Vec<Toleration>,
     /// Node and pod affinity and anti-affinity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = limits::affinity)]
     pub affinity: Option<Affinity>,
     /// Secrets in the TaskRun's namespace holding registry credentials for the pod's images.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 32), transform = limits::names)]
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// The pod's PriorityClass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,5 +310,48 @@ mod tests {
                 "Task", "Service", "Phase", "Tools", "Context", "Served", "Age"
             ]
         );
+    }
+
+    /// Every string of the spec has a `maxLength` (or is an enum), every list a `maxItems`,
+    /// every map a `maxProperties` (docs/api.md, "Size limits").
+    #[test]
+    fn crd_bounds_every_string_list_and_map_of_the_spec() {
+        fn walk(s: &serde_json::Value, path: &str, unbounded: &mut Vec<String>) {
+            let has = |k: &str| s.get(k).is_some();
+            let type_ = s.get("type").and_then(|t| t.as_str());
+            let int_or_string = s.get("x-kubernetes-int-or-string") == Some(&true.into());
+            if (type_ == Some("string") || int_or_string) && !has("maxLength") && !has("enum") {
+                unbounded.push(format!("{path}: maxLength"));
+            }
+            if type_ == Some("array") && !has("maxItems") {
+                unbounded.push(format!("{path}: maxItems"));
+            }
+            if s.get("additionalProperties").is_some_and(|a| a.is_object()) {
+                if !has("maxProperties") {
+                    unbounded.push(format!("{path}: maxProperties"));
+                }
+                walk(
+                    &s["additionalProperties"],
+                    &format!("{path}{{}}"),
+                    unbounded,
+                );
+            }
+            if let Some(items) = s.get("items") {
+                walk(items, &format!("{path}[]"), unbounded);
+            }
+            for (name, sub) in s
+                .get("properties")
+                .and_then(|p| p.as_object())
+                .into_iter()
+                .flatten()
+            {
+                walk(sub, &format!("{path}.{name}"), unbounded);
+            }
+        }
+        let crd = serde_json::to_value(TaskRun::crd()).expect("the CRD as JSON");
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let mut unbounded = Vec::new();
+        walk(spec, "spec", &mut unbounded);
+        assert!(unbounded.is_empty(), "unbounded: {unbounded:#?}");
     }
 }

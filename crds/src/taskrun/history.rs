@@ -26,6 +26,10 @@ pub const MAX_ENTRIES: usize = 20;
 /// The most tools an entry lists as added (or removed); past it the list ends with `(N more)`.
 pub const MAX_TOOLS: usize = 50;
 
+/// The most characters of an entry's `requestedBy` (what the annotation says is cut there: it is
+/// anyone's to write, and each of the [`MAX_ENTRIES`] entries keeps it).
+pub const MAX_REQUESTED_BY_CHARS: usize = 256;
+
 /// The field manager under which the operator writes `status.contextHistory` (its other status
 /// fields are written under another, so they can be written without the history).
 pub const HISTORY_MANAGER: &str = "orchestrator-operator-history";
@@ -113,7 +117,11 @@ pub fn attribute(
         .and_then(|v| RequestedBy::parse(v))
         .filter(|r| Some(r.generation) == rendered && !r.user.is_empty());
     if let Some(r) = annotated {
-        return (r.user, Source::Annotation);
+        let user = match r.user.char_indices().nth(MAX_REQUESTED_BY_CHARS) {
+            Some((cut, _)) => r.user[..cut].to_string(),
+            None => r.user,
+        };
+        return (user, Source::Annotation);
     }
     let writer = (meta.generation == rendered)
         .then(|| last_spec_writer(meta.managed_fields.as_deref().unwrap_or_default()))
@@ -415,6 +423,15 @@ mod tests {
             attribute(&meta(3, None, managed), Some(2), Some(1)),
             ("unknown".into(), Source::Unknown)
         );
+        // An annotation is anyone's to write: what the history keeps of it is bounded.
+        let long = RequestedBy {
+            user: "é".repeat(MAX_REQUESTED_BY_CHARS + 10),
+            generation: 2,
+        }
+        .to_annotation();
+        let (user, source) = attribute(&meta(2, Some(&long), json!([])), Some(2), Some(1));
+        assert_eq!(source, Source::Annotation);
+        assert_eq!(user, "é".repeat(MAX_REQUESTED_BY_CHARS));
         // Created without a toolConfig: whoever wrote the spec.
         let created = json!([{"manager": "kubectl-create", "operation": "Update",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:taskId": {}}}}]);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::permission_rules;
+use super::{limits, permission_rules};
 use crate::catalog::CatalogServer;
 use crate::policy::{RateLimits, ToolPolicy};
 use crate::tools::Risk;
@@ -33,6 +33,7 @@ pub struct ToolConfig {
     pub mcp_servers: Vec<McpServer>,
     /// Rules the proxy holds every MCP tool call to, beyond each server's patterns.
     #[serde(default, skip_serializing_if = "is_default")]
+    #[schemars(transform = limits::policy)]
     pub policy: ToolPolicy,
 }
 
@@ -113,10 +114,11 @@ pub struct McpServer {
     /// Tool name -> its risk class (`read`, `write`, `destructive`), instead of what the catalog
     /// or the server's annotations say.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 128))]
+    #[schemars(extend("maxProperties" = 128), transform = limits::risk)]
     pub risk: BTreeMap<String, Risk>,
     /// Calls per minute to the server (`perMinute`, `burst`) and to single tools (`tools`).
     #[serde(default, skip_serializing_if = "RateLimits::is_empty")]
+    #[schemars(transform = limits::rate_limits)]
     pub rate_limit: RateLimits,
 }
 
