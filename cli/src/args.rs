@@ -365,12 +365,14 @@ pub struct AuditArgs {
 
 /// List the tool calls a task's proxy holds for a person's decision, and recent decisions.
 ///
-/// From the TaskRun's status.approvals (pending ones, and the last 20 decided). Decide with
-/// `task approve` or `task reject`.
+/// From the TaskRun's status.approvals (pending ones, and the last 20 decided). `--show ID`
+/// prints one call whole: every byte the proxy will forward (the values of the task's Secrets
+/// masked) and its digest. Decide with `task approve` or `task reject`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
   orchestrator-cli task approvals task-1001
+  orchestrator-cli task approvals task-1001 --show a1b2c3d4
   orchestrator-cli task approvals task-1001 --pending -o json")]
 pub struct ApprovalsArgs {
     #[command(flatten)]
@@ -379,19 +381,24 @@ pub struct ApprovalsArgs {
     /// Only the calls still waiting.
     #[arg(long)]
     pub pending: bool,
+
+    /// Show request ID whole: its params as forwarded, digest, definition, context version.
+    #[arg(long, value_name = "ID")]
+    pub show: Option<String>,
 }
 
 /// Approve (or reject) a tool call the task's proxy holds: the call then proceeds (or is
 /// refused with the reason).
 ///
-/// Creates a ToolApproval that names you (as the API server knows you); the first decision on a
-/// request is final. Needs RBAC to create toolapprovals, e.g. the chart's ClusterRole
-/// `orchestrator-approver` bound in the task's namespace.
+/// Creates a ToolApproval that names you (as the API server knows you) and the digest of the
+/// call as the request lists it: the proxy forwards only the call with that digest, once. The
+/// first decision on a request is final. Needs RBAC to create toolapprovals, e.g. the chart's
+/// ClusterRole `orchestrator-approver` bound in the task's namespace.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
-  orchestrator-cli task approvals task-1001
-  orchestrator-cli task approve task-1001 a1b2c3d4
+  orchestrator-cli task approvals task-1001 --show a1b2c3d4
+  orchestrator-cli task approve task-1001 a1b2c3d4 --digest sha256:3f2a9c81d0e4
   orchestrator-cli task reject task-1001 a1b2c3d4 --reason 'not that branch'")]
 pub struct DecideArgs {
     /// The TaskRun's name.
@@ -405,6 +412,12 @@ pub struct DecideArgs {
     /// Why (at most 512 characters); a rejection's reason is shown to the agent.
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+
+    /// The digest of the call you looked at (`task approvals TASK --show ID`): the whole value
+    /// or `sha256:` and at least 12 of its hex digits. Nothing is decided when the request
+    /// names another call.
+    #[arg(long, value_name = "DIGEST")]
+    pub digest: Option<String>,
 }
 
 impl DecideArgs {

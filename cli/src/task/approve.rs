@@ -3,6 +3,12 @@
 //! a ToolApproval named `<task>-<id>` (so the first decision is the only one). The API server
 //! decides who may: RBAC (the chart's `orchestrator-approver` ClusterRole) and an admission
 //! policy that `spec.decidedBy` is the caller.
+//!
+//! An approval approves one exact call: `--show ID` prints every byte the proxy will forward
+//! (the values of the task's Secrets masked as `<secret:NAME/KEY:NONCE>`) with the call's
+//! digest, and a decision names that digest (`spec.digest`, from the entry read; `--digest`
+//! makes sure it is still the call you looked at). What a terminal would not show (control
+//! characters, bidi overrides, zero-width characters) is printed escaped as `\u{…}`.
 
 use std::time::Duration;
 
@@ -14,6 +20,7 @@ use orchestrator_crds::approval::{
     Approval, ApprovalState, Decision, MAX_REASON_CHARS, ToolApproval, ToolApprovalSpec,
     object_name,
 };
+use orchestrator_crds::policy::{PIN_PREFIX, is_pin, short_pin};
 use orchestrator_crds::taskrun::TaskRun;
 
 use crate::args::{ApprovalsArgs, DecideArgs, Global};
@@ -25,11 +32,23 @@ use crate::output::{self, Format, Table, age};
 /// How long `approve`/`reject` wait for the operator to record the decision.
 const RECORDED_WITHIN: Duration = Duration::from_secs(30);
 
-/// `task approvals TASK`: pending and recent approvals, newest last.
+/// `task approvals TASK`: pending and recent approvals, newest last; `--show ID`: one whole.
 pub async fn list(global: &Global, args: &ApprovalsArgs) -> Result<()> {
     let cluster = connect(global).await?;
     let tr = super::resolve(&cluster, &args.task).await?;
     let approvals = approvals_of(&tr);
+    if let Some(id) = &args.show {
+        let task = tr.name_any();
+        let Some(approval) = approvals.iter().find(|a| &a.id == id) else {
+            return Err(Error::NotFound(format!(
+                "TaskRun {task} has no approval request {id:?} (see `orchestrator-cli task approvals {task}`)"
+            )));
+        };
+        return match global.output {
+            Format::Table => output::print(&show(approval, Timestamp::now())),
+            format => output::print(&output::render(format, approval)?),
+        };
+    }
     let approvals: Vec<&Approval> = approvals
         .iter()
         .filter(|a| !args.pending || a.state == ApprovalState::Pending)
@@ -80,12 +99,7 @@ pub fn table(approvals: &[&Approval], now: Timestamp) -> String {
             (Some(by), None) => by.clone(),
             _ => "-".into(),
         };
-        let args = a
-            .arguments
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let args = preview(a);
         t.row(vec![
             a.id.clone(),
             a.state.as_str().into(),
@@ -93,16 +107,162 @@ pub fn table(approvals: &[&Approval], now: Timestamp) -> String {
             when(&a.requested_at),
             expires,
             by,
-            if args.is_empty() { "-".into() } else { args },
+            args,
         ]);
     }
     t.render()
 }
 
+/// The characters of a preview in the table's ARGUMENTS column.
+const PREVIEW_CHARS: usize = 48;
+
+/// The ARGUMENTS cell: the start of the call's arguments on one line, and where to see it all.
+fn preview(a: &Approval) -> String {
+    let Some(params) = &a.params else {
+        return match a.params_bytes {
+            0 => "-".into(),
+            n => format!("({n} bytes)"),
+        };
+    };
+    let arguments = serde_json::from_str::<serde_json::Value>(params)
+        .ok()
+        .and_then(|p| p.get("arguments").map(|a| a.to_string()))
+        .unwrap_or_else(|| params.clone());
+    let mut text: String = arguments.chars().take(PREVIEW_CHARS).collect();
+    if arguments.chars().count() > PREVIEW_CHARS {
+        text.push('…');
+    }
+    format!(
+        "{} ({} bytes; --show {})",
+        visible(&text),
+        match a.params_bytes {
+            0 => params.len(),
+            n => n as usize,
+        },
+        a.id
+    )
+}
+
+/// Whether a terminal would hide `c`, or act on it: C0 and C1 controls (U+009B is a CSI),
+/// bidi embeddings, overrides and isolates, zero-width and invisible formatting characters.
+fn hidden(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{ad}' | '\u{61c}' | '\u{180e}'
+        | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}'
+        | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
+/// `text` with every character a terminal would hide written as `\u{…}`, so what is printed is
+/// what is there.
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if hidden(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One approval whole (`task approvals T --show ID`, and `task describe` for a pending one):
+/// the call, its digest, and every byte the proxy forwards (with the task's Secret values
+/// masked), escaped where a terminal would hide something.
+pub fn show(a: &Approval, now: Timestamp) -> String {
+    let when = |s: &str| match s.parse::<Timestamp>() {
+        Ok(t) if t > now => format!("{s} (in {})", age(now, t)),
+        Ok(t) => format!("{s} ({} ago)", age(t, now)),
+        Err(_) => visible(s),
+    };
+    let mut out = format!("Request {}: {}\n", visible(&a.id), a.state.as_str());
+    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<16} {v}\n"));
+    line("Call:", visible(&format!("{}/{}", a.server, a.tool)));
+    line(
+        "Digest:",
+        if a.digest.is_empty() {
+            "none (published by a proxy older than digests: it cannot be approved)".into()
+        } else {
+            visible(&a.digest)
+        },
+    );
+    if !a.definition.is_empty() {
+        line("Definition:", visible(&a.definition));
+    }
+    line("Context version:", a.context_version.to_string());
+    line("Requested:", when(&a.requested_at));
+    line("Expires:", when(&a.expires_at));
+    if let Some(by) = &a.decided_by {
+        let reason = a
+            .reason
+            .as_deref()
+            .map(|r| format!(": {}", visible(r)))
+            .unwrap_or_default();
+        line("Decided by:", format!("{}{reason}", visible(by)));
+    }
+    line(
+        "Params:",
+        format!(
+            "{} bytes as forwarded (Secret values unmasked)",
+            a.params_bytes
+        ),
+    );
+    if !a.masked.is_empty() {
+        out.push_str(&format!(
+            "Masked (only these placeholders, with nonce {}, are masks; any other `<secret:…>` is text the agent sent):\n",
+            visible(&a.mask_nonce)
+        ));
+        for m in &a.masked {
+            out.push_str(&format!(
+                "  <secret:{}/{}:{}> = the value of key {} of Secret {}, forwarded as is ({} time{})\n",
+                visible(&m.secret),
+                visible(&m.key),
+                visible(&a.mask_nonce),
+                visible(&m.key),
+                visible(&m.secret),
+                m.count,
+                if m.count == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    match &a.params {
+        Some(params) => {
+            out.push_str("Params (the tools/call params the proxy forwards, byte for byte):\n");
+            out.push_str(&visible(params));
+            out.push('\n');
+        }
+        None => out.push_str("Params: not kept once decided (the digest names the call)\n"),
+    }
+    out
+}
+
+/// The fewest hex digits `--digest` may give.
+const MIN_DIGEST_HEX: usize = 12;
+
+/// Whether `--digest` names `digest`: the whole value, or `sha256:` and at least
+/// [`MIN_DIGEST_HEX`] of its first hex digits.
+fn names(given: &str, digest: &str) -> Result<bool> {
+    let hex = given.strip_prefix(PIN_PREFIX).unwrap_or_default();
+    if hex.len() < MIN_DIGEST_HEX
+        || hex.len() > 64
+        || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(Error::Usage(format!(
+            "--digest {given:?}: give sha256: and at least {MIN_DIGEST_HEX} lowercase hex digits of the digest `task approvals TASK --show ID` prints"
+        )));
+    }
+    Ok(digest.starts_with(given))
+}
+
 /// `task approve TASK ID` / `task reject TASK ID --reason R`.
 pub async fn decide(global: &Global, args: &DecideArgs, decision: Decision) -> Result<()> {
     let cluster = connect(global).await?;
-    let tr = super::resolve(&cluster, &args.task()).await?;
+    decide_on(&cluster, args, decision).await
+}
+
+/// [`decide`] on a cluster already connected to.
+pub async fn decide_on(cluster: &Cluster, args: &DecideArgs, decision: Decision) -> Result<()> {
+    let tr = super::resolve(cluster, &args.task()).await?;
     let task = tr.name_any();
     let approvals = approvals_of(&tr);
     let Some(approval) = approvals.iter().find(|a| a.id == args.id) else {
@@ -111,6 +271,20 @@ pub async fn decide(global: &Global, args: &DecideArgs, decision: Decision) -> R
             args.id
         )));
     };
+    if let Some(given) = &args.digest
+        && !names(given, &approval.digest)?
+    {
+        return Err(Error::Failed(format!(
+            "request {} of TaskRun {task} no longer names the call you saw: it names {}, not {given} (see `orchestrator-cli task approvals {task} --show {}`); nothing was changed",
+            args.id,
+            if approval.digest.is_empty() {
+                "no digest"
+            } else {
+                short_pin(&approval.digest)
+            },
+            args.id
+        )));
+    }
     if approval.state != ApprovalState::Pending {
         return Err(Error::Failed(format!(
             "request {} of TaskRun {task} is {} already{}; nothing was changed",
@@ -121,6 +295,12 @@ pub async fn decide(global: &Global, args: &DecideArgs, decision: Decision) -> R
                 .as_deref()
                 .map(|by| format!(" (by {by})"))
                 .unwrap_or_default()
+        )));
+    }
+    if !is_pin(&approval.digest) {
+        return Err(Error::Failed(format!(
+            "request {} of TaskRun {task} names no digest: it was published by a proxy older than digests, and cannot be approved or rejected (it expires at {}); nothing was changed",
+            args.id, approval.expires_at
         )));
     }
     if let Some(reason) = &args.reason
@@ -146,6 +326,7 @@ pub async fn decide(global: &Global, args: &DecideArgs, decision: Decision) -> R
         spec: ToolApprovalSpec {
             task_run: task.clone(),
             id: args.id.clone(),
+            digest: approval.digest.clone(),
             decision,
             reason: args.reason.clone(),
             decided_by: me.clone(),
@@ -166,7 +347,7 @@ pub async fn decide(global: &Global, args: &DecideArgs, decision: Decision) -> R
             )
         });
     }
-    let state = recorded(&cluster, &task, &args.id).await?;
+    let state = recorded(cluster, &task, &args.id).await?;
     let call = format!("{}/{}", approval.server, approval.tool);
     match state {
         Some(ApprovalState::Approved) => output::print(&format!(
@@ -239,52 +420,5 @@ async fn recorded(cluster: &Cluster, task: &str, id: &str) -> Result<Option<Appr
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-
-    #[test]
-    fn the_table_shows_what_a_person_decides_on() {
-        let pending = Approval {
-            id: "a1b2c3d4".into(),
-            server: "filesystem".into(),
-            tool: "write_file".into(),
-            arguments: BTreeMap::from([("path".into(), "\"/workspace/a\"".into())]),
-            requested_at: "2026-01-01T00:00:00Z".into(),
-            expires_at: "2026-01-01T00:05:00Z".into(),
-            state: ApprovalState::Pending,
-            decided_by: None,
-            decided_at: None,
-            reason: None,
-        };
-        let rejected = Approval {
-            id: "e5f6".into(),
-            state: ApprovalState::Rejected,
-            decided_by: Some("alice".into()),
-            reason: Some("wrong file".into()),
-            ..pending.clone()
-        };
-        let now: Timestamp = "2026-01-01T00:01:00Z"
-            .parse()
-            .unwrap_or(Timestamp::UNIX_EPOCH);
-        let text = table(&[&pending, &rejected], now);
-        let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].starts_with("ID"), "{text}");
-        assert!(
-            lines[1].contains("a1b2c3d4") && lines[1].contains("Pending"),
-            "{text}"
-        );
-        assert!(
-            lines[1].contains("filesystem/write_file") && lines[1].contains("in 4m"),
-            "{text}"
-        );
-        assert!(lines[1].contains("path=\"/workspace/a\""), "{text}");
-        assert!(lines[2].contains("alice: wrong file"), "{text}");
-        assert_eq!(table(&[], now), "No calls wait or waited for approval.\n");
     }
 }

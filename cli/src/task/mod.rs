@@ -10,6 +10,8 @@ pub mod submit;
 #[cfg(test)]
 mod add_context_tests;
 #[cfg(test)]
+mod approve_tests;
+#[cfg(test)]
 mod race_tests;
 
 use kube::Api;

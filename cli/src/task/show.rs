@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use orchestrator_crds::approval::ApprovalState;
 use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
 use serde_json::json;
@@ -310,6 +311,13 @@ pub fn describe_text(
         let approvals: Vec<_> = status.approvals.iter().collect();
         out.push_str("Approvals:\n");
         out.push_str(&indent(&super::approve::table(&approvals, now)));
+        // What waits for a decision, whole: what a person approves is what they read here.
+        for a in approvals
+            .iter()
+            .filter(|a| a.state == ApprovalState::Pending)
+        {
+            out.push_str(&indent(&super::approve::show(a, now)));
+        }
     }
 
     out.push_str("Events:\n");
@@ -554,5 +562,44 @@ Events:
   30s   Normal   ToolsUpdated   taskrun/task-1001   context version 1
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn describe_shows_a_pending_call_whole_and_a_decided_one_in_the_table() {
+        let params = r#"{"arguments":{"message":"approve me: <secret:deploy/passphrase:0a1b2c>"},"name":"echo"}"#;
+        let tr = taskrun(
+            "held",
+            1,
+            "s",
+            json!({"phase": "Running", "approvals": [
+                {"id": "a1b2c3d4", "server": "everything", "tool": "echo",
+                 "digest": format!("sha256:{}", "e".repeat(64)),
+                 "definition": format!("sha256:{}", "1".repeat(64)), "contextVersion": 1,
+                 "params": params, "paramsBytes": 62, "maskNonce": "0a1b2c",
+                 "masked": [{"secret": "deploy", "key": "passphrase", "count": 1}],
+                 "requestedAt": "2025-01-01T00:04:00Z", "expiresAt": "2025-01-01T00:09:00Z",
+                 "state": "Pending"},
+                {"id": "e5f6a7b8", "server": "everything", "tool": "echo",
+                 "digest": format!("sha256:{}", "f".repeat(64)), "paramsBytes": 40,
+                 "requestedAt": "2025-01-01T00:01:00Z", "expiresAt": "2025-01-01T00:06:00Z",
+                 "state": "Rejected", "decidedBy": "alice", "reason": "no"}]}),
+        );
+        let text = describe_text(&tr, None, &[], now());
+        assert!(text.contains("Approvals:"), "{text}");
+        assert!(text.contains("Request a1b2c3d4: Pending"), "{text}");
+        assert!(text.contains(params), "{text}");
+        assert!(
+            text.contains(&format!("sha256:{}", "e".repeat(64))),
+            "{text}"
+        );
+        assert!(
+            text.contains("<secret:deploy/passphrase:0a1b2c> = the value of key passphrase"),
+            "{text}"
+        );
+        // The decided one is a row of the table only.
+        assert!(
+            text.contains("alice: no") && !text.contains("Request e5f6a7b8"),
+            "{text}"
+        );
     }
 }
