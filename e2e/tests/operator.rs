@@ -719,6 +719,87 @@ async fn invalid_objects_are_refused_by_cel_at_apply() -> Result<()> {
     ns.delete().await
 }
 
+/// The spec's size limits (docs/api.md, "Size limits"): a value over its bound is refused at
+/// apply time with a message naming the field, inside the embedded Kubernetes types too.
+#[tokio::test]
+#[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
+async fn oversized_values_are_refused_naming_the_field() -> Result<()> {
+    let client = client().await?;
+    install_taskrun_crd(&client).await?;
+    let ns = TestNamespace::create(&client, "op-limits").await?;
+    let api: Api<TaskRun> = Api::namespaced(client.clone(), &ns.name);
+    let long = |n: usize| "x".repeat(n);
+    for (name, extra, field, says) in [
+        (
+            "prompt",
+            json!({"task": {"prompt": long(262_145)}}),
+            "spec.task.prompt",
+            "Too long",
+        ),
+        (
+            "env-value",
+            json!({"agent": {"env": [{"name": "A", "value": long(8_193)}]}}),
+            "spec.agent.env[0].value",
+            "Too long",
+        ),
+        (
+            "arg",
+            json!({"agent": {"args": [long(8_193)]}}),
+            "spec.agent.args[0]",
+            "Too long",
+        ),
+        (
+            "quantity",
+            json!({"proxy": {"resources": {"limits": {"memory": format!("1{}", "0".repeat(64))}}}}),
+            "spec.proxy.resources.limits.memory",
+            "Too long",
+        ),
+        (
+            "affinity",
+            json!({"podTemplate": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": long(318), "operator": "Exists"}]}]}}}}}),
+            "spec.podTemplate.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key",
+            "Too long",
+        ),
+        (
+            "label-key",
+            json!({"podTemplate": {"nodeSelector": {long(318): "v"}}}),
+            "spec.podTemplate.nodeSelector",
+            "label keys must be at most 317 characters",
+        ),
+        (
+            "risk-key",
+            json!({"toolConfig": {"mcpServers": [{"name": "time", "risk": {long(257): "read"}}]}}),
+            "spec.toolConfig.mcpServers[0].risk",
+            "tool names must be at most 256 characters",
+        ),
+    ] {
+        let mut spec = json!({"taskId": 7, "serviceName": "todo-api", "task": {"prompt": "x"}});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        let tr: TaskRun = serde_json::from_value(json!({
+            "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
+            "metadata": {"name": name}, "spec": spec,
+        }))?;
+        match api.create(&PostParams::default(), &tr).await {
+            Err(kube::Error::Api(s)) if s.code == 422 => {
+                assert!(
+                    s.message.contains(&format!("{field}: ")) && s.message.contains(says),
+                    "{name}: expected {field:?} and {says:?} in: {}",
+                    s.message
+                );
+            }
+            Ok(_) => bail!("{name}: stored, though {field} is over its limit"),
+            Err(e) => bail!("{name}: expected a 422 naming {field}, got {e}"),
+        }
+    }
+    assert!(
+        api.list(&ListParams::default()).await?.items.is_empty(),
+        "nothing was stored"
+    );
+    ns.delete().await
+}
+
 #[tokio::test]
 #[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
 async fn deleted_children_come_back_and_go_with_the_taskrun() -> Result<()> {
