@@ -148,7 +148,7 @@ pub async fn list_tools(entry: &CatalogServer, workspace: &Path) -> Result<Vec<T
                     stdio.command, entry.name
                 ))
             })?;
-            let client = ().serve(transport).await.map_err(|e| {
+            let client = client_config().serve(transport).await.map_err(|e| {
                 Error::Failed(format!("{}: the server did not start MCP: {e}", entry.name))
             })?;
             list_and_close(&entry.name, client).await
@@ -170,7 +170,7 @@ pub async fn list_tools(entry: &CatalogServer, workspace: &Path) -> Result<Vec<T
             let config = StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
                 .custom_headers(headers);
             let transport = StreamableHttpClientTransport::from_config(config);
-            let client = ().serve(transport).await.map_err(|e| {
+            let client = client_config().serve(transport).await.map_err(|e| {
                 Error::Failed(format!("{}: connecting to {}: {e}", entry.name, http.url))
             })?;
             list_and_close(&entry.name, client).await
@@ -189,10 +189,26 @@ pub async fn list_tools(entry: &CatalogServer, workspace: &Path) -> Result<Vec<T
         })?
 }
 
+/// The client discovery connects as: it declares roots, sampling and elicitation (form and URL),
+/// so a server that offers some tools only to clients declaring them (server-everything does)
+/// lists them too, and a pin covers every tool an agent may be offered.
+fn client_config() -> rmcp::model::ClientConfig {
+    let capabilities = serde_json::from_value(serde_json::json!({
+        "roots": {"listChanged": true},
+        "sampling": {},
+        "elicitation": {"form": {}, "url": {}},
+    }))
+    .unwrap_or_default();
+    rmcp::model::ClientConfig::new(
+        capabilities,
+        rmcp::model::Implementation::new("orchestrator-cli", env!("CARGO_PKG_VERSION")),
+    )
+}
+
 /// Lists a connected server's tools, then closes the connection (and stops a child).
 async fn list_and_close(
     name: &str,
-    client: rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    client: rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
 ) -> Result<Vec<Tool>> {
     let tools = client.peer().list_all_tools().await;
     let _ = client.cancel().await;

@@ -123,19 +123,7 @@ fn the_call_policy_rate_limits_and_the_catalogs_pins_reach_the_proxy() {
         {"perMinute": 30, "tools": {"create_issue": {"perMinute": 2, "burst": 1}}}
     ))
     .expect("limits");
-    let pin = format!("sha256:{}", "ab".repeat(32));
-    let mut catalog = catalog();
-    let github = catalog
-        .servers
-        .iter_mut()
-        .find(|s| s.name == "github")
-        .expect("github");
-    let tool = github
-        .tools
-        .iter_mut()
-        .find(|t| t.name == "search_code")
-        .expect("search_code");
-    tool.pin = Some(pin.clone());
+    let catalog = catalog();
     let rendered = render(&tr, &catalog, &settings()).unwrap_or_else(|p| panic!("{p:?}"));
     let data = rendered.config_map(1).data.expect("data");
     let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
@@ -146,11 +134,42 @@ fn the_call_policy_rate_limits_and_the_catalogs_pins_reach_the_proxy() {
         parsed.servers[0].rate_limit,
         tr.spec.tool_config.mcp_servers[0].rate_limit
     );
-    assert_eq!(
-        parsed.servers[0].pins,
-        [("search_code".to_string(), pin)].into()
-    );
-    assert!(parsed.servers[1].pins.is_empty());
+    // Every tool of the shipped catalog is pinned: each server's pins and full definitions reach
+    // its proxy, and each definition hashes to its pin.
+    for server in &parsed.servers {
+        let entry = catalog.get(&server.name).expect("in the catalog");
+        let pins: std::collections::BTreeMap<String, String> = entry
+            .tools
+            .iter()
+            .filter_map(|t| Some((t.name.clone(), t.pin.clone()?)))
+            .collect();
+        assert_eq!(server.pins, pins, "{}", server.name);
+        assert_eq!(server.pins.len(), entry.tools.len(), "{}", server.name);
+        assert_eq!(server.definitions.len(), entry.tools.len(), "{}", server.name);
+        for definition in &server.definitions {
+            let name = definition["name"].as_str().unwrap_or_default();
+            assert_eq!(
+                server.pins.get(name),
+                Some(&orchestrator_crds::policy::definition_hash(definition)),
+                "{}/{name}",
+                server.name
+            );
+        }
+    }
+    // A server with a tool that has no definition gets none (its list comes from the server).
+    let mut partly = catalog.clone();
+    let github = partly
+        .servers
+        .iter_mut()
+        .find(|s| s.name == "github")
+        .expect("github");
+    github.tools[0].definition = None;
+    let github_tools = github.tools.len();
+    let rendered = render(&tr, &partly, &settings()).unwrap_or_else(|p| panic!("{p:?}"));
+    let data = rendered.config_map(1).data.expect("data");
+    let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
+    assert!(parsed.servers[0].definitions.is_empty());
+    assert_eq!(parsed.servers[0].pins.len(), github_tools);
     // The defaults (validate, block) are what the proxy assumes; none is written.
     let plain = plan(&task_1002()).config_map(1).data.expect("data");
     assert!(
