@@ -321,7 +321,7 @@ mod tests {
      {
         // The task's first proxy sees `a`, records it.
         let baseline = Baseline::default();
-        let mut rx = baseline.subscribe();
+        let rx = baseline.subscribe();
         let mut first = baseline.first_seen("s@2025-11-25", "spec1");
         let before = first.observe(Arc::new(vec![tool("a", "Adds.")]));
         baseline.record("s@2025-11-25", "spec1", &mut first);
