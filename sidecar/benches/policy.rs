@@ -199,6 +199,7 @@ fn audit_ring(iters: usize) {
         risk: Some("write"),
         decision: "allowed",
         approval_id: None,
+        approval_digest: None,
         decided_by: None,
         rule: Some("servers[every].tools.allow[0] \"echo\"".into()),
         outcome: Outcome::Ok,

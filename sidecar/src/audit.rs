@@ -77,13 +77,17 @@ pub struct Record<'a> {
     pub risk: Option<&'static str>,
     /// `allowed`, `denied` (a rule hides the tool), `rate_limited`, `invalid_arguments`,
     /// `intent_required`, `intent_mismatch`; for a call held for approval, `approved`,
-    /// `rejected`, `expired`, `withdrawn` (cancelled by its client or shutdown), and
-    /// `approval_busy` or `approval_unavailable` when it could not be held; in a
+    /// `rejected`, `expired`, `withdrawn` (cancelled by its client or shutdown),
+    /// `approval_mismatch` (decided under another digest), and `approval_busy`,
+    /// `approval_unavailable` or `approval_too_large` when it could not be held; in a
     /// definition-change record, `quarantined` or `alerted`.
     pub decision: &'static str,
     /// The approval request that held the call (`policy.requireApproval`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<&'a str>,
+    /// The digest of the call it held (`sha256:…`): what a decision had to name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_digest: Option<&'a str>,
     /// Who approved or rejected it, as the API server authenticated them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<&'a str>,
@@ -321,6 +325,7 @@ mod tests {
                 risk: Some("write"),
                 decision: "allowed",
                 approval_id: None,
+                approval_digest: None,
                 decided_by: None,
                 rule: Some("servers[gh].tools.allow[0] \"create_issue\"".into()),
                 outcome: Outcome::Ok,

@@ -87,6 +87,12 @@ pub struct Args {
     /// Event on the TaskRun (events.k8s.io, in `--namespace`).
     #[arg(long, env = "MCP_PROXY_TASK_UID", value_parser = nonempty)]
     task_uid: Option<String>,
+    /// The values of the task's Secrets, one file per key at `<secret>/<key>` (the operator's
+    /// projected volume): what a call held for approval shows has them masked as
+    /// `<secret:SECRET/KEY:NONCE>`. Read at each hold (at most 256 files of 64 KiB; never
+    /// logged); when they cannot be read, calls that need approval are refused.
+    #[arg(long, env = "MCP_PROXY_MASK_SECRETS_DIR", value_parser = nonempty_path)]
+    mask_secrets_dir: Option<PathBuf>,
     /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
     /// serves one agent, and cross-thread wake-ups cost more than they buy.
     #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
@@ -187,6 +193,7 @@ impl Args {
             session_idle: Duration::from_secs(self.session_idle_seconds),
             max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
             header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
+            mask_secrets_dir: self.mask_secrets_dir.clone(),
             api: ApiOptions {
                 watch_config_map: self.watch_config_map.clone(),
                 served_lease: self.served_lease.clone(),
@@ -217,6 +224,11 @@ fn nonempty(value: &str) -> Result<String, String> {
     } else {
         Ok(value.to_string())
     }
+}
+
+/// [`nonempty`], as a path.
+fn nonempty_path(value: &str) -> Result<PathBuf, String> {
+    nonempty(value).map(PathBuf::from)
 }
 
 fn validate(file: &Path, json: bool) -> ExitCode {
@@ -286,6 +298,7 @@ mod tests {
             ("namespace", "MCP_PROXY_NAMESPACE"),
             ("pod_name", "MCP_PROXY_POD_NAME"),
             ("task_uid", "MCP_PROXY_TASK_UID"),
+            ("mask_secrets_dir", "MCP_PROXY_MASK_SECRETS_DIR"),
         ] {
             let arg = command
                 .get_arguments()
@@ -305,9 +318,16 @@ mod tests {
             "ns",
             "--pod-name",
             "task-a-x",
+            "--mask-secrets-dir",
+            "/etc/orchestrator/mask",
         ])
         .expect("the flags parse");
-        let api = args.options().expect("options").api;
+        let options = args.options().expect("options");
+        assert_eq!(
+            options.mask_secrets_dir,
+            Some(PathBuf::from("/etc/orchestrator/mask"))
+        );
+        let api = options.api;
         assert_eq!(api.watch_config_map.as_deref(), Some("task-a-tools"));
         assert_eq!(api.served_lease.as_deref(), Some("task-a-served"));
         assert_eq!(api.namespace.as_deref(), Some("ns"));

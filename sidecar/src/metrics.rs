@@ -156,7 +156,7 @@ impl Metrics {
         );
         registry.register(
             "approvals",
-            "Calls that policy.requireApproval held (or could not hold), by outcome: approved, rejected, expired, withdrawn (cancelled by the client or shutdown), busy (too many waiting), unavailable (no Lease to ask on)",
+            "Calls that policy.requireApproval held (or could not hold), by outcome: approved, rejected, expired, withdrawn (cancelled by the client or shutdown), mismatch (decided under another digest: not made), busy (too many waiting), unavailable (no Lease to ask on), too_large (too large to show)",
             approvals.clone(),
         );
         registry.register(

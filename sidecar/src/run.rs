@@ -43,6 +43,9 @@ pub struct Options {
     pub max_sessions: usize,
     /// An HTTP request's headers must arrive within this, or its connection is closed.
     pub header_read_timeout: Duration,
+    /// The values of the task's Secrets (`<secret>/<key>` files), masked in what a call held
+    /// for approval shows.
+    pub mask_secrets_dir: Option<PathBuf>,
     /// The Kubernetes API objects to use (none: the mounted file only).
     pub api: ApiOptions,
 }
@@ -63,6 +66,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     };
     let pool = Pool::new(deps);
     let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
+    if let Some(dir) = &opts.mask_secrets_dir {
+        proxy.approvals.mask_secrets_from(dir.clone());
+    }
 
     let (loaded, print) = match std::fs::read(&opts.config) {
         Ok(bytes) => (

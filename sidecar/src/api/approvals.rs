@@ -40,8 +40,11 @@ pub async fn publish(api: Api<Lease>, name: String, mut requests: watch::Receive
                         tracing::warn!(lease = %name, error = %e, "cannot publish the approval requests; retrying with backoff (held calls wait meanwhile)");
                     }
                     failing = true;
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(MAX_RETRY);
+                    // A 403 of the admission policy (the Lease not bound to this pod yet) is
+                    // retried within 2 s.
+                    let (wait, next) = super::backoff(retry, MAX_RETRY, &e);
+                    tokio::time::sleep(wait).await;
+                    retry = next;
                     continue;
                 }
             }

@@ -47,8 +47,11 @@ pub async fn report(
                         tracing::warn!(lease = %name, context_version = version, error = %e, "cannot report the served contextVersion; retrying with backoff");
                     }
                     failing = true;
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(MAX_RETRY);
+                    // A 403 of the admission policy (the Lease not bound to this pod yet) is
+                    // retried within 2 s.
+                    let (wait, next) = super::backoff(retry, MAX_RETRY, &e);
+                    tokio::time::sleep(wait).await;
+                    retry = next;
                     // The next round reports whatever is served by then.
                     continue;
                 }

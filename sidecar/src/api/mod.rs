@@ -115,8 +115,9 @@ pub async fn start(opts: &ApiOptions, applier: &Arc<Applier>) -> ApiTasks {
     }
     if let Some(name) = &opts.served_lease {
         let api: Api<Lease> = Api::namespaced(client, &namespace);
-        // From here on a call that needs approval can be held: someone can see it.
-        let requests = applier.proxy().approvals.reporter();
+        // From here on a call that needs approval can be held: someone can see it. The Lease is
+        // the TaskRun's namesake: its namespace and name go into every request's digest.
+        let requests = applier.proxy().approvals.reporter(&namespace, name);
         tasks.tasks.push(tokio::spawn(approvals::publish(
             api.clone(),
             name.clone(),
@@ -130,4 +131,74 @@ pub async fn start(opts: &ApiOptions, applier: &Arc<Applier>) -> ApiTasks {
         )));
     }
     tasks
+}
+
+/// Until the operator binds the task's Lease to this pod (it does once the pod exists), the
+/// chart's admission policy refuses the proxy's writes of it: retried this often at least.
+const UNBOUND_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a write was refused by an admission policy (403 naming a
+/// ValidatingAdmissionPolicy): the Lease is not bound to this pod yet.
+fn refused_by_policy(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<kube::Error>(),
+        Some(kube::Error::Api(status))
+            if status.code == 403 && status.message.contains("ValidatingAdmissionPolicy")
+    )
+}
+
+/// After a failed write: how long to wait now, and the wait after the next failure (doubled up
+/// to `max`, and up to [`UNBOUND_RETRY`] while the admission policy refuses the writes; held
+/// calls wait meanwhile, and their timeout runs).
+fn backoff(
+    retry: std::time::Duration,
+    max: std::time::Duration,
+    error: &anyhow::Error,
+) -> (std::time::Duration, std::time::Duration) {
+    let max = if refused_by_policy(error) {
+        max.min(UNBOUND_RETRY)
+    } else {
+        max
+    };
+    (retry.min(max), (retry * 2).min(max))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn status(code: u16, message: &str) -> anyhow::Error {
+        let mut status = kube::core::Status::failure(message, "Forbidden");
+        status.code = code;
+        kube::Error::Api(Box::new(status)).into()
+    }
+
+    #[test]
+    fn a_write_the_admission_policy_refuses_is_retried_within_two_seconds() {
+        let unbound = status(
+            403,
+            "leases.coordination.k8s.io \"task-a\" is forbidden: ValidatingAdmissionPolicy 'orchestrator-proxy-lease' with binding 'orchestrator-proxy-lease' denied request: only the proxy of the task pod task-a-x7k2p may write Lease task-a",
+        );
+        let rbac = status(
+            403,
+            "leases.coordination.k8s.io \"task-a\" is forbidden: User \"x\" cannot patch resource",
+        );
+        let max = Duration::from_secs(30);
+        assert!(refused_by_policy(&unbound) && !refused_by_policy(&rbac));
+        let second = Duration::from_secs(1);
+        assert_eq!(backoff(second, max, &unbound), (second, UNBOUND_RETRY));
+        // After a streak of other failures, too.
+        assert_eq!(backoff(max, max, &unbound), (UNBOUND_RETRY, UNBOUND_RETRY));
+        assert_eq!(
+            backoff(Duration::from_secs(16), max, &rbac),
+            (Duration::from_secs(16), max)
+        );
+        let quarter = Duration::from_millis(250);
+        assert_eq!(
+            backoff(quarter, max, &anyhow::anyhow!("no answer")),
+            (quarter, Duration::from_millis(500))
+        );
+    }
 }

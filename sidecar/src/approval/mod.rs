@@ -4,57 +4,76 @@
 //! ConfigMap's key [`VERDICTS_KEY`] (through the API watch or the mounted file), each resolving
 //! its pending call once.
 //!
+//! An approval approves one exact call. A request shows every byte of the `tools/call` params
+//! the proxy will send, with the task's Secret values masked (`mask`), and names their
+//! [`CallDigest`]; a verdict decides the pending call with its id only when it names that
+//! digest. One naming another takes the call out as [`Outcome::Mismatch`]: it is never
+//! forwarded, and its id is never issued again.
+//!
 //! A held call owns a [`Held`]; dropping it (decided, expired, cancelled, shut down) takes its
 //! request out of the published set. Nothing here waits or talks to the API.
+//!
+//! Children: `mask` (the Secret values, and the params as shown).
 
+pub mod mask;
 #[cfg(test)]
 mod tests;
 
 use std::{
     collections::{HashSet, VecDeque},
     hash::{BuildHasher, RandomState},
+    path::PathBuf,
     sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
 
 use orchestrator_crds::approval::{
-    ApprovalRequest, MAX_PENDING, MAX_REASON_CHARS, VERDICTS_KEY, Verdict, clip, summarize,
+    ApprovalRequest, CALL_DIGEST_VERSION, CallDigest, MAX_PENDING, MAX_REASON_CHARS,
+    MAX_REQUEST_BYTES, VERDICTS_KEY, Verdict, clip,
 };
-use rmcp::model::JsonObject;
+use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 use crate::{metrics::Metrics, sync::lock};
 
-/// The annotation's value stays below this many bytes.
-pub const MAX_ANNOTATION_BYTES: usize = 64 * 1024;
-/// One request's share of it (the array's brackets and commas fit in what is left).
-const MAX_REQUEST_BYTES: usize = MAX_ANNOTATION_BYTES / MAX_PENDING - 2;
-/// The longest tool name a request carries (MCP clients limit names to 128).
-const MAX_TOOL_CHARS: usize = 128;
+/// The annotation's value stays within this many bytes: [`MAX_PENDING`] requests of at most
+/// [`MAX_REQUEST_BYTES`], the array's brackets and the commas between them.
+pub const MAX_ANNOTATION_BYTES: usize = MAX_PENDING * MAX_REQUEST_BYTES + MAX_PENDING + 1;
+/// The longest server or tool name a request may carry (the operator lists no longer one).
+const MAX_NAME_BYTES: usize = 128;
 /// The longest `decidedBy` kept from a verdict.
 const MAX_DECIDED_BY_CHARS: usize = 512;
 /// The longest id a verdict may name (the ToolApproval's `spec.id` limit).
 const MAX_ID_CHARS: usize = 64;
+/// The longest digest kept from a verdict (`sha256:` and 64 hex digits).
+const MAX_DIGEST_CHARS: usize = 71;
 /// Ids issued lately, and ids a verdict document named, are never issued again; this many of
 /// each are remembered.
 const REMEMBERED_IDS: usize = 1024;
-/// What replaces an argument's view that does not fit a request's share of the annotation.
-const OMITTED: &str = "<omitted: too long for the request>";
 
 /// The pending calls and what decides them.
 pub struct Approvals {
     inner: Mutex<Inner>,
     /// The annotation's value: the pending requests as a JSON array, oldest first.
     published: watch::Sender<Arc<str>>,
-    /// A reporter publishes the requests (the API is used and a Lease named): only then can a
-    /// person see a held call.
-    visible: AtomicBool,
+    /// Where the requests are published (set by the reporter): only then can a person see a
+    /// held call. Its namespace and name (the TaskRun's) are part of every digest.
+    place: OnceLock<Place>,
+    /// `--mask-secrets-dir`: the Secret values masked in what a request shows.
+    mask_dir: OnceLock<PathBuf>,
     metrics: Arc<Metrics>,
     ids: RandomState,
     issued: AtomicU64,
+}
+
+/// The Lease the requests are published on: the task's namespace and name.
+#[derive(Clone, Debug)]
+struct Place {
+    namespace: String,
+    task: String,
 }
 
 #[derive(Default)]
@@ -70,16 +89,46 @@ struct Pending {
     request: ApprovalRequest,
     /// `request` as published.
     json: String,
-    decide: oneshot::Sender<Verdict>,
+    decide: oneshot::Sender<Outcome>,
+}
+
+/// The call a person is asked about.
+#[derive(Clone, Copy, Debug)]
+pub struct HoldCall<'a> {
+    pub server: &'a str,
+    /// The upstream's name of the tool.
+    pub tool: &'a str,
+    /// The hash of the tool's definition the call is held against.
+    pub definition: &'a str,
+    /// The task's context version (its policy) now.
+    pub context_version: u64,
+    /// The unmasked `tools/call` params the proxy will send (`proxy::call`'s `params_of`).
+    pub params: &'a Value,
+}
+
+/// What became of a pending call, as a verdict document said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A verdict naming the call's digest.
+    Verdict(Verdict),
+    /// A verdict on the call's id naming another digest (`named`): it decides nothing, and the
+    /// call is not made.
+    Mismatch { named: String },
 }
 
 /// Why a call could not be held.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotHeld {
     /// Nothing publishes requests (no Lease): nobody could see the call.
     Unavailable,
     /// [`MAX_PENDING`] calls wait already.
     Busy,
+    /// Its request would take `bytes`, more than [`MAX_REQUEST_BYTES`]: it cannot be shown.
+    TooLarge { bytes: usize, limit: usize },
+    /// The Secret values to mask cannot be read (`--mask-secrets-dir`): what it says.
+    MasksUnreadable(String),
+    /// The call cannot be shown as it will be sent, its Secret values masked: why.
+    Unshowable(String),
 }
 
 /// A held call's place in the pending set; dropping it withdraws the request.
@@ -89,7 +138,7 @@ pub struct Held<'a> {
     pub request: ApprovalRequest,
     /// When the wait is over (measured here, not by the timestamps published).
     pub deadline: tokio::time::Instant,
-    decided: oneshot::Receiver<Verdict>,
+    decided: oneshot::Receiver<Outcome>,
 }
 
 impl Held<'_> {
@@ -97,17 +146,17 @@ impl Held<'_> {
         &self.request.id
     }
 
-    /// The verdict on this call, once one arrives (cancel-safe).
-    pub async fn decided(&mut self) -> Verdict {
+    /// What a verdict document said of this call, once one did (cancel-safe).
+    pub async fn decided(&mut self) -> Outcome {
         match (&mut self.decided).await {
-            Ok(verdict) => verdict,
+            Ok(outcome) => outcome,
             // Only `expire` withdraws a request without a verdict: nothing more will come.
             Err(_) => std::future::pending().await,
         }
     }
 
     /// The wait is over: withdraws the request, unless a verdict came first (returned then).
-    pub fn expire(&mut self) -> Option<Verdict> {
+    pub fn expire(&mut self) -> Option<Outcome> {
         self.approvals.withdraw(&self.request.id);
         self.decided.try_recv().ok()
     }
@@ -124,23 +173,34 @@ impl Approvals {
         Self {
             inner: Mutex::default(),
             published: watch::Sender::new(Arc::from("[]")),
-            visible: AtomicBool::new(false),
+            place: OnceLock::new(),
+            mask_dir: OnceLock::new(),
             metrics,
             ids: RandomState::new(),
             issued: AtomicU64::new(0),
         }
     }
 
-    /// For the one reporter that publishes the requests on the Lease: the annotation's value,
-    /// changed on every change of the pending set. From now on calls can be held.
-    pub fn reporter(&self) -> watch::Receiver<Arc<str>> {
-        self.visible.store(true, Ordering::Release);
+    /// For the one reporter that publishes the requests on the Lease `task` in `namespace`:
+    /// the annotation's value, changed on every change of the pending set. From now on calls
+    /// can be held.
+    pub fn reporter(&self, namespace: &str, task: &str) -> watch::Receiver<Arc<str>> {
+        let _ = self.place.set(Place {
+            namespace: namespace.to_string(),
+            task: task.to_string(),
+        });
         self.published.subscribe()
+    }
+
+    /// Masks the values of the files under `dir` (`<secret>/<key>`) in what requests show
+    /// (see [`mask`]); read at each hold. Set once, before calls come.
+    pub fn mask_secrets_from(&self, dir: PathBuf) {
+        let _ = self.mask_dir.set(dir);
     }
 
     /// Whether a held call can be seen by anyone (see [`Approvals::reporter`]).
     pub fn is_visible(&self) -> bool {
-        self.visible.load(Ordering::Acquire)
+        self.place.get().is_some()
     }
 
     /// How many calls wait now.
@@ -148,18 +208,38 @@ impl Approvals {
         lock(&self.inner).pending.len()
     }
 
-    /// Holds a call to `tool` of `server` for at most `timeout`: a new request with a bounded,
-    /// redacted summary of `arguments`, published at once.
-    pub fn hold(
-        &self,
-        server: &str,
-        tool: &str,
-        arguments: Option<&JsonObject>,
-        timeout: Duration,
-    ) -> Result<Held<'_>, NotHeld> {
-        if !self.is_visible() {
+    /// Holds `call` for at most `timeout`: a new request showing its params (Secret values
+    /// masked) and naming its digest, published at once.
+    pub fn hold(&self, call: HoldCall<'_>, timeout: Duration) -> Result<Held<'_>, NotHeld> {
+        let Some(place) = self.place.get() else {
             return Err(NotHeld::Unavailable);
+        };
+        if self.pending() >= MAX_PENDING {
+            return Err(NotHeld::Busy);
         }
+        if call.server.len() > MAX_NAME_BYTES || call.tool.len() > MAX_NAME_BYTES {
+            return Err(NotHeld::Unshowable(format!(
+                "its server's or tool's name is longer than {MAX_NAME_BYTES} bytes, the most a request may carry"
+            )));
+        }
+        // Read before the lock: files, at each hold (a rotated Secret is masked as it is now).
+        let masker = match self.mask_dir.get() {
+            Some(dir) => mask::Masker::load(dir).map_err(NotHeld::MasksUnreadable)?,
+            None => mask::Masker::default(),
+        };
+        let nonce = self.nonce();
+        let shown = masker
+            .mask(call.params, &nonce)
+            .map_err(NotHeld::Unshowable)?;
+        let params_bytes = if shown.masked.is_empty() {
+            shown.text.len()
+        } else {
+            serde_json::to_string(call.params)
+                .map_err(|e| {
+                    NotHeld::Unshowable(format!("its params cannot be written as JSON ({e})"))
+                })?
+                .len()
+        };
         let mut inner = lock(&self.inner);
         if inner.pending.len() >= MAX_PENDING {
             return Err(NotHeld::Busy);
@@ -167,14 +247,29 @@ impl Approvals {
         let id = self.new_id(&inner);
         let now = jiff::Timestamp::now();
         let expires = now.checked_add(timeout).unwrap_or(now);
-        let (request, json) = fit(ApprovalRequest {
+        let request = ApprovalRequest {
+            digest: digest(place, &id, &call),
             id: id.clone(),
-            server: server.to_string(),
-            tool: clip(tool, MAX_TOOL_CHARS),
-            arguments: summarize(arguments),
+            server: call.server.to_string(),
+            tool: call.tool.to_string(),
+            definition: call.definition.to_string(),
+            context_version: call.context_version,
+            params: shown.text,
+            params_bytes: u32::try_from(params_bytes).unwrap_or(u32::MAX),
+            masked: shown.masked,
+            mask_nonce: nonce,
             requested_at: rfc3339(now),
             expires_at: rfc3339(expires),
-        });
+        };
+        let json = serde_json::to_string(&request).map_err(|e| {
+            NotHeld::Unshowable(format!("its request cannot be written as JSON ({e})"))
+        })?;
+        if json.len() > MAX_REQUEST_BYTES {
+            return Err(NotHeld::TooLarge {
+                bytes: json.len(),
+                limit: MAX_REQUEST_BYTES,
+            });
+        }
         let (decide, decided) = oneshot::channel();
         inner.issued.push_back(id);
         if inner.issued.len() > REMEMBERED_IDS {
@@ -186,7 +281,7 @@ impl Approvals {
             decide,
         });
         self.publish(&inner);
-        tracing::info!(approval = %request.id, server = %request.server, tool = %request.tool, expires_at = %request.expires_at, "call held for approval");
+        tracing::info!(approval = %request.id, server = %request.server, tool = %request.tool, digest = %request.digest, params_bytes = request.params_bytes, masked = request.masked.len(), expires_at = %request.expires_at, "call held for approval");
         Ok(Held {
             approvals: self,
             request,
@@ -195,9 +290,17 @@ impl Approvals {
         })
     }
 
+    /// The digest of `call` held as `id` (`None` when nothing publishes requests): what
+    /// [`Approvals::hold`] computed, for checking the call again before it is forwarded.
+    pub fn digest_of(&self, id: &str, call: &HoldCall<'_>) -> Option<String> {
+        self.place.get().map(|place| digest(place, id, call))
+    }
+
     /// A verdict document (`approvals.json`: a JSON array of [`Verdict`]s) from `origin`: each
-    /// verdict on a pending request decides it; the others (decided, expired, unknown) are
-    /// ignored. Entries that are not verdicts are skipped and counted in one warning.
+    /// verdict on a pending request decides it when it names the request's digest, and takes
+    /// it out as [`Outcome::Mismatch`] when it names another; the others (decided, expired,
+    /// unknown) are ignored. Entries that are not verdicts are skipped and counted in one
+    /// warning.
     pub fn verdicts(&self, origin: &str, bytes: &[u8]) {
         let entries: Vec<serde_json::Value> = match serde_json::from_slice(bytes) {
             Ok(entries) => entries,
@@ -229,15 +332,26 @@ impl Approvals {
                 tracing::debug!(origin, approval = %clip(&verdict.id, MAX_ID_CHARS), "a verdict on a request that is not pending (decided, expired or unknown); ignored");
                 continue;
             };
+            // Out of the pending set either way: an id decides once.
             let pending = inner.pending.remove(at);
             let verdict = Verdict {
                 decided_by: clip(&verdict.decided_by, MAX_DECIDED_BY_CHARS),
                 reason: verdict.reason.map(|r| clip(&r, MAX_REASON_CHARS)),
+                digest: clip(&verdict.digest, MAX_DIGEST_CHARS),
                 ..verdict
             };
-            tracing::info!(origin, approval = %verdict.id, server = %pending.request.server, tool = %pending.request.tool, decision = ?verdict.decision, decided_by = %verdict.decided_by, "approval decided");
+            let request = &pending.request;
+            let outcome = if verdict.digest == request.digest {
+                tracing::info!(origin, approval = %verdict.id, server = %request.server, tool = %request.tool, decision = ?verdict.decision, decided_by = %verdict.decided_by, "approval decided");
+                Outcome::Verdict(verdict)
+            } else {
+                tracing::warn!(origin, approval = %verdict.id, server = %request.server, tool = %request.tool, named = %verdict.digest, held = %request.digest, decided_by = %verdict.decided_by, "a verdict names another call than the one held under its id; the call is not made");
+                Outcome::Mismatch {
+                    named: verdict.digest,
+                }
+            };
             // The call may be ending right now (cancelled): then nobody is left to tell.
-            let _ = pending.decide.send(verdict);
+            let _ = pending.decide.send(outcome);
         }
         inner.named = named;
         if inner.pending.len() != before {
@@ -295,37 +409,28 @@ impl Approvals {
             }
         }
     }
+
+    /// A request's mask nonce: 6 lowercase hex digits the agent cannot foresee (keyed by this
+    /// process's random hasher keys).
+    fn nonce(&self) -> String {
+        let n = self.issued.fetch_add(1, Ordering::Relaxed);
+        format!("{:06x}", self.ids.hash_one(("mask nonce", n)) & 0xff_ffff)
+    }
 }
 
-/// A request that fits its share of the annotation, and its JSON: the longest argument views
-/// are omitted first, then (very long keys) the whole summary.
-fn fit(mut request: ApprovalRequest) -> (ApprovalRequest, String) {
-    loop {
-        let json = serde_json::to_string(&request).unwrap_or_else(|_| "{}".into());
-        if json.len() <= MAX_REQUEST_BYTES {
-            return (request, json);
-        }
-        let longest = request
-            .arguments
-            .iter()
-            .filter(|(_, v)| v.len() > OMITTED.len())
-            .max_by_key(|(_, v)| v.len())
-            .map(|(k, _)| k.clone());
-        match longest {
-            Some(key) => {
-                request.arguments.insert(key, OMITTED.to_string());
-            }
-            None if request.arguments.keys().any(|k| k != "…") => {
-                let keys = request.arguments.len();
-                request.arguments.clear();
-                request
-                    .arguments
-                    .insert("…".into(), format!("{keys} keys, too long to show"));
-            }
-            // Ids, names and timestamps alone are far below the share.
-            None => return (request, json),
-        }
+/// The [`CallDigest`] of `call` held as `id` where `place` publishes it.
+fn digest(place: &Place, id: &str, call: &HoldCall<'_>) -> String {
+    CallDigest {
+        v: CALL_DIGEST_VERSION,
+        namespace: &place.namespace,
+        task_run: &place.task,
+        id,
+        server: call.server,
+        definition: call.definition,
+        context_version: call.context_version,
+        params: call.params,
     }
+    .digest()
 }
 
 /// RFC 3339, UTC, to the second.

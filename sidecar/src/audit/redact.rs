@@ -72,8 +72,9 @@ pub fn without_values<'t>(
         .into()
 }
 
-/// A value as sent, as escaped in a JSON string, and as escaped in ASCII-only JSON.
-fn forms(s: &str) -> Vec<String> {
+/// A value as sent, as escaped in a JSON string, and as escaped in ASCII-only JSON (also what
+/// `approval::mask` looks for).
+pub(crate) fn forms(s: &str) -> Vec<String> {
     let mut out = vec![s.to_string()];
     if let Ok(quoted) = serde_json::to_string(s) {
         out.push(quoted[1..quoted.len() - 1].to_string());

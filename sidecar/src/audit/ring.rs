@@ -179,6 +179,7 @@ pub(crate) mod tests {
             risk,
             decision,
             approval_id: None,
+            approval_digest: None,
             decided_by: None,
             rule: None,
             outcome: Outcome::Ok,

@@ -46,6 +46,16 @@ pub enum Reason {
     ApprovalExpired { id: String, timeout: Duration },
     /// The call needs approval but the proxy has no Lease to ask on: nobody could see it.
     ApprovalUnavailable,
+    /// The call needs approval, but its request would take `bytes` to show, more than `limit`
+    /// (`MAX_REQUEST_BYTES`): it is not held blind.
+    ApprovalTooLarge { bytes: usize, limit: usize },
+    /// The decision on approval `id` names another call (`named`, a digest) than the one held
+    /// (`held`): the call is not made.
+    ApprovalMismatch {
+        id: String,
+        named: String,
+        held: String,
+    },
     /// Intent mode: a `call_tool_*` call without `intent.operation_type`.
     IntentRequired {
         variant: &'static str,
@@ -99,6 +109,10 @@ pub struct ApprovalNote {
     pub id: String,
     /// Who decided (approved, rejected); `None` when nobody did.
     pub decided_by: Option<String>,
+    /// The digest of the call held (what a decision must name).
+    pub digest: String,
+    /// The context version the call was held at (part of the digest).
+    pub context_version: u64,
 }
 
 /// A call that went no further: why, the tool it would have reached and what decided (boxed:
@@ -173,6 +187,8 @@ impl Refusal {
             Reason::ApprovalRejected { .. } => "rejected",
             Reason::ApprovalExpired { .. } => "expired",
             Reason::ApprovalUnavailable => "approval_unavailable",
+            Reason::ApprovalTooLarge { .. } => "approval_too_large",
+            Reason::ApprovalMismatch { .. } => "approval_mismatch",
             Reason::IntentRequired { .. } | Reason::IntentDirectCall => "intent_required",
             Reason::IntentMismatch { .. } | Reason::IntentServerMismatch { .. } => {
                 "intent_mismatch"
@@ -206,6 +222,8 @@ impl Refusal {
             Reason::ApprovalRejected { .. } => Some("rejected"),
             Reason::ApprovalExpired { .. } => Some("expired"),
             Reason::ApprovalUnavailable => Some("unavailable"),
+            Reason::ApprovalTooLarge { .. } => Some("too_large"),
+            Reason::ApprovalMismatch { .. } => Some("mismatch"),
             Reason::Withdrawn(_) => Some("withdrawn"),
             _ => None,
         }
@@ -224,6 +242,8 @@ impl Refusal {
             Reason::ApprovalRejected { .. } => "PROXY.APPROVAL_REJECTED",
             Reason::ApprovalExpired { .. } => "PROXY.APPROVAL_EXPIRED",
             Reason::ApprovalUnavailable => "PROXY.APPROVAL_UNAVAILABLE",
+            Reason::ApprovalTooLarge { .. } => "PROXY.APPROVAL_TOO_LARGE",
+            Reason::ApprovalMismatch { .. } => "PROXY.APPROVAL_MISMATCH",
             Reason::IntentRequired { .. } | Reason::IntentDirectCall => "PROXY.INTENT_REQUIRED",
             Reason::IntentMismatch { .. } => "PROXY.INTENT_MISMATCH",
             Reason::IntentServerMismatch { .. } => "PROXY.INTENT_SERVER_MISMATCH",
@@ -269,6 +289,14 @@ impl Refusal {
             ),
             Reason::ApprovalUnavailable => format!(
                 "tool {tool:?} needs a person's approval (policy.requireApproval), but approval needs the Kubernetes API (the task's Lease, --served-lease), which this proxy does not use; the call was not made"
+            ),
+            Reason::ApprovalTooLarge { bytes, limit } => format!(
+                "tool {tool:?} needs a person's approval (policy.requireApproval), and its call would take {bytes} bytes to show, more than the {limit} a request may hold; the call was not made: send smaller arguments (e.g. write the file in parts)"
+            ),
+            Reason::ApprovalMismatch { id, named, held } => format!(
+                "approval {id} names another call ({}), not this one ({}); the call to tool {tool:?} was not made",
+                short(named),
+                short(held)
             ),
             Reason::IntentRequired { variant, operation } => format!(
                 "intent.operation_type is required (call {variant} with intent: {{\"operation_type\": \"{operation}\"}})"
@@ -344,6 +372,17 @@ impl Refusal {
                 data["timeoutSeconds"] = json!(timeout.as_secs());
             }
             Reason::ApprovalUnavailable => data["server"] = json!(server),
+            Reason::ApprovalTooLarge { bytes, limit } => {
+                data["server"] = json!(server);
+                data["bytes"] = json!(bytes);
+                data["limit"] = json!(limit);
+            }
+            Reason::ApprovalMismatch { id, named, held } => {
+                data["server"] = json!(server);
+                data["approvalId"] = json!(id);
+                data["named"] = json!(named);
+                data["held"] = json!(held);
+            }
             Reason::IntentArguments { problems, .. } => data["problems"] = json!(problems),
             Reason::IntentServerMismatch { marked, .. } => {
                 data["server"] = json!(server);
@@ -374,6 +413,15 @@ impl Refusal {
                 Ok(CallToolResponse::Complete(result))
             }
         }
+    }
+}
+
+/// A digest as a person reads it: `sha256:` and its first 12 hex digits.
+fn short(digest: &str) -> String {
+    match digest.get(..19) {
+        Some(head) if digest.len() > 19 => format!("{head}…"),
+        _ if digest.is_empty() => "no digest".to_string(),
+        _ => digest.to_string(),
     }
 }
 

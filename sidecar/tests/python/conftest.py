@@ -113,6 +113,28 @@ def write_configmap(directory: Path, text: str, other_keys: dict[str, str] | Non
         shutil.rmtree(directory / old)
 
 
+def write_projected(directory: Path, files: dict[str, str]) -> None:
+    """Writes `files` ({"<secret>/<key>": value}) like the kubelet writes a projected volume of
+    Secret items with paths "<secret>/<key>": a timestamped data directory, an atomic `..data`
+    swap, and one link per top-level directory (`<secret>` -> `..data/<secret>`). Used for the
+    proxy's --mask-secrets-dir."""
+    directory.mkdir(parents=True, exist_ok=True)
+    old = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
+    data = f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{uuid.uuid4().hex[:8]}"
+    for path, value in files.items():
+        (directory / data / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / data / path).write_text(value)
+    (directory / data).mkdir(exist_ok=True)
+    tmp = directory / "..data_tmp"
+    os.symlink(data, tmp)
+    os.rename(tmp, directory / "..data")
+    for top in {path.split("/", 1)[0] for path in files}:
+        if not (directory / top).is_symlink():
+            os.symlink(f"..data/{top}", directory / top)
+    if old:
+        shutil.rmtree(directory / old)
+
+
 def to_yaml(config: dict) -> str:
     # JSON is YAML; keeps the tests free of a YAML dependency.
     return json.dumps(config, indent=2)
@@ -246,6 +268,12 @@ class Proxy:
         return self.workdir / "audit.jsonl"
 
     @property
+    def mask_dir(self) -> Path:
+        """The proxy's --mask-secrets-dir (`make_proxy(mask_secrets=...)`): the task's Secret
+        values, `<secret>/<key>`, as the operator mounts them."""
+        return self.workdir / "mask"
+
+    @property
     def pid(self) -> int:
         assert self.process is not None
         return self.process.pid
@@ -362,10 +390,18 @@ def make_proxy(proxy_bin, tmp_path):
         extra_args: list | None = None,
         workdir: Path | None = None,
         wait_ready: bool = True,
+        mask_secrets: dict[str, str] | None = None,
     ) -> Proxy:
+        """`mask_secrets` ({"<secret>/<key>": value}): the Secret values the proxy masks in what
+        a call held for approval shows (written to `mask_dir`, named by MCP_PROXY_MASK_SECRETS_DIR
+        as the operator does)."""
         wd = workdir or tmp_path / f"proxy{len(started)}"
         wd.mkdir(parents=True, exist_ok=True)
-        proxy = Proxy(binary=proxy_bin, workdir=wd, port=free_port(), env=env or {}, extra_args=extra_args or [])
+        env = dict(env or {})
+        proxy = Proxy(binary=proxy_bin, workdir=wd, port=free_port(), env=env, extra_args=extra_args or [])
+        if mask_secrets is not None:
+            write_projected(proxy.mask_dir, mask_secrets)
+            env["MCP_PROXY_MASK_SECRETS_DIR"] = str(proxy.mask_dir)
         write_configmap(proxy.config_dir, to_yaml(proxy.complete(config)))
         started.append(proxy)
         return proxy.start(wait_ready)

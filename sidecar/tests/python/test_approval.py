@@ -1,7 +1,9 @@
 """Human approval of risky calls, the proxy's side (policy.requireApproval): a call the policy
 names is held; its request is published on the task's Lease (annotation
-orchestrator.io/approval-requests); the operator's verdict arrives in the task ConfigMap's key
-approvals.json (written here as the operator will) and the held call goes on, or is refused.
+orchestrator.io/approval-requests), showing every byte of the call with the task's Secret values
+masked and naming its digest; the operator's verdict arrives in the task ConfigMap's key
+approvals.json (written here as the operator will, naming the digest) and the held call goes on,
+or is refused.
 
 Against the real API server that ./test brings up ($KUBECONFIG, else <repo>/e2e/.cluster/
 kubeconfig), the real everything server as the upstream, the official MCP SDK as the client.
@@ -9,6 +11,7 @@ kubeconfig), the real everything server as the upstream, the official MCP SDK as
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import signal
@@ -29,8 +32,39 @@ BOTH = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 REQUESTS = "orchestrator.io/approval-requests"
 CONFIGMAP = "task-a-tools"
 LEASE = "task-a"
-# Shaped like a credential: the summary on the Lease must not show it.
+# A value of the task's Secret deploy/token (in the mask dir): the request must not show it.
 SECRET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
+# Not shaped like a credential at all: masked because it is a Secret's value, not by its looks.
+PASSPHRASE = "open sesame 4711"
+NO_DIGEST = "sha256:" + "0" * 64
+
+
+def call_digest(namespace: str, task: str, id: str, server: str, definition: str, context_version: int, params: dict) -> str:
+    """orchestrator_crds::approval::CallDigest::digest: sha256 of the RFC 8785 canonical JSON,
+    which for ASCII keys and integers is Python's sorted, compact json.dumps."""
+    text = json.dumps(
+        {
+            "v": 1,
+            "namespace": namespace,
+            "taskRun": task,
+            "id": id,
+            "server": server,
+            "definition": definition,
+            "contextVersion": context_version,
+            "params": params,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_the_call_digest_is_the_contract_fixed_vector():
+    """The digest this file computes is the contract's (crds and the operator assert the same)."""
+    params = {"name": "echo", "arguments": {"message": "B: rm -rf /", "n": 12345678901234}}
+    digest = call_digest("team-a", "held", "0a1b2c3d", "everything", "sha256:" + "1" * 64, 3, params)
+    assert digest == "sha256:e1afe37203b00ff1c6bc666d39c20ba74fdf32752e80297c55f90aad034133a3"
 
 
 @pytest.fixture
@@ -60,18 +94,28 @@ class Task:
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIGMAP}, "data": {"proxy.yaml": text}},
         )
 
-    def verdict(self, id: str, decision: str, by: str, reason: str | None = None) -> str:
-        """Adds a verdict; returns the document (approvals.json) with every verdict so far."""
-        entry = {"id": id, "decision": decision, "decidedBy": by}
+    def verdict(self, id: str, decision: str, by: str, digest: str, reason: str | None = None) -> str:
+        """Adds a verdict on request `id` naming `digest`; returns the document (approvals.json)
+        with every verdict so far."""
+        entry = {"id": id, "decision": decision, "decidedBy": by, "digest": digest}
         if reason is not None:
             entry["reason"] = reason
         self.verdicts.append(entry)
         return json.dumps(self.verdicts)
 
-    def decide(self, id: str, decision: str, by: str, reason: str | None = None) -> None:
-        document = self.verdict(id, decision, by, reason)
+    def decide(self, request: dict, decision: str, by: str, reason: str | None = None, digest: str | None = None) -> None:
+        """A verdict on `request`, naming its digest (or `digest`), written as the operator does."""
+        document = self.verdict(request["id"], decision, by, digest or request.get("digest", NO_DIGEST), reason)
         self.kube.merge_patch(
             f"/api/v1/namespaces/{self.namespace}/configmaps/{CONFIGMAP}", {"data": {"approvals.json": document}}
+        )
+
+    def digest(self, request: dict, params: dict) -> str:
+        """The digest of `params` held as `request` (its id, server, definition, context version)
+        in this task."""
+        return call_digest(
+            self.namespace, LEASE, request["id"], request["server"], request.get("definition", ""),
+            request.get("contextVersion", 0), params,
         )
 
     def annotation(self) -> str | None:
@@ -109,11 +153,14 @@ def proxy_config(tools, workdir, namespace: str, require: dict, record=None) -> 
     }
 
 
-def start(make_proxy, kube, task: Task, config: dict, workdir, extra: list[str] | None = None, watch: bool = True):
-    """The proxy as the operator runs it: the same config in the ConfigMap and the mounted file."""
+def start(make_proxy, kube, task: Task, config: dict, workdir, extra: list[str] | None = None, watch: bool = True,
+          mask: dict[str, str] | None = None):
+    """The proxy as the operator runs it: the same config in the ConfigMap and the mounted file,
+    and the task's Secret values (`mask`: {"<secret>/<key>": value}) in its mask dir."""
     task.create_configmap(to_yaml(config))
     args = task.watch_args() if watch else task.lease_args()
-    return make_proxy(config, env={"KUBECONFIG": str(kube.path)}, extra_args=[*args, *(extra or [])], workdir=workdir)
+    return make_proxy(config, env={"KUBECONFIG": str(kube.path)}, extra_args=[*args, *(extra or [])], workdir=workdir,
+                      mask_secrets=mask if mask is not None else {})
 
 
 def proxy_meta(result) -> dict:
@@ -137,6 +184,20 @@ def echo_records(proxy, at_least: int = 1) -> list[dict]:
     return [r for r in proxy.audit(at_least) if r["tool"] == "every__echo"]
 
 
+def shown(request: dict) -> dict:
+    """The params a request shows (every byte the proxy will send, Secret values masked)."""
+    return json.loads(request["params"])
+
+
+def unmasked(request: dict, values: dict[str, str]) -> dict:
+    """The params a request shows with each placeholder of its nonce replaced by the value it
+    masks (`values`: {"<secret>/<key>": value}): the params the proxy sends."""
+    text = request["params"]
+    for name, value in values.items():
+        text = text.replace(f"<secret:{name}:{request['maskNonce']}>", json.dumps(value, ensure_ascii=False)[1:-1])
+    return json.loads(text)
+
+
 async def held(task: Task, count: int = 1) -> list[dict]:
     """The requests on the Lease, once `count` are there."""
     return await await_for(
@@ -149,7 +210,7 @@ async def held(task: Task, count: int = 1) -> list[dict]:
 async def test_an_approved_call_is_forwarded_and_its_client_hears_while_it_waits(make_proxy, kube, task, tools, tmp_path, mode):
     workdir = tmp_path / "proxy"
     config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"], "timeoutSeconds": 60})
-    proxy = start(make_proxy, kube, task, config, workdir)
+    proxy = start(make_proxy, kube, task, config, workdir, mask={"deploy/token": SECRET})
     await await_for(lambda: task.requests() == [], what="the proxy to publish an empty set at start")
     # The ConfigMap's copy of the config is the file's: the watch finds it not newer.
     await await_for(lambda: reloads(proxy)[2] == 1, what="the watch to deliver the ConfigMap")
@@ -171,7 +232,18 @@ async def test_an_approved_call_is_forwarded_and_its_client_hears_while_it_waits
             text = task.annotation()
             assert SECRET not in text
             assert request["server"] == "every" and request["tool"] == "echo"
-            assert request["arguments"] == {"message": "<redacted>"}, request
+            params = shown(request)
+            assert re.fullmatch(r"[0-9a-f]{6}", request["maskNonce"]), request
+            assert params["name"] == "echo" and params["arguments"] == {
+                "message": f"deploy with <secret:deploy/token:{request['maskNonce']}>"
+            }, request
+            # The proxy's own lifecycle keys are not the client's to send.
+            assert not {"progressToken", "io.modelcontextprotocol/protocolVersion"} & set(params.get("_meta", {})), params
+            assert request["masked"] == [{"secret": "deploy", "key": "token", "count": 1}], request
+            sent = unmasked(request, {"deploy/token": SECRET})
+            assert request["paramsBytes"] == len(json.dumps(sent, separators=(",", ":"), ensure_ascii=False).encode())
+            assert request["digest"] == task.digest(request, sent), request
+            assert re.fullmatch(r"sha256:[0-9a-f]{64}", request["definition"]) and request["contextVersion"] == 1
             assert re.fullmatch(r"[0-9a-f]{8}", request["id"]), request["id"]
             span = time.mktime(time.strptime(request["expiresAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(
                 time.strptime(request["requestedAt"], "%Y-%m-%dT%H:%M:%SZ")
@@ -186,7 +258,7 @@ async def test_an_approved_call_is_forwarded_and_its_client_hears_while_it_waits
             assert heard[0][0] < heard[1][0], heard
             assert not results, "the call went on before anyone decided"
             assert proxy.metric("mcp_proxy_approvals_pending") == 1
-            task.decide(request["id"], "approve", "alice@example.com")
+            task.decide(request, "approve", "alice@example.com")
     [result] = results
     assert not result.is_error and text_of(result) == f"Echo: deploy with {SECRET}"
     await await_for(lambda: task.requests() == [], what="the request to leave the Lease")
@@ -195,6 +267,7 @@ async def test_an_approved_call_is_forwarded_and_its_client_hears_while_it_waits
     [record] = echo_records(proxy)
     assert record["decision"] == "approved" and record["outcome"] == "ok", record
     assert record["approvalId"] == request["id"] and record["decidedBy"] == "alice@example.com"
+    assert record["approvalDigest"] == request["digest"]
     assert approvals(proxy, "approved") == 1 and proxy.metric("mcp_proxy_approvals_pending") == 0
     assert SECRET not in (workdir / "audit.jsonl").read_text() and SECRET not in proxy.log()
 
@@ -212,10 +285,10 @@ async def test_a_rejected_call_never_reaches_the_upstream_and_says_who_and_why(m
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
             [request] = await held(task)
-            assert request["arguments"] == {"message": '"rm -rf /"'}
+            assert shown(request)["arguments"] == {"message": "rm -rf /"}
             # Calls the policy does not name go on meanwhile.
             assert "3" in text_of(await client.call_tool("every__get-sum", {"a": 1, "b": 2}))
-            task.decide(request["id"], "reject", "bob@example.com", "not on a Friday")
+            task.decide(request, "reject", "bob@example.com", "not on a Friday")
         [rejected] = results
     assert rejected.is_error
     assert text_of(rejected) == (
@@ -259,7 +332,7 @@ async def test_an_approved_call_whose_tool_was_withdrawn_meanwhile_is_refused(ma
             kube.merge_patch(f"/api/v1/namespaces/{task.namespace}/configmaps/{CONFIGMAP}",
                              {"data": {"proxy.yaml": to_yaml(narrowed)}})
             await await_for(lambda: reloads(proxy)[0] >= 1, what="the narrowed config to apply")
-            task.decide(request["id"], "approve", "alice@example.com")
+            task.decide(request, "approve", "alice@example.com")
         [refused] = results
     assert refused.is_error, text_of(refused)
     assert "withdrawn or changed while its call waited for approval" in text_of(refused), text_of(refused)
@@ -290,8 +363,8 @@ async def test_an_undecided_call_expires_and_a_late_verdict_is_ignored(make_prox
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
             [request] = await held(task)
-            task.verdict(meta["approvalId"], "approve", "late@example.com")
-            task.decide(request["id"], "approve", "alice@example.com")
+            task.verdict(meta["approvalId"], "approve", "late@example.com", NO_DIGEST)
+            task.decide(request, "approve", "alice@example.com")
         assert text_of(results[0]) == "Echo: again"
     assert recorded_calls(record) == ["echo"]
     assert approvals(proxy, "expired") == 1 and approvals(proxy, "approved") == 1
@@ -314,7 +387,8 @@ async def test_beyond_max_pending_a_call_is_refused_at_once(make_proxy, kube, ta
             for i in range(16):
                 tg.start_soon(call, i)
             requests = await held(task, 16)
-            assert len(task.annotation().encode()) < 64 * 1024
+            # 16 requests of at most 12 KiB, with the brackets and commas.
+            assert len(task.annotation().encode()) <= 16 * 12 * 1024 + 17
             started = time.monotonic()
             busy = await client.call_tool("every__get-sum", {"a": 1, "b": 2})
             assert time.monotonic() - started < 5
@@ -322,8 +396,8 @@ async def test_beyond_max_pending_a_call_is_refused_at_once(make_proxy, kube, ta
             assert "16 calls already wait" in text_of(busy)
             # One document decides them all.
             for r in requests:
-                task.verdict(r["id"], "reject", "bob@example.com", "too many")
-            task.decide(requests[0]["id"], "reject", "bob@example.com", "too many")
+                task.verdict(r["id"], "reject", "bob@example.com", r["digest"], "too many")
+            task.decide(requests[0], "reject", "bob@example.com", "too many")
     assert len(results) == 16 and all(proxy_meta(r)["code"] == "PROXY.APPROVAL_REJECTED" for r in results)
     await await_for(lambda: task.requests() == [], what="every request to leave the Lease")
     assert approvals(proxy, "busy") == 1 and approvals(proxy, "rejected") == 16
@@ -383,7 +457,7 @@ async def test_a_verdict_in_the_mounted_file_decides_too(make_proxy, kube, task,
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
             [request] = await held(task)
-            document = task.verdict(request["id"], "approve", "alice@example.com")
+            document = task.verdict(request["id"], "approve", "alice@example.com", request["digest"])
             write_configmap(proxy.config_dir, to_yaml(proxy.complete(config)), {"approvals.json": document})
     assert text_of(results[0]) == "Echo: via the file"
     assert reloads(proxy) == [0.0] * 6, "the verdict reloaded the config"
@@ -402,3 +476,106 @@ async def test_without_the_api_a_call_that_needs_approval_is_refused_at_once(mak
     [audited] = echo_records(proxy, at_least=2)
     assert audited["decision"] == "approval_unavailable" and "approvalId" not in audited
     assert approvals(proxy, "unavailable") == 1
+
+
+async def test_an_approval_of_call_a_does_not_run_call_b_with_the_same_id(make_proxy, kube, task, tools, tmp_path):
+    """A person approved what they were shown as X (call A, say from a forged request); the proxy
+    holds call B as X. The verdict names A's digest: B is taken out, never forwarded, and X
+    decides nothing again."""
+    workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"]}, record=record)
+    proxy = start(make_proxy, kube, task, config, workdir)
+    results = []
+    async with Client(proxy.url, mode="legacy") as client:
+
+        async def call():
+            results.append(await client.call_tool("every__echo", {"message": "B: rm -rf /"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [request] = await held(task)
+            x = request["id"]
+            call_a = {"name": "echo", "arguments": {"message": "A: hello"}}
+            task.decide(request, "approve", "alice@example.com", digest=task.digest(request, call_a))
+        [result] = results
+    assert recorded_calls(record) == [], "call B reached the upstream on an approval of call A"
+    assert result.is_error, text_of(result)
+    meta = proxy_meta(result)
+    assert meta["code"] == "PROXY.APPROVAL_MISMATCH", meta
+    # B's digest, recomputed here from what the request showed, is the one published.
+    call_b = shown(request)
+    assert call_b == {"name": "echo", "arguments": {"message": "B: rm -rf /"}}, call_b
+    assert "masked" not in request, request
+    assert request["digest"] == task.digest(request, call_b)
+    assert meta == {
+        "code": "PROXY.APPROVAL_MISMATCH",
+        "server": "every",
+        "approvalId": x,
+        "named": task.digest(request, call_a),
+        "held": request["digest"],
+    }
+    assert text_of(result).startswith(f"approval {x} names another call (sha256:"), text_of(result)
+    assert task.requests() == []
+    # Once: a verdict naming B's own digest now changes nothing.
+    task.decide(request, "approve", "alice@example.com")
+    await anyio.sleep(1)
+    assert recorded_calls(record) == [] and task.requests() == []
+    [audited] = echo_records(proxy)
+    assert audited["decision"] == "approval_mismatch" and audited["outcome"] == "denied", audited
+    assert audited["approvalId"] == x and audited["approvalDigest"] == request["digest"] and "decidedBy" not in audited
+    assert approvals(proxy, "mismatch") == 1 and approvals(proxy, "approved") == 0
+    assert "a verdict names another call than the one held under its id" in proxy.log()
+
+
+async def test_the_request_shows_every_byte_with_a_secret_value_masked(make_proxy, kube, task, tools, tmp_path):
+    """deploy/passphrase is a value of the task's Secret, not credential-shaped: it is masked
+    wherever it is, and the 3000 characters around it are shown whole."""
+    workdir = tmp_path / "proxy"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"]})
+    proxy = start(make_proxy, kube, task, config, workdir, mask={"deploy/passphrase": PASSPHRASE})
+    message = PASSPHRASE + "".join(f" line {i}: nothing to see here" for i in range(110))
+    assert len(message) >= 3000
+    results = []
+    async with Client(proxy.url, mode="legacy") as client:
+
+        async def call():
+            results.append(await client.call_tool("every__echo", {"message": message}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [request] = await held(task)
+            assert PASSPHRASE not in task.annotation(), "the Lease shows the Secret's value"
+            placeholder = f"<secret:deploy/passphrase:{request['maskNonce']}>"
+            sent = {"name": "echo", "arguments": {"message": message}}
+            assert shown(request) == {"name": "echo", "arguments": {"message": message.replace(PASSPHRASE, placeholder)}}
+            # Byte for byte the JSON the proxy sends, except the masked span.
+            assert request["params"] == json.dumps(sent, separators=(",", ":"), sort_keys=True).replace(PASSPHRASE, placeholder)
+            assert request["masked"] == [{"secret": "deploy", "key": "passphrase", "count": 1}]
+            assert request["paramsBytes"] == len(json.dumps(sent, separators=(",", ":")).encode())
+            # The digest covers the call sent, unmasked.
+            assert request["digest"] == task.digest(request, sent) == task.digest(request, unmasked(request, {"deploy/passphrase": PASSPHRASE}))
+            task.decide(request, "approve", "alice@example.com")
+        [result] = results
+    assert not result.is_error and text_of(result) == f"Echo: {message}"
+    assert PASSPHRASE not in proxy.log()
+
+
+async def test_arguments_too_large_to_show_are_refused_not_held(make_proxy, kube, task, tools, tmp_path):
+    workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"], "timeoutSeconds": 5}, record=record)
+    proxy = start(make_proxy, kube, task, config, workdir)
+    await await_for(lambda: task.requests() == [], what="the proxy to publish an empty set at start")
+    async with Client(proxy.url, mode="legacy") as client:
+        started = time.monotonic()
+        refused = await client.call_tool("every__echo", {"message": "x" * 20 * 1024})
+        waited = time.monotonic() - started
+    assert refused.is_error and proxy_meta(refused)["code"] == "PROXY.APPROVAL_TOO_LARGE", text_of(refused)
+    assert waited < 3, f"the call waited {waited:.1f}s: it was held"
+    meta = proxy_meta(refused)
+    assert meta["limit"] == 12 * 1024 and meta["bytes"] > 20 * 1024, meta
+    assert "more than the 12288 a request may hold; the call was not made: send smaller arguments" in text_of(refused)
+    assert task.requests() == []
+    assert recorded_calls(record) == []
+    [audited] = echo_records(proxy)
+    assert audited["decision"] == "approval_too_large" and "approvalId" not in audited, audited
+    assert approvals(proxy, "too_large") == 1

@@ -69,6 +69,64 @@ fn an_approval_refusal_names_who_decided_and_why() {
 }
 
 #[test]
+fn a_call_too_large_to_show_or_decided_under_another_digest_is_not_made() {
+    let rule = || "policy.requireApproval.tools[0]".to_string();
+    let large = Refusal::of(
+        Reason::ApprovalTooLarge {
+            bytes: 20_512,
+            limit: 12_288,
+        },
+        to("fs"),
+        rule(),
+    );
+    assert_eq!(
+        (
+            large.decision(),
+            large.approval_outcome(),
+            large.metric_outcome()
+        ),
+        (
+            "approval_too_large",
+            Some("too_large"),
+            "approval_too_large"
+        )
+    );
+    assert_eq!(
+        result(large, "fs__write_file"),
+        (
+            "tool \"fs__write_file\" needs a person's approval (policy.requireApproval), and its call would take 20512 bytes to show, more than the 12288 a request may hold; the call was not made: send smaller arguments (e.g. write the file in parts)".into(),
+            json!({"code": "PROXY.APPROVAL_TOO_LARGE", "server": "fs", "bytes": 20_512, "limit": 12_288})
+        )
+    );
+    let (named, held) = (
+        format!("sha256:{}", "a".repeat(64)),
+        format!("sha256:{}", "b".repeat(64)),
+    );
+    let mismatch = Refusal::of(
+        Reason::ApprovalMismatch {
+            id: "0a1b2c3d".into(),
+            named: named.clone(),
+            held: held.clone(),
+        },
+        to("fs"),
+        rule(),
+    );
+    assert_eq!(
+        (mismatch.decision(), mismatch.approval_outcome()),
+        ("approval_mismatch", Some("mismatch"))
+    );
+    assert_eq!(
+        result(mismatch, "fs__write_file"),
+        (
+            "approval 0a1b2c3d names another call (sha256:aaaaaaaaaaaa…), not this one (sha256:bbbbbbbbbbbb…); the call to tool \"fs__write_file\" was not made".into(),
+            json!({"code": "PROXY.APPROVAL_MISMATCH", "server": "fs", "approvalId": "0a1b2c3d", "named": named, "held": held})
+        )
+    );
+    assert_eq!(short(""), "no digest");
+    assert_eq!(short("sha256:ab"), "sha256:ab");
+}
+
+#[test]
 fn a_denial_names_its_rule_and_a_failure_stays_a_json_rpc_error() {
     let denied = Refusal::of(Reason::Denied, to("gh"), "servers[gh].tools.deny[0]".into());
     assert_eq!(

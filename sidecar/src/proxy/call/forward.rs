@@ -1,6 +1,7 @@
 //! The call's last step: forward it to the upstream that owns the tool (started now if it is not
 //! running), relay what the upstream asks meanwhile, and turn what it answers (or how it failed)
-//! into the call's result.
+//! into the call's result. [`params_of`] makes the params it sends, which is also what a person
+//! approving the call is shown (`held`), so the two cannot drift apart.
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -10,7 +11,7 @@ use std::{
 use rmcp::{
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, InputRequest,
-        InputResponses, ProgressToken, RequestId, ServerRequest, ServerResult,
+        InputResponses, ProgressToken, RequestId, RequestMetaObject, ServerRequest, ServerResult,
     },
     service::PeerRequestOptions,
 };
@@ -65,10 +66,7 @@ impl Proxy {
         if !conn.listed.swap(true, Ordering::Relaxed) {
             self.check_freshness(server.clone());
         }
-        let mut params = CallToolRequestParams::new(route.tool.as_str().to_string());
-        params.arguments = req.arguments.clone();
-        params.input_responses = req.input_responses.clone();
-        params.request_state = req.request_state.clone();
+        let mut params = params_of(route, req);
         let client_token = req.meta.get_progress_token();
         // The retry of a call the proxy parked for a 2026-07-28 client (see `bridge`).
         let mut resumed = match req.request_state.as_deref() {
@@ -156,7 +154,7 @@ impl Proxy {
         &self,
         conn: &Arc<Connection>,
         server: &Arc<Server>,
-        params: CallToolRequestParams,
+        mut params: CallToolRequestParams,
         req: &CallRequest,
         client_token: Option<ProgressToken>,
         timeout: Duration,
@@ -179,7 +177,8 @@ impl Proxy {
             asks_tx,
             req.stream_cut.clone(),
         );
-        let mut meta = upstream_meta(&req.meta, modern);
+        // `_meta` goes as this upstream may get it, with the proxy's trace context.
+        let mut meta = upstream_meta(&params.meta.take().unwrap_or_default(), modern);
         telemetry::inject(&tracing::Span::current(), &mut meta);
         let options = PeerRequestOptions::with_timeout(timeout)
             .reset_timeout_on_progress()
@@ -270,6 +269,40 @@ impl Proxy {
             }
         });
     }
+}
+
+/// The `tools/call` params the proxy sends for `req` on `route`: the upstream's name of the tool,
+/// and the client's `arguments`, `inputResponses`, `requestState` and `_meta` ([`meta_of`]) as
+/// it sent them. What a person approving the call is shown and its digest covers
+/// ([`shown_params`]); `forward` sends them.
+pub(super) fn params_of(route: &Route, req: &CallRequest) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(route.tool.as_str().to_string());
+    params.arguments = req.arguments.clone();
+    params.input_responses = req.input_responses.clone();
+    params.request_state = req.request_state.clone();
+    let meta = meta_of(req);
+    params.meta = (!meta.0.0.is_empty()).then_some(meta);
+    params
+}
+
+/// [`params_of`] as JSON.
+pub(super) fn shown_params(route: &Route, req: &CallRequest) -> Result<serde_json::Value, Error> {
+    serde_json::to_value(params_of(route, req))
+        .map_err(|e| Error::Other(format!("the call's params cannot be written as JSON: {e}")))
+}
+
+/// The client's `_meta` as an upstream may get it (a 2026-07-28 one gets the most; an older one
+/// a part, see [`upstream_meta`]). With tracing on, the client's trace context is not passed:
+/// the proxy sends its call span's instead (`telemetry::inject`), so it is not the client's to
+/// show either.
+fn meta_of(req: &CallRequest) -> RequestMetaObject {
+    let mut meta = upstream_meta(&req.meta, true);
+    if telemetry::tracing_on() {
+        for key in ["traceparent", "tracestate"] {
+            meta.0.0.remove(key);
+        }
+    }
+    meta
 }
 
 /// What a failed call says: an HTTP upstream whose reply was not MCP has not gone anywhere (its

@@ -1,18 +1,21 @@
 //! The approval step: a call that `policy.requireApproval` names waits here, after its arguments
 //! are checked and before the rate limits (a held call takes no token), until a person decides,
 //! its wait runs out, its client cancels it or shutdown's grace is over. While it waits, a client that sent a
-//! `progressToken` hears about it every [`PROGRESS_EVERY`]. The pending set and the verdicts are
-//! `crate::approval`'s.
+//! `progressToken` hears about it every [`PROGRESS_EVERY`]. The request shows the params
+//! `forward::params_of` makes, the very ones forwarded, and names their digest; after an
+//! approval [`Gate::unchanged`] checks the call about to go is still the one approved. The
+//! pending set and the verdicts are `crate::approval`'s.
 
 use std::time::Duration;
 
-use orchestrator_crds::approval::{Decision, MAX_PENDING, Verdict};
+use orchestrator_crds::approval::{Decision, MAX_PENDING};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use tokio_util::sync::CancellationToken;
 
 use super::super::{CallRequest, Snapshot};
+use super::forward::shown_params;
 use crate::{
-    approval::{Approvals, Held, NotHeld},
+    approval::{Approvals, Held, HoldCall, NotHeld, Outcome},
     error::Error,
     metrics::Metrics,
     policy::refusal::{ApprovalNote, Reason, Refusal},
@@ -24,7 +27,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// How a wait ended.
 enum Wait {
-    Decided(Verdict),
+    Decided(Outcome),
     Expired,
     /// Cancelled by the client or cut off by shutdown: the error says which.
     Ended(Error),
@@ -41,7 +44,7 @@ pub(super) struct Gate<'a> {
 impl Gate<'_> {
     /// Holds `req` when `policy.requireApproval` names it. `Ok(None)`: it need not wait;
     /// `Ok(Some(note))`: a person approved it, forward it; `Err`: rejected, expired, withdrawn
-    /// (cancelled, shutdown), or it could not be held.
+    /// (cancelled, shutdown), decided under another digest, or it could not be held.
     pub async fn approval(
         &self,
         snap: &Snapshot,
@@ -64,44 +67,73 @@ impl Gate<'_> {
         let Some(rule) = policy.rule_for(server.as_str(), route.tool.as_str(), route.risk) else {
             return Ok(None);
         };
-        let refused = |reason: Reason, decided_by: Option<String>, id: Option<String>| {
-            let note = id.map(|id| ApprovalNote { id, decided_by });
+        let refused = |reason: Reason, note: Option<ApprovalNote>| {
             Refusal::of(reason, route.target(), rule.clone()).held(note)
         };
-        let mut held = match self.approvals.hold(
-            server.as_str(),
-            route.tool.as_str(),
-            req.arguments.as_ref(),
-            policy.timeout,
-        ) {
+        let params = shown_params(route, req).map_err(|e| refused(Reason::Failed(e), None))?;
+        let call = HoldCall {
+            server: server.as_str(),
+            tool: route.tool.as_str(),
+            definition: &route.definition,
+            context_version: snap.config.context_version,
+            params: &params,
+        };
+        let mut held = match self.approvals.hold(call, policy.timeout) {
             Ok(held) => held,
-            Err(NotHeld::Unavailable) => {
-                return Err(refused(Reason::ApprovalUnavailable, None, None));
-            }
+            Err(NotHeld::Unavailable) => return Err(refused(Reason::ApprovalUnavailable, None)),
             Err(NotHeld::Busy) => {
                 let busy = Reason::ApprovalBusy { limit: MAX_PENDING };
-                return Err(refused(busy, None, None));
+                return Err(refused(busy, None));
+            }
+            Err(NotHeld::TooLarge { bytes, limit }) => {
+                return Err(refused(Reason::ApprovalTooLarge { bytes, limit }, None));
+            }
+            Err(NotHeld::MasksUnreadable(why)) => {
+                tracing::error!(%server, tool = %route.tool, error = %why, "cannot hold a call for approval: the Secret values to mask cannot be read");
+                let failed = Error::Other(format!(
+                    "the call needs a person's approval, but the proxy cannot read the Secret values it masks in what it shows ({why}); the call was not made"
+                ));
+                return Err(refused(Reason::Failed(failed), None));
+            }
+            Err(NotHeld::Unshowable(why)) => {
+                let invalid = Error::InvalidParams(format!(
+                    "the call needs a person's approval, but it cannot be shown to them as it would be sent: {why}; the call was not made"
+                ));
+                return Err(refused(Reason::Failed(invalid), None));
             }
         };
-        let id = held.id().to_string();
         let waited = self.wait(&mut held, req).await;
+        let (id, digest) = (held.request.id.clone(), held.request.digest.clone());
+        let context_version = held.request.context_version;
         // Out of the published set before the answer goes back.
         drop(held);
+        let note = |decided_by: Option<&str>| ApprovalNote {
+            id: id.clone(),
+            decided_by: decided_by.map(str::to_string),
+            digest: digest.clone(),
+            context_version,
+        };
         match waited {
-            Wait::Decided(verdict) if verdict.decision == Decision::Approve => {
+            Wait::Decided(Outcome::Verdict(verdict)) if verdict.decision == Decision::Approve => {
                 self.metrics.approval("approved");
-                Ok(Some(ApprovalNote {
-                    id,
-                    decided_by: Some(verdict.decided_by),
-                }))
+                Ok(Some(note(Some(&verdict.decided_by))))
             }
-            Wait::Decided(verdict) => {
+            Wait::Decided(Outcome::Verdict(verdict)) => {
+                let decided = note(Some(&verdict.decided_by));
                 let rejected = Reason::ApprovalRejected {
                     id: id.clone(),
-                    decided_by: verdict.decided_by.clone(),
+                    decided_by: verdict.decided_by,
                     reason: verdict.reason,
                 };
-                Err(refused(rejected, Some(verdict.decided_by), Some(id)))
+                Err(refused(rejected, Some(decided)))
+            }
+            Wait::Decided(Outcome::Mismatch { named }) => {
+                let mismatch = Reason::ApprovalMismatch {
+                    id: id.clone(),
+                    named,
+                    held: digest.clone(),
+                };
+                Err(refused(mismatch, Some(note(None))))
             }
             Wait::Expired => {
                 tracing::info!(approval = %id, %server, tool = %route.tool, "approval expired");
@@ -109,10 +141,42 @@ impl Gate<'_> {
                     id: id.clone(),
                     timeout: policy.timeout,
                 };
-                Err(refused(expired, None, Some(id)))
+                Err(refused(expired, Some(note(None))))
             }
-            Wait::Ended(error) => Err(refused(Reason::Withdrawn(error), None, Some(id))),
+            Wait::Ended(error) => Err(refused(Reason::Withdrawn(error), Some(note(None)))),
         }
+    }
+
+    /// After an approval, with the route in force now: the call about to be forwarded must have
+    /// the digest that was approved (recomputed from the route and the request, at the context
+    /// version it was held at). A defence in depth: nothing the steps do should change it.
+    pub fn unchanged(
+        &self,
+        approved: &ApprovalNote,
+        route: &Route,
+        req: &CallRequest,
+    ) -> Result<(), Refusal> {
+        let params = shown_params(route, req).map_err(Refusal::from)?;
+        let call = HoldCall {
+            server: route.server.name.as_str(),
+            tool: route.tool.as_str(),
+            definition: &route.definition,
+            context_version: approved.context_version,
+            params: &params,
+        };
+        let now = self.approvals.digest_of(&approved.id, &call);
+        if now.as_deref() == Some(approved.digest.as_str()) {
+            return Ok(());
+        }
+        let held = now.unwrap_or_default();
+        tracing::warn!(approval = %approved.id, server = %route.server.name, tool = %route.tool, named = %approved.digest, %held, "the call about to be forwarded is not the one approved; it is not made");
+        let reason = Reason::ApprovalMismatch {
+            id: approved.id.clone(),
+            named: approved.digest.clone(),
+            held,
+        };
+        let rule = format!("approval {} (the digest of the call approved)", approved.id);
+        Err(Refusal::of(reason, route.target(), rule).held(Some(approved.clone())))
     }
 
     /// Waits for the held call's verdict, its deadline, its client's cancellation or shutdown's
@@ -125,11 +189,11 @@ impl Gate<'_> {
         let deadline = held.deadline;
         loop {
             tokio::select! {
-                verdict = held.decided() => return Wait::Decided(verdict),
+                outcome = held.decided() => return Wait::Decided(outcome),
                 () = tokio::time::sleep_until(deadline) => {
                     // A verdict that arrived at the last moment still counts.
                     return match held.expire() {
-                        Some(verdict) => Wait::Decided(verdict),
+                        Some(outcome) => Wait::Decided(outcome),
                         None => Wait::Expired,
                     };
                 }

@@ -89,11 +89,14 @@ impl Proxy {
         // 6. A person's approval, when policy.requireApproval names the call.
         let approved = self.gate().approval(&call.snap, &route, &call.req).await?;
         let held = |refusal: Refusal| refusal.held(approved.clone());
-        // 7. After an approval (the wait may have been long): still on offer, as approved.
-        let route = match approved {
-            Some(_) => {
+        // 7. After an approval (the wait may have been long): still on offer, as approved, and
+        //    still the very call approved (its digest).
+        let route = match &approved {
+            Some(note) => {
                 call.snap = self.snapshot().ok_or(Error::NotReady)?;
-                steps::still_offered(&call.snap, &call.req, route).map_err(held)?
+                let route = steps::still_offered(&call.snap, &call.req, route).map_err(held)?;
+                self.gate().unchanged(note, &route, &call.req)?;
+                route
             }
             None => route,
         };
