@@ -1,10 +1,11 @@
 //! Publishes the calls held for approval on the task's Lease (the one `lease` reports the served
 //! `contextVersion` on): a merge patch of the annotation [`REQUESTS_ANNOTATION`] alone, whose
-//! value is the JSON array of pending `ApprovalRequest`s (`crate::approval`, bounded below
-//! 64 KiB). The first value (`[]` at start) clears what an earlier proxy of the task left;
+//! value is the JSON array of pending `ApprovalRequest`s (`crate::approval`, at most 16 of
+//! 12 KiB). The first value (`[]` at start) clears what an earlier proxy of the task left;
 //! after it, every change of the pending set is published. Only the latest set matters: sets
 //! that change while a patch is in flight or failing are coalesced; failures are retried with
-//! backoff.
+//! backoff (within 2 s while the admission policy refuses the writes: the Lease is not bound to
+//! this pod yet).
 
 use std::{sync::Arc, time::Duration};
 
