@@ -126,7 +126,11 @@ fn chart_lints_and_the_api_server_accepts_what_it_renders() -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let ns = rt.block_on(async { TestNamespace::create(&client().await?, "chart-dry").await })?;
     let kube_version = pinned_version("K8S_VERSION")?;
-    for set in ["watchNamespace=", "watchNamespace=default"] {
+    for set in [
+        "watchNamespace=",
+        "watchNamespace=default",
+        "watchNamespaces={default,kube-public}",
+    ] {
         let rendered = success(
             "helm template",
             helm(&[
@@ -542,16 +546,7 @@ async fn chart_rbac_lets_the_operator_reconcile_and_refuses_what_it_does_not_nee
 /// The rules of one rendered Role/ClusterRole: (group, resource) -> verbs.
 type Rules = std::collections::BTreeMap<(String, String), std::collections::BTreeSet<String>>;
 
-fn rendered_rules(docs: &[serde_json::Value], kind: &str, name_suffix: &str) -> Result<Rules> {
-    let role = docs
-        .iter()
-        .find(|d| {
-            d["kind"] == kind
-                && d["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with(name_suffix))
-        })
-        .with_context(|| format!("a {kind} named *{name_suffix} in the rendered chart"))?;
+fn rules_of(role: &serde_json::Value) -> Result<Rules> {
     let mut rules = Rules::new();
     for rule in role["rules"].as_array().context("rules")? {
         let strings = |key: &str| -> Vec<String> {
@@ -576,55 +571,140 @@ fn rendered_rules(docs: &[serde_json::Value], kind: &str, name_suffix: &str) -> 
     Ok(rules)
 }
 
-#[test]
-#[ignore = "needs helm from the control-plane build (run ./test)"]
-fn chart_grants_exactly_the_verbs_the_operator_lists() -> Result<()> {
-    let rendered = success(
+/// The chart rendered with `set` (release `r` in namespace `sys`), one JSON value per object.
+fn rendered(set: &[&str]) -> Result<Vec<serde_json::Value>> {
+    let mut args = vec!["template", "r", CHART, "-n", "sys", "--kube-version"];
+    let version = pinned_version("K8S_VERSION")?;
+    args.push(&version);
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    let out = success(
         "helm template",
         Command::new(bin_dir()?.join("helm"))
-            .args(["template", "r", &chart(), "--kube-version"])
-            .arg(pinned_version("K8S_VERSION")?)
+            .current_dir(repo_root())
+            .args(&args)
             .output()?,
     )?;
-    let docs: Vec<serde_json::Value> = rendered
+    Ok(out
         .split("\n---")
         .filter(|d| d.contains("kind:"))
         .map(serde_saphyr::from_str)
-        .collect::<std::result::Result<_, _>>()?;
-    let cluster = rendered_rules(&docs, "ClusterRole", "-operator")?;
-    let local = rendered_rules(&docs, "Role", "-operator-local")?;
+        .collect::<std::result::Result<_, _>>()?)
+}
 
-    let mut want_cluster = Rules::new();
-    let mut want_local = Rules::new();
+/// `RULES` of the given scopes, as rules.
+fn wanted(scopes: &[orchestrator_operator::rbac::Scope]) -> Rules {
+    let mut want = Rules::new();
     for rule in orchestrator_operator::rbac::RULES {
-        // The leader-election Lease lives only in the release namespace; everything else
-        // (the task Leases too) wherever TaskRuns are.
-        let target = if rule.scope == orchestrator_operator::rbac::Scope::LeaseNamespace {
-            &mut want_local
-        } else {
-            &mut want_cluster
-        };
-        target
-            .entry((rule.group.to_string(), rule.resource.to_string()))
-            .or_default()
-            .extend(rule.verbs.iter().map(|v| v.to_string()));
+        if scopes.contains(&rule.scope) {
+            want.entry((rule.group.to_string(), rule.resource.to_string()))
+                .or_default()
+                .extend(rule.verbs.iter().map(|v| v.to_string()));
+        }
     }
-    assert_eq!(cluster, want_cluster, "ClusterRole vs operator/src/rbac.rs");
-    // The local Role adds read access to the catalog ConfigMap (by name), for installs where the
-    // ClusterRole becomes a Role in another namespace (watchNamespace).
-    let mut local_without_catalog = local.clone();
-    let catalog = local_without_catalog.remove(&(String::new(), "configmaps".to_string()));
+    want
+}
+
+/// Objects of `kind` named `name` (in `namespace`, when given).
+fn find<'a>(
+    docs: &'a [serde_json::Value],
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Vec<&'a serde_json::Value> {
+    docs.iter()
+        .filter(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"] == name
+                && namespace.is_none_or(|ns| d["metadata"]["namespace"] == ns)
+        })
+        .collect()
+}
+
+/// Both installs grant exactly `rbac::RULES`, each rule where the table in docs/operator.md
+/// says: the task rules as a ClusterRole (default) or as a Role in each watched namespace and
+/// nothing cluster-wide for the operator (`watchNamespaces`); the leader Lease and the catalog
+/// ConfigMap (by name) as a Role in the release namespace in both.
+#[test]
+#[ignore = "needs helm from the control-plane build (run ./test)"]
+fn chart_grants_exactly_the_verbs_the_operator_lists() -> Result<()> {
+    use orchestrator_operator::rbac::Scope;
+    let tasks = wanted(&[Scope::Tasks]);
+    let local = wanted(&[Scope::LeaseNamespace, Scope::Catalog]);
+    let operator = "r-orchestrator-operator";
+    let local_role = |docs: &[serde_json::Value]| -> Result<()> {
+        let roles = find(docs, "Role", "r-orchestrator-operator-local", Some("sys"));
+        ensure!(roles.len() == 1, "one local Role: {roles:?}");
+        assert_eq!(
+            rules_of(roles[0])?,
+            local,
+            "local Role vs operator/src/rbac.rs"
+        );
+        let catalog = roles[0]["rules"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["resources"][0] == "configmaps"))
+            .context("the catalog rule")?;
+        assert_eq!(
+            catalog["resourceNames"],
+            serde_json::json!(["r-orchestrator-catalog"])
+        );
+        Ok(())
+    };
+
+    let docs = rendered(&[])?;
+    let cluster = find(&docs, "ClusterRole", operator, None);
+    ensure!(cluster.len() == 1, "one ClusterRole {operator}");
     assert_eq!(
-        catalog.map(|v| v.into_iter().collect::<Vec<_>>()),
-        Some(vec![
-            "get".to_string(),
-            "list".to_string(),
-            "watch".to_string()
-        ])
+        rules_of(cluster[0])?,
+        tasks,
+        "ClusterRole vs operator/src/rbac.rs"
     );
-    assert_eq!(
-        local_without_catalog, want_local,
-        "local Role vs operator/src/rbac.rs"
-    );
+    ensure!(find(&docs, "ClusterRoleBinding", operator, None).len() == 1);
+    local_role(&docs)?;
+
+    for set in [
+        vec!["watchNamespaces={team-a,team-b}"],
+        vec!["watchNamespace=team-a"],
+    ] {
+        let docs = rendered(&set)?;
+        let namespaces: &[&str] = if set[0].starts_with("watchNamespaces") {
+            &["team-a", "team-b"]
+        } else {
+            &["team-a"]
+        };
+        for ns in namespaces {
+            let role = find(&docs, "Role", operator, Some(ns));
+            ensure!(role.len() == 1, "{set:?}: a Role {operator} in {ns}");
+            assert_eq!(
+                rules_of(role[0])?,
+                tasks,
+                "{set:?}: Role in {ns} vs operator/src/rbac.rs"
+            );
+            let binding = find(&docs, "RoleBinding", operator, Some(ns));
+            ensure!(binding.len() == 1, "{set:?}: a RoleBinding in {ns}");
+            assert_eq!(binding[0]["roleRef"]["kind"], "Role");
+            assert_eq!(binding[0]["subjects"][0]["name"], operator);
+            assert_eq!(binding[0]["subjects"][0]["namespace"], "sys");
+        }
+        let roles = docs.iter().filter(|d| d["kind"] == "Role").count();
+        assert_eq!(
+            roles,
+            namespaces.len() + 1,
+            "{set:?}: a Role per namespace and the local one"
+        );
+        // Nothing cluster-wide for the operator's account: no ClusterRole of its own and no
+        // ClusterRoleBinding at all (the chart's approver ClusterRole is for people to bind).
+        assert!(
+            find(&docs, "ClusterRole", operator, None).is_empty(),
+            "{set:?}"
+        );
+        let cluster_bindings: Vec<_> = docs
+            .iter()
+            .filter(|d| d["kind"] == "ClusterRoleBinding")
+            .collect();
+        assert!(cluster_bindings.is_empty(), "{set:?}: {cluster_bindings:?}");
+        local_role(&docs)?;
+    }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! - [`reconcile`]: applies what render returns (server-side apply), status, events.
 //! - [`catalog`]: loads and watches the catalog ConfigMap.
 //! - [`leader`]: Lease-based leader election.
+//! - [`namespaces`]: the namespaces watched (all, or a list: one watch each, merged).
 //! - [`metrics`], [`server`], [`telemetry`]: `/metrics`, `/healthz`, traces over OTLP.
 //! - [`settings`]: flags and env.
 //! - [`rbac`]: every API verb the operator uses (the chart's RBAC).
@@ -13,6 +14,7 @@ pub mod catalog;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod namespaces;
 pub mod rbac;
 pub mod reconcile;
 pub mod render;
@@ -32,7 +34,7 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use orchestrator_crds::approval::ToolApproval;
 use orchestrator_crds::taskrun::TaskRun;
 use tokio::sync::mpsc;
@@ -42,6 +44,7 @@ pub use settings::Settings;
 
 use crate::catalog::CatalogStore;
 use crate::metrics::Metrics;
+use crate::namespaces::Watched;
 use crate::reconcile::{CachedJob, Context, Index, children};
 use crate::server::Health;
 
@@ -55,6 +58,13 @@ const LIST_PAGE_SIZE: u32 = 100;
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let _telemetry = telemetry::init(settings.otlp_endpoint.as_deref(), settings.log_json)?;
     let client = Client::try_default().await?;
+    // A namespace the operator is told to watch but may not work in is said at once, with
+    // everything it lacks there, rather than as a watch retrying forbidden lists.
+    if let Watched::Only(namespaces) = settings.watched() {
+        rbac::check_namespaces(&client, &namespaces)
+            .await
+            .map_err(anyhow::Error::msg)?;
+    }
     run_with(client, settings, shutdown_signal()).await?;
     Ok(())
 }
@@ -105,7 +115,8 @@ pub async fn run_with(
             }
         }
         health.leading.store(true, Ordering::Relaxed);
-        let ns = settings.namespace.as_deref();
+        let watched = settings.watched();
+        tracing::info!(watching = %watched.describe(), "reconciling TaskRuns");
         let selector = watcher::Config::default()
             .labels(&render::managed_selector())
             .page_size(LIST_PAGE_SIZE);
@@ -115,32 +126,31 @@ pub async fn run_with(
         let (jobs, config_maps, leases) = (Index::default(), Index::default(), Index::default());
         let decisions = Index::default();
         let job_events = children::reflect(
-            watcher::watcher(api::<CachedJob>(&client, ns), selector.clone()).default_backoff(),
+            namespaces::watch::<CachedJob>(&client, &watched, selector.clone()),
             jobs.clone(),
             children::job_facts,
         )
         .touched_objects();
         let config_map_events = children::reflect(
-            watcher::watcher(api::<ConfigMap>(&client, ns), selector.clone()).default_backoff(),
+            namespaces::watch::<ConfigMap>(&client, &watched, selector.clone()),
             config_maps.clone(),
             children::config_map_facts,
         )
         .touched_objects();
         // The task Leases, where each proxy reports the version it serves (metadata only).
         let lease_events = children::reflect(
-            watcher::watcher(api::<PartialObjectMeta<Lease>>(&client, ns), selector)
-                .default_backoff(),
+            namespaces::watch::<PartialObjectMeta<Lease>>(&client, &watched, selector),
             leases.clone(),
             reconcile::served::lease_facts,
         )
         .touched_objects();
         // People's decisions on held calls; each reconciles the TaskRun it names.
         let decision_events = children::reflect(
-            watcher::watcher(
-                api::<ToolApproval>(&client, ns),
+            namespaces::watch::<ToolApproval>(
+                &client,
+                &watched,
                 watcher::Config::default().page_size(LIST_PAGE_SIZE),
-            )
-            .default_backoff(),
+            ),
             decisions.clone(),
             reconcile::approvals::decision_facts,
         )
@@ -224,13 +234,12 @@ where
     C: futures::Stream<Item = Result<ConfigMap, watcher::Error>> + Send + 'static,
     L: futures::Stream<Item = Result<PartialObjectMeta<Lease>, watcher::Error>> + Send + 'static,
 {
-    let ns = settings.namespace.as_deref();
     // Trimmed to what reconcile reads (see reconcile::trim_taskrun).
-    let taskrun_events = watcher::watcher(
-        api::<TaskRun>(&client, ns),
+    let taskrun_events = namespaces::watch::<TaskRun>(
+        &client,
+        &settings.watched(),
         watcher::Config::default().page_size(LIST_PAGE_SIZE),
     )
-    .default_backoff()
     .modify(reconcile::trim_taskrun)
     .reflect(writer)
     .touched_objects();
@@ -256,17 +265,6 @@ where
                 tracing::debug!(error = %e, "controller");
             }
         })
-}
-
-fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// Completes on SIGTERM or Ctrl-C.

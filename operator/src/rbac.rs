@@ -1,15 +1,48 @@
 //! Every Kubernetes API verb the operator uses, per resource: the source of the RBAC rules the
-//! Helm chart grants (least privilege) and of the table in `docs/operator.md` (a test keeps the
-//! two equal). Watching means `list` + `watch`; a server-side apply that may create the object
-//! needs `create` besides `patch`.
+//! Helm chart grants (least privilege), in both of its installs, and of the table in
+//! `docs/operator.md` (a test keeps the two equal; `e2e/tests/chart.rs` checks the rendered
+//! chart against [`RULES`]). Watching means `list` + `watch`; a server-side apply that may create
+//! the object needs `create` besides `patch`. At start the operator checks that it holds the
+//! task rules in every namespace it is told to watch ([`check_namespaces`]).
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceRule, SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
 
 /// Where a rule applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
-    /// Wherever TaskRuns are (every namespace, or `--namespace`): the chart's ClusterRole.
+    /// Wherever TaskRuns are: every namespace (the chart's ClusterRole), or each namespace of
+    /// `--namespace` (the chart's `watchNamespaces`: a Role in each).
     Tasks,
     /// Only the `--lease-namespace` (the release namespace): the chart's local Role.
     LeaseNamespace,
+    /// Only the catalog ConfigMap, by name, in `--catalog-namespace` (the release namespace):
+    /// the chart's local Role.
+    Catalog,
+}
+
+/// How the chart installs the operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Install {
+    /// `watchNamespaces` empty: TaskRuns in every namespace.
+    ClusterWide,
+    /// `watchNamespaces: [a, b]`: TaskRuns in those only; nothing cluster-wide.
+    Namespaced,
+}
+
+impl Scope {
+    /// What grants a rule of this scope in `install` (the table's columns).
+    pub fn granted_by(self, install: Install) -> &'static str {
+        match (self, install) {
+            (Scope::Tasks, Install::ClusterWide) => "ClusterRole",
+            (Scope::Tasks, Install::Namespaced) => "Role in each watched namespace",
+            (Scope::LeaseNamespace, _) => "release namespace's Role",
+            (Scope::Catalog, _) => "release namespace's Role, by name",
+        }
+    }
 }
 
 /// One RBAC rule.
@@ -26,7 +59,8 @@ pub struct Rule {
 
 /// The operator's rules. Namespaced resources are used in every watched namespace (all, unless
 /// `--namespace` is set), except the leader-election Lease ([`Scope::LeaseNamespace`]) and the
-/// catalog ConfigMap (only in `--catalog-namespace`).
+/// catalog ConfigMap ([`Scope::Catalog`]). Nothing cluster-scoped is read or written, so a
+/// namespaced install needs no cluster-wide permission at all.
 pub const RULES: &[Rule] = &[
     Rule {
         group: "orchestrator.io",
@@ -53,7 +87,7 @@ pub const RULES: &[Rule] = &[
         group: "",
         resource: "configmaps",
         verbs: &["get", "list", "watch", "create", "patch"],
-        why: "the task ConfigMaps (watch, fresh read before a version bump or when the cache does not show the TaskRun's own, server-side apply; the approval verdicts under a field manager of their own) and the catalog ConfigMap (watch)",
+        why: "the task ConfigMaps (watch, fresh read before a version bump or when the cache does not show the TaskRun's own, server-side apply; the approval verdicts under a field manager of their own)",
         scope: Scope::Tasks,
     },
     Rule {
@@ -67,7 +101,7 @@ pub const RULES: &[Rule] = &[
         group: "",
         resource: "pods",
         verbs: &["list", "patch"],
-        why: "a running task's pods get the new contextVersion as an annotation, so the kubelet updates their config volume at once instead of at its next periodic sync (list, patch); when a task's Job fails: the agent container's exit code and reason, for the TaskRun's status (list, once per failed task)",
+        why: "a running task's pods get the new contextVersion as an annotation, so the kubelet updates their config volume at once instead of at its next periodic sync (list, patch); when a task's Job fails: the agent container's exit code and reason, for the TaskRun's status (list, once per failed task); and, once per running task, the pod its proxy runs in, to bind the task's Lease to that pod's uid (only that pod's proxy may write the Lease)",
         scope: Scope::Tasks,
     },
     Rule {
@@ -95,7 +129,7 @@ pub const RULES: &[Rule] = &[
         group: "coordination.k8s.io",
         resource: "leases",
         verbs: &["get", "list", "watch", "create", "patch"],
-        why: "each task's Lease, where its proxy reports the contextVersion it serves (server-side apply once, before the Job, the same dry-run check first; watch, metadata only, for status.servedContextVersion); get and patch also because the task's Role grants them",
+        why: "each task's Lease, where its proxy reports the contextVersion it serves (server-side apply once, before the Job, the same dry-run check first; watch, metadata only, for status.servedContextVersion); get and patch also because the task's Role grants them; and the binding annotations (proxy-pod-uid) under a field manager of their own",
         scope: Scope::Tasks,
     },
     Rule {
@@ -119,34 +153,163 @@ pub const RULES: &[Rule] = &[
         why: "leader election (create the Lease, then server-side apply with a resourceVersion precondition)",
         scope: Scope::LeaseNamespace,
     },
+    Rule {
+        group: "",
+        resource: "configmaps",
+        verbs: &["get", "list", "watch"],
+        why: "the catalog ConfigMap (watch by name, `--catalog-namespace`; a change reconciles every TaskRun)",
+        scope: Scope::Catalog,
+    },
 ];
 
 /// The rules as a Markdown table (what `docs/operator.md` holds between its RBAC markers).
 pub fn markdown_table() -> String {
-    let mut out =
-        String::from("| API group | resource | verbs | where | why |\n|---|---|---|---|---|\n");
+    let mut out = String::from(
+        "| API group | resource | verbs | default install | `watchNamespaces` install | why |\n\
+         |---|---|---|---|---|---|\n",
+    );
     for r in RULES {
         let group = if r.group.is_empty() {
             "\"\" (core)"
         } else {
             r.group
         };
-        let scope = match r.scope {
-            Scope::Tasks => "task namespaces",
-            Scope::LeaseNamespace => "`--lease-namespace`",
-        };
         out += &format!(
-            "| {group} | {} | {} | {scope} | {} |\n",
+            "| {group} | {} | {} | {} | {} | {} |\n",
             r.resource,
             r.verbs.join(", "),
+            r.scope.granted_by(Install::ClusterWide),
+            r.scope.granted_by(Install::Namespaced),
             r.why
         );
     }
     out
 }
 
+/// What of the [`Scope::Tasks`] rules `granted` (the rules the API server says the operator has
+/// in one namespace) lacks: one `resource.group: verbs` line per rule with a verb missing. A rule
+/// limited to some names grants nothing here (the operator needs every object of its kind).
+pub fn missing(granted: &[ResourceRule]) -> Vec<String> {
+    let covers = |list: &Option<Vec<String>>, want: &str| {
+        list.iter().flatten().any(|v| v == "*" || v == want)
+    };
+    let grants = |group: &str, resource: &str, verb: &str| {
+        granted.iter().any(|g| {
+            g.resource_names.as_ref().is_none_or(Vec::is_empty)
+                && covers(&g.api_groups, group)
+                && covers(&g.resources, resource)
+                && g.verbs.iter().any(|v| v == "*" || v == verb)
+        })
+    };
+    RULES
+        .iter()
+        .filter(|r| r.scope == Scope::Tasks)
+        .filter_map(|r| {
+            let lacking: Vec<&str> = r
+                .verbs
+                .iter()
+                .copied()
+                .filter(|v| !grants(r.group, r.resource, v))
+                .collect();
+            let group = if r.group.is_empty() { "core" } else { r.group };
+            (!lacking.is_empty())
+                .then(|| format!("{} ({group}): {}", r.resource, lacking.join(", ")))
+        })
+        .collect()
+}
+
+/// Checks with the API server (a SelfSubjectRulesReview per namespace, which every
+/// authenticated account may ask for) that the operator holds every [`Scope::Tasks`] rule in
+/// each of `namespaces`; `Err` names each namespace and everything it lacks there. A review the
+/// API server cannot answer completely (another authorizer than RBAC) only warns.
+pub async fn check_namespaces(client: &Client, namespaces: &[String]) -> Result<(), String> {
+    let reviews: Api<SelfSubjectRulesReview> = Api::all(client.clone());
+    let mut problems = Vec::new();
+    for ns in namespaces {
+        let review = SelfSubjectRulesReview {
+            spec: SelfSubjectRulesReviewSpec {
+                namespace: Some(ns.clone()),
+            },
+            ..Default::default()
+        };
+        let status = match reviews.create(&PostParams::default(), &review).await {
+            Ok(review) => review.status.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(namespace = %ns, error = %e, "could not review the operator's permissions");
+                continue;
+            }
+        };
+        let lacking = missing(&status.resource_rules);
+        if lacking.is_empty() {
+            continue;
+        }
+        if status.incomplete {
+            tracing::warn!(namespace = %ns, lacking = %lacking.join("; "),
+                "the API server's review of the operator's permissions is incomplete; it may lack these");
+            continue;
+        }
+        problems.push(format!("namespace {ns}: {}", lacking.join("; ")));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the operator's account may not do what it needs in the namespaces it watches \
+         (--namespace / ORCH_WATCH_NAMESPACE; chart: watchNamespaces, which makes a Role in each): {}",
+        problems.join(" | ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> ResourceRule {
+        let strings = |l: &[&str]| Some(l.iter().map(|s| s.to_string()).collect());
+        ResourceRule {
+            api_groups: strings(groups),
+            resources: strings(resources),
+            verbs: verbs.iter().map(|s| s.to_string()).collect(),
+            resource_names: None,
+        }
+    }
+
+    #[test]
+    fn the_task_rules_are_missing_until_granted() {
+        // The chart's Role in a watched namespace: exactly the task rules.
+        let role: Vec<ResourceRule> = RULES
+            .iter()
+            .filter(|r| r.scope == Scope::Tasks)
+            .map(|r| rule(&[r.group], &[r.resource], r.verbs))
+            .collect();
+        assert_eq!(missing(&role), Vec::<String>::new());
+        // An admin.
+        assert!(missing(&[rule(&["*"], &["*"], &["*"])]).is_empty());
+        // Nothing but what every account has.
+        let basic = [rule(
+            &["authorization.k8s.io"],
+            &["selfsubjectrulesreviews"],
+            &["create"],
+        )];
+        let lacking = missing(&basic);
+        assert_eq!(
+            lacking.len(),
+            RULES.iter().filter(|r| r.scope == Scope::Tasks).count()
+        );
+        assert_eq!(
+            lacking[0],
+            "taskruns (orchestrator.io): get, list, watch, delete"
+        );
+        // One verb short, and a rule limited to names.
+        let mut short = role.clone();
+        short.retain(|r| r.resources.as_deref() != Some(&["pods".to_string()]));
+        short.push(rule(&[""], &["pods"], &["list"]));
+        let mut named = rule(&[""], &["pods"], &["patch"]);
+        named.resource_names = Some(vec!["one".into()]);
+        short.push(named);
+        assert_eq!(missing(&short), ["pods (core): patch"]);
+    }
+
     #[test]
     fn docs_list_exactly_these_verbs() {
         let doc = include_str!("../../docs/operator.md");

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
 
+use crate::namespaces::Watched;
 use crate::render::{DEFAULT_SIDECAR_PORT, RenderSettings};
 
 /// Kubernetes operator for orchestrator TaskRuns: renders each TaskRun into a ConfigMap and a Job
@@ -13,9 +14,12 @@ use crate::render::{DEFAULT_SIDECAR_PORT, RenderSettings};
 #[derive(Parser, Clone, Debug)]
 #[command(name = "orchestrator-operator", version)]
 pub struct Settings {
-    /// Only reconcile TaskRuns in this namespace; all namespaces when unset.
-    #[arg(long, env = "ORCH_WATCH_NAMESPACE")]
-    pub namespace: Option<String>,
+    /// Only reconcile TaskRuns in these namespaces (comma-separated, or the flag repeated): one
+    /// watch per namespace, so the operator needs permissions there only. All namespaces when
+    /// unset or empty.
+    #[arg(long = "namespace", env = "ORCH_WATCH_NAMESPACE", value_delimiter = ',',
+          value_parser = namespace_name)]
+    pub namespaces: Vec<String>,
     /// Namespace of the catalog ConfigMap.
     #[arg(
         long,
@@ -125,6 +129,11 @@ impl Settings {
         }
     }
 
+    /// The namespaces whose TaskRuns are reconciled.
+    pub fn watched(&self) -> Watched {
+        Watched::new(&self.namespaces)
+    }
+
     pub fn lease_duration(&self) -> Duration {
         Duration::from_secs(self.lease_duration_seconds.max(2))
     }
@@ -137,5 +146,55 @@ impl Settings {
                 .unwrap_or_else(|_| "operator".into());
             format!("{host}-{}", std::process::id())
         })
+    }
+}
+
+/// A namespace's name (a DNS-1123 label), or empty (the chart's unset value: all namespaces).
+fn namespace_name(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    let label = value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if label {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "{value:?} is not a namespace name (a DNS-1123 label: lowercase letters, digits and '-')"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(args: &[&str]) -> Result<Watched, clap::Error> {
+        let args = std::iter::once("orchestrator-operator").chain(args.iter().copied());
+        Settings::from_args(args).map(|s| s.watched())
+    }
+
+    #[test]
+    fn namespaces_come_as_a_list_or_one_by_one_and_none_means_all() {
+        assert_eq!(watched(&[]).ok(), Some(Watched::All));
+        assert_eq!(watched(&["--namespace", ""]).ok(), Some(Watched::All));
+        assert_eq!(
+            watched(&["--namespace", "team-a"]).ok(),
+            Some(Watched::Only(vec!["team-a".into()]))
+        );
+        let both = Some(Watched::Only(vec!["team-a".into(), "team-b".into()]));
+        assert_eq!(watched(&["--namespace", "team-a,team-b"]).ok(), both);
+        assert_eq!(
+            watched(&["--namespace", "team-a", "--namespace", "team-b"]).ok(),
+            both
+        );
+        let bad = watched(&["--namespace", "team-a,Team_B"]).expect_err("not a label");
+        assert!(
+            bad.to_string()
+                .contains("\"Team_B\" is not a namespace name"),
+            "{bad}"
+        );
     }
 }

@@ -41,3 +41,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "orchestrator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{- /*
+The namespaces the operator watches, comma-separated; empty: every namespace. watchNamespace is
+the one-namespace shorthand of watchNamespaces (setting both is refused).
+*/ -}}
+{{- define "orchestrator.watchNamespaces" -}}
+{{- $list := .Values.watchNamespaces | default list -}}
+{{- if .Values.watchNamespace -}}
+{{- if $list -}}
+{{- fail (printf "set watchNamespaces or watchNamespace, not both (watchNamespace: %s is watchNamespaces: [%s]; got watchNamespaces: %s too)" .Values.watchNamespace .Values.watchNamespace (toJson $list)) -}}
+{{- end -}}
+{{- $list = list .Values.watchNamespace -}}
+{{- end -}}
+{{- join "," (uniq $list) -}}
+{{- end -}}
