@@ -22,7 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::policy::sha256_jcs;
+use crate::digest::sha256_jcs;
 use crate::tools::Risk;
 
 /// The Lease annotation the proxy writes: a JSON array of its pending [`ApprovalRequest`]s.
@@ -429,6 +429,6 @@ mod tests {
             vector(&no_args).digest(),
             "arguments: {{}} and absent differ"
         );
-        assert!(crate::policy::is_pin(&base.digest()));
+        assert!(crate::digest::is_pin(&base.digest()));
     }
 }

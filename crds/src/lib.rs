@@ -5,9 +5,12 @@
 //! - [`catalog`]: the known MCP servers and how to start them.
 //! - [`tools`]: the allow/deny glob semantics of a server's tools, shared by all binaries.
 //! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
+//! - [`approval`]: human approval of held calls (requests, decisions, verdicts, call digests).
+//! - [`digest`]: hashes over canonical JSON (definition pins, call digests).
 
 pub mod approval;
 pub mod catalog;
+pub mod digest;
 pub mod policy;
 pub mod proxy;
 pub mod taskrun;

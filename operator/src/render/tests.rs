@@ -145,7 +145,12 @@ fn the_call_policy_rate_limits_and_the_catalogs_pins_reach_the_proxy() {
             .collect();
         assert_eq!(server.pins, pins, "{}", server.name);
         assert_eq!(server.pins.len(), entry.tools.len(), "{}", server.name);
-        assert_eq!(server.definitions.len(), entry.tools.len(), "{}", server.name);
+        assert_eq!(
+            server.definitions.len(),
+            entry.tools.len(),
+            "{}",
+            server.name
+        );
         for definition in &server.definitions {
             let name = definition["name"].as_str().unwrap_or_default();
             assert_eq!(
