@@ -64,6 +64,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         guard: Some(guard.clone()),
         pod_name: opts.api.pod_name.clone(),
     };
+    // Before any tool list is seen: what the task's earlier proxies saw first.
+    api::restore_baseline(&opts.api, &deps.shared).await;
     let pool = Pool::new(deps);
     let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
     if let Some(dir) = &opts.mask_secrets_dir {

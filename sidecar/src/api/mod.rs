@@ -2,11 +2,13 @@
 //! identity (the standard in-cluster config, or `$KUBECONFIG` outside a cluster): `watch` follows
 //! the task's ConfigMap so a new config is served at once instead of when the kubelet updates the
 //! mounted file (and hands the approval verdicts it carries to `crate::approval`), `lease`
-//! reports the `contextVersion` served on the task's Lease, and `approvals` publishes the calls
-//! held for approval there. None blocks the proxy: when the API is unreachable the mounted file
-//! still applies changes.
+//! reports the `contextVersion` served on the task's Lease, `approvals` publishes the calls
+//! held for approval there, and `baseline` keeps the task's first-seen tool definitions there
+//! (restored before the proxy serves, waiting at most a few seconds). None blocks the proxy:
+//! when the API is unreachable the mounted file still applies changes.
 
 mod approvals;
+mod baseline;
 mod events;
 mod lease;
 mod watch;
@@ -31,6 +33,7 @@ fn patch_params() -> kube::api::PatchParams {
     }
 }
 
+pub use baseline::BASELINE_ANNOTATION;
 pub use lease::SERVED_VERSION_ANNOTATION;
 
 /// Which objects to use (flags `--watch-config-map`, `--served-lease`, `--namespace`,
@@ -68,6 +71,28 @@ impl Drop for ApiTasks {
             task.abort();
         }
     }
+}
+
+/// Before the proxy serves anything: restores the task's baseline of tool definitions from its
+/// Lease (`--served-lease`), so the first list this proxy sees is compared with what the task's
+/// earlier proxies saw. Without a Lease or a client, nothing (said in the log).
+pub async fn restore_baseline(opts: &ApiOptions, shared: &crate::upstream::Shared) {
+    let Some(name) = &opts.served_lease else {
+        return;
+    };
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot configure a Kubernetes API client to restore the tool-definition baseline");
+            return;
+        }
+    };
+    let namespace = opts
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    baseline::restore(&api, name, shared.baseline()).await;
 }
 
 /// Starts the ConfigMap watch and the Lease report that `opts` asks for. A client that cannot
@@ -122,6 +147,11 @@ pub async fn start(opts: &ApiOptions, applier: &Arc<Applier>) -> ApiTasks {
             api.clone(),
             name.clone(),
             requests,
+        )));
+        tasks.tasks.push(tokio::spawn(baseline::record(
+            api.clone(),
+            name.clone(),
+            applier.proxy().pool.deps().shared.clone(),
         )));
         tasks.tasks.push(tokio::spawn(lease::report(
             api,
