@@ -290,7 +290,7 @@ pub async fn pin(
         let pins: Vec<_> = found
             .tools
             .iter()
-            .map(|t| serde_json::json!({"name": t.name, "pin": t.definition}))
+            .map(|t| serde_json::json!({"name": t.name, "pin": t.definition, "definition": t.listed}))
             .collect();
         return output::print(&output::render(global.output, &pins)?);
     }
