@@ -282,3 +282,50 @@ async fn decide_writes_the_entry_digest_and_refuses_a_stale_one() {
     );
     assert!(created.lock().map(|c| c.is_empty()).unwrap_or(false));
 }
+
+/// TaskRun `held` with `status`, as `task describe` reads it.
+fn with_status(status: Value) -> orchestrator_crds::taskrun::TaskRun {
+    serde_json::from_value(json!({
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
+        "metadata": {"name": "held", "namespace": "team-a", "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"taskId": 1, "serviceName": "s", "task": {"prompt": "x"},
+                 "toolConfig": {"mcpServers": []}},
+        "status": status,
+    }))
+    .expect("a TaskRun")
+}
+
+#[test]
+fn describe_shows_a_pending_call_whole_and_a_decided_one_in_the_table() {
+    let params = r#"{"arguments":{"message":"approve me: <secret:deploy/passphrase:0a1b2c>"},"name":"echo"}"#;
+    let tr = with_status(json!({"phase": "Running", "approvals": [
+            {"id": "a1b2c3d4", "server": "everything", "tool": "echo",
+             "digest": format!("sha256:{}", "e".repeat(64)),
+             "definition": format!("sha256:{}", "1".repeat(64)), "contextVersion": 1,
+             "params": params, "paramsBytes": 62, "maskNonce": "0a1b2c",
+             "masked": [{"secret": "deploy", "key": "passphrase", "count": 1}],
+             "requestedAt": "2025-01-01T00:04:00Z", "expiresAt": "2025-01-01T00:09:00Z",
+             "state": "Pending"},
+            {"id": "e5f6a7b8", "server": "everything", "tool": "echo",
+             "digest": format!("sha256:{}", "f".repeat(64)), "paramsBytes": 40,
+             "requestedAt": "2025-01-01T00:01:00Z", "expiresAt": "2025-01-01T00:06:00Z",
+             "state": "Rejected", "decidedBy": "alice", "reason": "no"}]}));
+    let now: Timestamp = "2025-01-01T00:05:00Z".parse().expect("valid");
+    let text = super::show::describe_text(&tr, None, &[], now);
+    assert!(text.contains("Approvals:"), "{text}");
+    assert!(text.contains("Request a1b2c3d4: Pending"), "{text}");
+    assert!(text.contains(params), "{text}");
+    assert!(
+        text.contains(&format!("sha256:{}", "e".repeat(64))),
+        "{text}"
+    );
+    assert!(
+        text.contains("<secret:deploy/passphrase:0a1b2c> = the value of key passphrase"),
+        "{text}"
+    );
+    // The decided one is a row of the table only.
+    assert!(
+        text.contains("alice: no") && !text.contains("Request e5f6a7b8"),
+        "{text}"
+    );
+}

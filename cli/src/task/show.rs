@@ -563,43 +563,4 @@ Events:
 ";
         assert_eq!(text, expected);
     }
-
-    #[test]
-    fn describe_shows_a_pending_call_whole_and_a_decided_one_in_the_table() {
-        let params = r#"{"arguments":{"message":"approve me: <secret:deploy/passphrase:0a1b2c>"},"name":"echo"}"#;
-        let tr = taskrun(
-            "held",
-            1,
-            "s",
-            json!({"phase": "Running", "approvals": [
-                {"id": "a1b2c3d4", "server": "everything", "tool": "echo",
-                 "digest": format!("sha256:{}", "e".repeat(64)),
-                 "definition": format!("sha256:{}", "1".repeat(64)), "contextVersion": 1,
-                 "params": params, "paramsBytes": 62, "maskNonce": "0a1b2c",
-                 "masked": [{"secret": "deploy", "key": "passphrase", "count": 1}],
-                 "requestedAt": "2025-01-01T00:04:00Z", "expiresAt": "2025-01-01T00:09:00Z",
-                 "state": "Pending"},
-                {"id": "e5f6a7b8", "server": "everything", "tool": "echo",
-                 "digest": format!("sha256:{}", "f".repeat(64)), "paramsBytes": 40,
-                 "requestedAt": "2025-01-01T00:01:00Z", "expiresAt": "2025-01-01T00:06:00Z",
-                 "state": "Rejected", "decidedBy": "alice", "reason": "no"}]}),
-        );
-        let text = describe_text(&tr, None, &[], now());
-        assert!(text.contains("Approvals:"), "{text}");
-        assert!(text.contains("Request a1b2c3d4: Pending"), "{text}");
-        assert!(text.contains(params), "{text}");
-        assert!(
-            text.contains(&format!("sha256:{}", "e".repeat(64))),
-            "{text}"
-        );
-        assert!(
-            text.contains("<secret:deploy/passphrase:0a1b2c> = the value of key passphrase"),
-            "{text}"
-        );
-        // The decided one is a row of the table only.
-        assert!(
-            text.contains("alice: no") && !text.contains("Request e5f6a7b8"),
-            "{text}"
-        );
-    }
 }
