@@ -14,10 +14,10 @@ use serde_json::{Map, Value, json};
 /// Characters of an inline task text (`spec.task.prompt`); a longer one goes by reference
 /// (`configMapKeyRef`, `secretKeyRef`), which the operator does not cache.
 pub const PROMPT_CHARS: usize = 262_144;
-/// Characters of one item of the agent's `command`.
-pub const COMMAND_ITEM_CHARS: usize = 4_096;
+/// Characters of one item of the agent's `command` (an inline script fits: `bash -c "..."`).
+pub const COMMAND_ITEM_CHARS: usize = 32_768;
 /// Characters of one item of the agent's `args`.
-pub const ARG_CHARS: usize = 8_192;
+pub const ARG_CHARS: usize = 32_768;
 /// Characters of an env var's `value` (`spec.agent.env[].value`).
 pub const ENV_VALUE_CHARS: u64 = 8_192;
 /// Characters of any other string of an env var (its name, the names and keys it refers to).

@@ -301,8 +301,9 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
     story.kubectl("delete", "taskrun", "hostile-agent", "-n", story.work_ns)
 
 
-# The managers that write a task's Lease: the operator creates it, the proxy reports on it.
-PROXY_AND_OPERATOR = {"orchestrator-operator", "orchestrator-mcp-proxy"}
+# The managers that write a task's Lease: the operator creates it and binds it to the pod, the
+# proxy reports on it.
+PROXY_AND_OPERATOR = {"orchestrator-operator", "orchestrator-operator-binding", "orchestrator-mcp-proxy"}
 
 # An upstream of our own, in the catalog like any other: a Python MCP server (the image's SDK)
 # whose one tool, on the first call, tries what a compromised server would.
