@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use orchestrator_crds::taskrun::{Phase, TaskRun};
+use orchestrator_crds::taskrun::{Phase, TaskRun, limits};
 use orchestrator_e2e::{TestNamespace, client, install_taskrun_crd, repo_root, wait_for};
 use orchestrator_operator::Settings;
 use serde_json::json;
@@ -732,19 +732,19 @@ async fn oversized_values_are_refused_naming_the_field() -> Result<()> {
     for (name, extra, field, says) in [
         (
             "prompt",
-            json!({"task": {"prompt": long(262_145)}}),
+            json!({"task": {"prompt": long(limits::PROMPT_CHARS + 1)}}),
             "spec.task.prompt",
             "Too long",
         ),
         (
             "env-value",
-            json!({"agent": {"env": [{"name": "A", "value": long(8_193)}]}}),
+            json!({"agent": {"env": [{"name": "A", "value": long(limits::ENV_VALUE_CHARS as usize + 1)}]}}),
             "spec.agent.env[0].value",
             "Too long",
         ),
         (
             "arg",
-            json!({"agent": {"args": [long(8_193)]}}),
+            json!({"agent": {"args": [long(limits::ARG_CHARS + 1)]}}),
             "spec.agent.args[0]",
             "Too long",
         ),

@@ -133,7 +133,8 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     assert descendants(pids["zone-everything"]) == [] and descendants(pids["zone-github"]) == [], \
         "a server's process starts on its first use, not with the pod"
 
-    # Start both upstream servers: a tools/list from inside the pod's network namespace.
+    # The pod's first proxy lists the tools from the catalog's pinned definitions: a tools/list
+    # from inside the pod's network namespace starts no server.
     listed = in_pod_netns(pids["mcp-proxy"], """
         import asyncio
         from mcp import Client
@@ -144,6 +145,22 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     """)
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "github__get_file_contents" in listed.stdout and "everything__echo" in listed.stdout, listed.stdout
+    assert descendants(pids["zone-everything"]) == [] and descendants(pids["zone-github"]) == [], \
+        "listing the catalog-pinned tools started a server"
+    # Start both upstream servers: reading a resource no server is known to have starts every
+    # server whose capabilities are not known yet, to ask it (the read itself fails).
+    started = in_pod_netns(pids["mcp-proxy"], """
+        import asyncio
+        from mcp import Client
+        async def main():
+            async with Client("http://127.0.0.1:8080/mcp", mode="legacy") as c:
+                try:
+                    await c.read_resource("orchestrator-test://start-every-server")
+                except Exception as e:
+                    print("refused:", type(e).__name__)
+        asyncio.run(main())
+    """)
+    assert started.returncode == 0, started.stderr[-2000:]
     children = {}
     for zone in ("zone-github", "zone-everything"):
         for child in descendants(pids[zone]):
@@ -177,13 +194,13 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     assert uids["mcp-server-github"] == uids["zone-github"] and uids["mcp-server-everything"] == uids["zone-everything"]
     assert len({uids[c] for c in pids}) == len(pids), f"two containers share a uid: {uids}"
 
-    # Where the proxy writes: its tool-list cache is in /tmp, an emptyDir; the root is read-only,
-    # so every file it or its servers write lands in a volume.
+    # Where the proxy writes: its cache (tool lists, servers' capabilities) is in /tmp, an emptyDir;
+    # the root is read-only, so every file it or its servers write lands in a volume.
     proxy_mounts = mounts(pids["mcp-proxy"])
     assert "rw" in proxy_mounts["/tmp"], proxy_mounts.get("/tmp")
     cache = Path(f"/proc/{pids['mcp-proxy']}/root/tmp/orchestrator-mcp-proxy")
     cached = sorted(p.name for p in cache.iterdir())
-    assert any(n.startswith("tools-") for n in cached), cached
+    assert any(n.startswith(("tools-", "capabilities-")) for n in cached), cached
 
     # Each Secret reaches only the container meant to get it: the API key the agent, the token
     # the github server's container.
