@@ -65,7 +65,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         pod_name: opts.api.pod_name.clone(),
     };
     // Before any tool list is seen: what the task's earlier proxies saw first.
-    api::restore_baseline(&opts.api, &deps.shared).await;
+    let api_client = api::connect(&opts.api).await;
+    api::restore_baseline(api_client.as_ref(), &opts.api, &deps.shared).await;
     let pool = Pool::new(deps);
     let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
     if let Some(dir) = &opts.mask_secrets_dir {
@@ -101,7 +102,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         print,
         applier.clone(),
     )?;
-    let api_tasks = api::start(&opts.api, &applier).await;
+    let api_tasks = api::start(api_client, &opts.api, &applier).await;
 
     let sessions_cancel = CancellationToken::new();
     let accept_cancel = CancellationToken::new();

@@ -73,47 +73,55 @@ impl Drop for ApiTasks {
     }
 }
 
-/// Before the proxy serves anything: restores the task's baseline of tool definitions from its
-/// Lease (`--served-lease`), so the first list this proxy sees is compared with what the task's
-/// earlier proxies saw. Without a Lease or a client, nothing (said in the log).
-pub async fn restore_baseline(opts: &ApiOptions, shared: &crate::upstream::Shared) {
-    let Some(name) = &opts.served_lease else {
-        return;
-    };
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot configure a Kubernetes API client to restore the tool-definition baseline");
-            return;
-        }
-    };
-    let namespace = opts
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let api: Api<Lease> = Api::namespaced(client, &namespace);
-    baseline::restore(&api, name, shared.baseline()).await;
+/// A client of the API and the namespace of the task's objects, made once for all uses.
+pub struct Connected {
+    client: kube::Client,
+    namespace: String,
 }
 
-/// Starts the ConfigMap watch and the Lease report that `opts` asks for. A client that cannot
-/// be configured (no in-cluster config, no kubeconfig) is logged and the proxy goes on with the
-/// file alone.
-pub async fn start(opts: &ApiOptions, applier: &Arc<Applier>) -> ApiTasks {
-    let mut tasks = ApiTasks::default();
+/// The client `opts` asks for, if any. A client that cannot be configured (no in-cluster config,
+/// no kubeconfig) is logged, and the proxy goes on with the mounted file alone.
+pub async fn connect(opts: &ApiOptions) -> Option<Connected> {
     if !opts.is_used() {
-        return tasks;
+        return None;
     }
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
+    match kube::Client::try_default().await {
+        Ok(client) => Some(Connected {
+            namespace: opts
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string()),
+            client,
+        }),
         Err(e) => {
             tracing::error!(error = %e, "cannot configure a Kubernetes API client; serving the mounted file only, reporting nothing");
-            return tasks;
+            None
         }
+    }
+}
+
+/// Before the proxy serves anything: restores the task's baseline of tool definitions from its
+/// Lease (`--served-lease`), so the first list this proxy sees is compared with what the task's
+/// earlier proxies saw. Without a Lease or a client, nothing.
+pub async fn restore_baseline(
+    api: Option<&Connected>,
+    opts: &ApiOptions,
+    shared: &crate::upstream::Shared,
+) {
+    let (Some(api), Some(name)) = (api, &opts.served_lease) else {
+        return;
     };
-    let namespace = opts
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
+    let leases: Api<Lease> = Api::namespaced(api.client.clone(), &api.namespace);
+    baseline::restore(&leases, name, shared.baseline()).await;
+}
+
+/// Starts the ConfigMap watch and the Lease report that `opts` asks for, with `api`'s client
+/// (none: the proxy goes on with the mounted file alone).
+pub async fn start(api: Option<Connected>, opts: &ApiOptions, applier: &Arc<Applier>) -> ApiTasks {
+    let mut tasks = ApiTasks::default();
+    let Some(Connected { client, namespace }) = api else {
+        return tasks;
+    };
     if let Some(name) = &opts.watch_config_map {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
         tasks.tasks.push(tokio::spawn(watch::follow(
