@@ -14,6 +14,8 @@
 //! - [`permission_rules`]: the grammar of the agent's permission rules, as CEL and in Rust.
 //! - `tool_config`: `spec.toolConfig` (built-in tools, MCP servers) and [`EffectiveTools`].
 //! - [`history`]: `status.contextHistory`, one entry per `contextVersion`, and who asked.
+//! - [`result`]: `status.result` (the agent's report, read from its termination message) and
+//!   `status.cancellation`, and the cancel annotation.
 //! - `status`: [`TaskRunStatus`], [`Phase`] and the [`conditions`] the operator writes.
 //! - `tests`: the CRD's names, printer columns and status subresource.
 
@@ -32,6 +34,7 @@ pub use crate::{
     tools::Risk,
 };
 pub use history::ContextChange;
+pub use result::{CancelRequest, Cancellation, TaskResult};
 pub use status::{Phase, TaskRunStatus, conditions};
 pub use tool_config::{
     EffectiveTools, InternalTools, McpServer, Permissions, SecretEnvRef, ToolConfig, ToolPatterns,
@@ -40,6 +43,7 @@ pub use tool_config::{
 pub mod history;
 pub mod limits;
 pub mod permission_rules;
+pub mod result;
 mod status;
 mod tool_config;
 
@@ -86,6 +90,24 @@ pub const MAX_SERVERS: usize = 32;
         type_ = "integer",
         description = "contextVersion the task pod's proxy serves",
         json_path = ".status.servedContextVersion"
+    ),
+    printcolumn(
+        name = "Result",
+        type_ = "string",
+        description = "How the agent's run ended, as it reported (status.result.subtype)",
+        json_path = ".status.result.subtype"
+    ),
+    printcolumn(
+        name = "Turns",
+        type_ = "integer",
+        description = "Model turns the agent reported",
+        json_path = ".status.result.turns"
+    ),
+    printcolumn(
+        name = "Cost",
+        type_ = "string",
+        description = "Cost in USD the agent reported",
+        json_path = ".status.result.costUsd"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     selectable = ".spec.taskId",
@@ -307,7 +329,8 @@ mod tests {
         assert_eq!(
             columns,
             [
-                "Task", "Service", "Phase", "Tools", "Context", "Served", "Age"
+                "Task", "Service", "Phase", "Tools", "Context", "Served", "Result", "Turns",
+                "Cost", "Age"
             ]
         );
     }

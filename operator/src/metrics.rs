@@ -5,6 +5,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -21,6 +22,27 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub namespace: String,
+    /// The phase entered: `Pending`, `Running`, `Succeeded`, `Failed`, `Cancelled`.
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabels {
+    pub namespace: String,
+    pub taskrun: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    /// `slack` or `cloudevents`.
+    pub format: String,
+    /// `ok`, or why not: `http_<status>`, `timeout`, `error`.
+    pub outcome: String,
+}
+
 /// The operator's metrics.
 pub struct Metrics {
     pub registry: Registry,
@@ -29,6 +51,10 @@ pub struct Metrics {
     duration: Histogram,
     catalog_loads: Family<OutcomeLabels, Counter>,
     taskruns_deleted: Family<ReasonLabels, Counter>,
+    phase_transitions: Family<PhaseLabels, Counter>,
+    approvals_pending: Family<TaskLabels, Gauge>,
+    approval_oldest_pending: Family<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    approval_notifications: Family<NotificationLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -66,8 +92,37 @@ impl Default for Metrics {
             "Finished TaskRuns the operator deleted, by reason",
             taskruns_deleted.clone(),
         );
+        let phase_transitions = Family::<PhaseLabels, Counter>::default();
+        registry.register(
+            "taskrun_phase_transitions",
+            "TaskRuns entering a phase (the status write that changed it), by namespace and phase",
+            phase_transitions.clone(),
+        );
+        let approvals_pending = Family::<TaskLabels, Gauge>::default();
+        registry.register(
+            "approvals_pending",
+            "Calls waiting for a person's decision, per TaskRun (absent when none wait)",
+            approvals_pending.clone(),
+        );
+        let approval_oldest_pending =
+            Family::<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "approval_oldest_pending_timestamp_seconds",
+            "Unix time the oldest waiting call of a TaskRun was held (age: time() minus this)",
+            approval_oldest_pending.clone(),
+        );
+        let approval_notifications = Family::<NotificationLabels, Counter>::default();
+        registry.register(
+            "approval_notifications",
+            "Approval webhook deliveries, by body format and outcome",
+            approval_notifications.clone(),
+        );
         Self {
             registry,
+            phase_transitions,
+            approvals_pending,
+            approval_oldest_pending,
+            approval_notifications,
             reconciles,
             errors,
             duration,
@@ -102,6 +157,44 @@ impl Metrics {
         self.taskruns_deleted
             .get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// A TaskRun entered `phase` (count each status write that changes the phase once).
+    pub fn phase_transition(&self, namespace: &str, phase: &str) {
+        self.phase_transitions
+            .get_or_create(&PhaseLabels {
+                namespace: namespace.to_string(),
+                phase: phase.to_string(),
+            })
+            .inc();
+    }
+
+    /// The calls of one TaskRun waiting for a decision: how many, and the Unix time the oldest
+    /// was held. `count == 0` removes both series (a TaskRun with none waiting has none).
+    pub fn approvals_pending(&self, namespace: &str, taskrun: &str, count: usize, oldest: f64) {
+        let labels = TaskLabels {
+            namespace: namespace.to_string(),
+            taskrun: taskrun.to_string(),
+        };
+        if count == 0 {
+            self.approvals_pending.remove(&labels);
+            self.approval_oldest_pending.remove(&labels);
+            return;
+        }
+        self.approvals_pending
+            .get_or_create(&labels)
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        self.approval_oldest_pending.get_or_create(&labels).set(oldest);
+    }
+
+    /// One approval webhook delivery and how it went.
+    pub fn approval_notification(&self, format: &str, outcome: &str) {
+        self.approval_notifications
+            .get_or_create(&NotificationLabels {
+                format: format.to_string(),
+                outcome: outcome.to_string(),
             })
             .inc();
     }

@@ -66,6 +66,21 @@ pub struct Settings {
     /// the proxy container. Default: the values the kubelet injects.
     #[arg(long, env = "ORCH_SIDECAR_KUBERNETES_SERVICE")]
     pub sidecar_kubernetes_service: Option<String>,
+    /// Port of each task pod's proxy metrics listener on the pod's IP (only `/metrics`; the MCP
+    /// listener stays on loopback), named `metrics` on the proxy container for a PodMonitor.
+    /// Off when unset.
+    #[arg(long, env = "ORCH_SIDECAR_METRICS_PORT",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub sidecar_metrics_port: Option<u16>,
+    /// URL the operator POSTs to when a call starts waiting for approval (a Slack incoming
+    /// webhook, or any receiver of CloudEvents). A secret: give it through the environment from a
+    /// Secret; it is never logged. Off when unset.
+    #[arg(long, env = "ORCH_APPROVAL_WEBHOOK_URL", hide_env_values = true)]
+    pub approval_webhook_url: Option<String>,
+    /// The body the approval webhook gets: `slack` (`{"text": ...}`, Slack-compatible) or
+    /// `cloudevents` (a CloudEvents 1.0 structured-mode JSON event).
+    #[arg(long, env = "ORCH_APPROVAL_WEBHOOK_FORMAT", value_enum, default_value_t = WebhookFormat::Slack)]
+    pub approval_webhook_format: WebhookFormat,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "ORCH_BIND", default_value = "127.0.0.1:8081")]
     pub bind: SocketAddr,
@@ -105,6 +120,15 @@ pub struct Settings {
     pub log_json: bool,
 }
 
+/// The body of the approval webhook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WebhookFormat {
+    /// `{"text": "..."}`: Slack's incoming webhooks, and the many receivers that take its shape.
+    Slack,
+    /// CloudEvents 1.0, structured mode (`application/cloudevents+json`).
+    Cloudevents,
+}
+
 impl Settings {
     /// Parses command-line style arguments (the first is the program name).
     pub fn from_args<I, T>(args: I) -> Result<Self, clap::Error>
@@ -126,6 +150,7 @@ impl Settings {
             sidecar_port: self.sidecar_port,
             sidecar_api_watch: self.sidecar_api_watch,
             sidecar_kubernetes_service: self.sidecar_kubernetes_service.clone(),
+            sidecar_metrics_port: self.sidecar_metrics_port,
         }
     }
 

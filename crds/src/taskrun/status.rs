@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::history::ContextChange;
+use super::result::{Cancellation, TaskResult};
 use super::tool_config::EffectiveTools;
 use crate::approval::Approval;
 
@@ -14,7 +15,7 @@ use crate::approval::Approval;
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRunStatus {
-    /// Pending, Running, Succeeded or Failed (from the Job).
+    /// Pending, Running, Succeeded or Failed (from the Job), or Cancelled (`task cancel`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
     /// `Ready`, `ConfigRendered`, `JobCreated`, `Succeeded`, `ToolsSynced`.
@@ -61,6 +62,13 @@ pub struct TaskRunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 36), extend("x-kubernetes-list-type" = "atomic"))]
     pub approvals: Vec<Approval>,
+    /// What the agent reported when it finished (its container's termination message): final
+    /// text, turns, tokens, cost, duration. The agent's claim, read with bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<TaskResult>,
+    /// Who cancelled the task (`task cancel`) and when the operator stopped its Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation: Option<Cancellation>,
 }
 
 /// The lifecycle phase of a task run.
@@ -70,12 +78,14 @@ pub enum Phase {
     Running,
     Succeeded,
     Failed,
+    /// Stopped on request (`task cancel`): see `status.cancellation`.
+    Cancelled,
 }
 
 impl Phase {
     /// Whether the task has finished.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Succeeded | Phase::Failed)
+        matches!(self, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +94,7 @@ impl Phase {
             Phase::Running => "Running",
             Phase::Succeeded => "Succeeded",
             Phase::Failed => "Failed",
+            Phase::Cancelled => "Cancelled",
         }
     }
 }
@@ -101,4 +112,7 @@ pub mod conditions {
     /// `Succeeded=False` reason when the agent container exited with a non-zero code (the
     /// message names the code, the container's reason and its termination message).
     pub const AGENT_FAILED: &str = "AgentFailed";
+    /// `Succeeded=False` reason when the task was cancelled (`task cancel`); the message names
+    /// who asked.
+    pub const CANCELLED: &str = "Cancelled";
 }

@@ -150,6 +150,7 @@ mod tests {
             sidecar_port: DEFAULT_SIDECAR_PORT,
             sidecar_api_watch: true,
             sidecar_kubernetes_service: None,
+            sidecar_metrics_port: None,
         };
         render(&tr, &catalog, &settings).expect("renders")
     }

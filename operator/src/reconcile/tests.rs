@@ -289,6 +289,7 @@ impl Harness {
                 sidecar_port: DEFAULT_SIDECAR_PORT,
                 sidecar_api_watch: true,
                 sidecar_kubernetes_service: None,
+                sidecar_metrics_port: None,
             },
             catalog: CatalogStore::with(catalog()),
             metrics: Arc::new(Metrics::default()),

@@ -61,6 +61,8 @@ pub struct RenderSettings {
     pub sidecar_api_watch: bool,
     /// `HOST:PORT` for KUBERNETES_SERVICE_HOST/PORT on the proxy container, if set.
     pub sidecar_kubernetes_service: Option<String>,
+    /// Port of the proxy's metrics listener on the pod IP (`--metrics-listen`), if any.
+    pub sidecar_metrics_port: Option<u16>,
 }
 
 impl RenderSettings {

@@ -20,6 +20,7 @@ fn settings() -> RenderSettings {
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,
         sidecar_kubernetes_service: None,
+        sidecar_metrics_port: None,
     }
 }
 
@@ -895,6 +896,7 @@ fn only_the_proxy_container_gets_the_task_identitys_token() {
     // Where pods cannot use the kubernetes Service: the API server's address for the proxy.
     let there = RenderSettings {
         sidecar_kubernetes_service: Some("127.0.0.1:6443".into()),
+        sidecar_metrics_port: None,
         ..settings()
     };
     let there = render(&task_1001(), &catalog(), &there).expect("renders");
