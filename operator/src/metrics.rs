@@ -186,7 +186,9 @@ impl Metrics {
         self.approvals_pending
             .get_or_create(&labels)
             .set(i64::try_from(count).unwrap_or(i64::MAX));
-        self.approval_oldest_pending.get_or_create(&labels).set(oldest);
+        self.approval_oldest_pending
+            .get_or_create(&labels)
+            .set(oldest);
     }
 
     /// One approval webhook delivery and how it went.

@@ -252,7 +252,9 @@ mod tests {
         let m = r#"{"subtype":"success","isError":false,"text":"done","turns":3,
             "inputTokens":1200,"outputTokens":45,"costUsd":0.0123,"durationMs":5400,
             "sessionId":"abc","unknown":1}"#;
-        let r = TaskResult::from_termination_message(m).unwrap().unwrap();
+        let r = TaskResult::from_termination_message(m)
+            .expect("a result")
+            .expect("not empty");
         assert_eq!(r.subtype.as_deref(), Some("success"));
         assert_eq!(r.is_error, Some(false));
         assert_eq!(r.text.as_deref(), Some("done"));
@@ -268,7 +270,8 @@ mod tests {
     #[test]
     fn an_empty_message_is_no_result_and_garbage_is_an_error() {
         assert_eq!(TaskResult::from_termination_message("  \n"), Ok(None));
-        let e = TaskResult::from_termination_message("Error: boom\u{1b}[31m").unwrap_err();
+        let e = TaskResult::from_termination_message("Error: boom\u{1b}[31m")
+            .expect_err("not a result");
         assert!(
             e.starts_with("the agent's termination message is not a result"),
             "{e}"
@@ -277,7 +280,7 @@ mod tests {
         let long = "x".repeat(10_000);
         assert!(
             TaskResult::from_termination_message(&long)
-                .unwrap_err()
+                .expect_err("not a result")
                 .chars()
                 .count()
                 <= SHORT_CHARS
@@ -292,7 +295,9 @@ mod tests {
             "costUsd": -3, "sessionId": 7,
         })
         .to_string();
-        let r = TaskResult::from_termination_message(&m).unwrap().unwrap();
+        let r = TaskResult::from_termination_message(&m)
+            .expect("a result")
+            .expect("not empty");
         assert_eq!(r.text.as_ref().map(|t| t.chars().count()), Some(TEXT_CHARS));
         assert!(r.text_truncated);
         assert_eq!(
