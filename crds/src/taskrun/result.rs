@@ -310,12 +310,12 @@ mod tests {
         );
         assert_eq!((r.cost_usd, r.session_id), (None, None));
         let r = TaskResult::from_termination_message(r#"{"costUsd":"1e400"}"#)
-            .unwrap()
-            .unwrap();
+            .expect("a result")
+            .expect("not empty");
         assert_eq!(r.cost_usd, None);
         let r = TaskResult::from_termination_message(r#"{"costUsd":2}"#)
-            .unwrap()
-            .unwrap();
+            .expect("a result")
+            .expect("not empty");
         assert_eq!(r.cost_usd.as_deref(), Some("2"));
     }
 
