@@ -265,6 +265,14 @@ class ScriptedModel:
                                        f"{len(self.requests)} requests so far")
                 self._cond.wait(min(left, 0.5))
 
+    def usage(self) -> dict:
+        """The tokens the stand-in reported over every Messages request answered (the
+        conversation and the agent's side requests): input, output, and how many requests."""
+        with self._cond:
+            used = [r.reply["usage"] for r in self.requests if r.reply and "usage" in r.reply]
+        return {"input_tokens": sum(u["input_tokens"] for u in used),
+                "output_tokens": sum(u["output_tokens"] for u in used), "requests": len(used)}
+
     def finished(self) -> bool:
         """Whether the script ran to its end."""
         with self._cond:
@@ -365,7 +373,8 @@ class ScriptedModel:
                     self._stream(body, reply)
                 else:
                     self._json(200, message(body, reply))
-                model._replied(r, {"blocks": reply.blocks, "stop_reason": reply.stop_reason})
+                model._replied(r, {"blocks": reply.blocks, "stop_reason": reply.stop_reason,
+                                   "usage": _usage(body, reply)})
 
             def _stream(self, body: dict, reply: Reply) -> None:
                 self.send_response(200)
@@ -389,8 +398,11 @@ class ScriptedModel:
                         path=handler.path, headers=keep, body=body)
 
 
-def _usage(body: dict) -> dict:
-    return {"input_tokens": max(1, len(json.dumps(body.get("messages", []))) // 4), "output_tokens": 1,
+def _usage(body: dict, reply: Reply) -> dict:
+    """The usage a reply reports: about a token per 4 bytes of the messages sent and of the blocks
+    answered (what an agent sums into its own count and cost)."""
+    return {"input_tokens": max(1, len(json.dumps(body.get("messages", []))) // 4),
+            "output_tokens": max(1, len(json.dumps(reply.blocks)) // 4),
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
@@ -398,13 +410,14 @@ def message(body: dict, reply: Reply) -> dict:
     """The non-streaming response body."""
     return {"id": f"msg_stand_in_{next(_ids):04d}", "type": "message", "role": "assistant",
             "model": body.get("model", MODEL_ID), "content": reply.blocks, "stop_reason": reply.stop_reason,
-            "stop_sequence": None, "usage": _usage(body)}
+            "stop_sequence": None, "usage": _usage(body, reply)}
 
 
 def stream_events(body: dict, reply: Reply) -> Iterable[tuple[str, dict]]:
     """The SSE events of a streamed response, as the Messages API sends them."""
-    start = message(body, Reply([], reply.stop_reason))
+    start = message(body, reply)
     start["content"], start["stop_reason"] = [], None
+    start["usage"] = {**start["usage"], "output_tokens": 1}  # the final count comes in message_delta
     yield "message_start", {"type": "message_start", "message": start}
     for i, block in enumerate(reply.blocks):
         if block["type"] == "text":
@@ -417,7 +430,7 @@ def stream_events(body: dict, reply: Reply) -> Iterable[tuple[str, dict]]:
                                           "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}
         yield "content_block_stop", {"type": "content_block_stop", "index": i}
     yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
-                            "usage": {"output_tokens": 1}}
+                            "usage": {"output_tokens": _usage(body, reply)["output_tokens"]}}
     yield "message_stop", {"type": "message_stop"}
 
 
