@@ -7,6 +7,7 @@
 //! The recent records are also kept in memory for `GET /audit` ([`ring`], queried with
 //! [`query`]): the same line, shared, plus the few fields the query filters on.
 
+pub mod otlp;
 pub mod query;
 pub mod redact;
 pub mod ring;
@@ -44,10 +45,31 @@ impl Outcome {
     }
 }
 
+/// What an audit line is about: the `recordType` of every line, so a reader of the stream can
+/// tell a call's record from a tool definition that changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordType {
+    /// A `tools/call`'s record.
+    ToolCall,
+    /// A tool's definition changed (see the record's `decision` and `rule`).
+    DefinitionChange,
+}
+
+impl RecordType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordType::ToolCall => "tool_call",
+            RecordType::DefinitionChange => "definition_change",
+        }
+    }
+}
+
 /// One audit line.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record<'a> {
+    pub record_type: RecordType,
     pub ts: String,
     pub task: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
@@ -125,15 +147,46 @@ pub struct Intent<'a> {
 /// can lose the last window of lines (a normal shutdown flushes).
 pub const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// Where audit lines go when `audit.path` is unset: stdout when the proxy serves HTTP (then the
+/// audit stream is the container's stdout and logs are on stderr), stderr with `--stdio`
+/// (stdout is the MCP transport there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    /// The stream for the audit lines: stdout unless stdout carries MCP (`--stdio`).
+    pub fn for_front(stdio: bool) -> Self {
+        if stdio {
+            Stream::Stderr
+        } else {
+            Stream::Stdout
+        }
+    }
+}
+
 /// Where audit lines go; cheap to clone.
 #[derive(Clone)]
 pub struct Audit {
     shared: Arc<Shared>,
     ring: Arc<ring::Ring>,
+    /// Where a line goes when the config names no file.
+    stream: Stream,
+    /// Each record also as an OTLP log record (`--audit-otlp`).
+    otlp: Option<Arc<otlp::AuditExport>>,
 }
 
-/// A line queued for a file (stderr when `None`).
-type Pending = (Option<PathBuf>, Arc<[u8]>);
+/// Where one queued line goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Sink {
+    Stream(Stream),
+    File(PathBuf),
+}
+
+/// A line queued for its sink.
+type Pending = (Sink, Arc<[u8]>);
 
 #[derive(Default)]
 struct Shared {
@@ -145,9 +198,31 @@ struct Shared {
 }
 
 impl Audit {
-    /// Starts the writer thread; the ring keeps the default bounds.
+    /// Starts the writer thread (lines without a file go to stderr); the ring keeps the default
+    /// bounds.
     pub fn start() -> Self {
         Self::with_ring(ring::Ring::default())
+    }
+
+    /// Starts the writer thread; lines without a file go to `stream`.
+    pub fn to_stream(stream: Stream) -> Self {
+        Self {
+            stream,
+            ..Self::start()
+        }
+    }
+
+    /// Also exports each record as an OTLP log record.
+    pub fn with_otlp(self, export: Option<otlp::AuditExport>) -> Self {
+        Self {
+            otlp: export.map(Arc::new),
+            ..self
+        }
+    }
+
+    /// The OTLP export, when on (to flush it at shutdown).
+    pub fn otlp(&self) -> Option<&otlp::AuditExport> {
+        self.otlp.as_deref()
     }
 
     /// Starts the writer thread, keeping recent records in `ring`.
@@ -163,6 +238,8 @@ impl Audit {
         Self {
             shared,
             ring: Arc::new(ring),
+            stream: Stream::Stderr,
+            otlp: None,
         }
     }
 
@@ -171,8 +248,12 @@ impl Audit {
         &self.ring
     }
 
-    /// Queues one line for `path` (stderr when `None`).
+    /// Queues one line for `path` (the audit stream when `None`), and hands the record to the
+    /// OTLP export when it is on.
     pub fn record(&self, path: Option<&PathBuf>, record: &Record<'_>) {
+        if let Some(otlp) = &self.otlp {
+            otlp.export(record);
+        }
         let mut line = match serde_json::to_vec(record) {
             Ok(line) => line,
             Err(e) => {
@@ -185,7 +266,8 @@ impl Audit {
         self.ring.push(ring::Entry::new(record, line.clone()));
         let first = {
             let mut pending = self.shared.lock();
-            pending.push((path.cloned(), line));
+            let sink = path.map_or(Sink::Stream(self.stream), |p| Sink::File(p.clone()));
+            pending.push((sink, line));
             pending.len() == 1
         };
         if first {
@@ -229,7 +311,7 @@ impl Shared {
 
 /// Writes lines in order, one write per run of lines to the same destination.
 fn write_batch(batch: Vec<Pending>, open: &mut Option<(PathBuf, std::fs::File)>) {
-    let mut runs: Vec<(Option<PathBuf>, Vec<u8>)> = Vec::new();
+    let mut runs: Vec<(Sink, Vec<u8>)> = Vec::new();
     for (path, line) in batch {
         match runs.last_mut() {
             Some((p, buf)) if *p == path => buf.extend_from_slice(&line),
@@ -238,8 +320,13 @@ fn write_batch(batch: Vec<Pending>, open: &mut Option<(PathBuf, std::fs::File)>)
     }
     for (path, bytes) in runs {
         let result = match path {
-            None => std::io::stderr().lock().write_all(&bytes),
-            Some(path) => {
+            // One write per run, so a line is never split by a log line written meanwhile.
+            Sink::Stream(Stream::Stderr) => std::io::stderr().lock().write_all(&bytes),
+            Sink::Stream(Stream::Stdout) => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&bytes).and_then(|()| out.flush())
+            }
+            Sink::File(path) => {
                 if open.as_ref().is_none_or(|(p, _)| *p != path) {
                     match std::fs::OpenOptions::new()
                         .create(true)
@@ -311,6 +398,7 @@ mod tests {
             serde_json::Map::from_iter([("secret".to_string(), serde_json::json!("hunter2"))]);
         for (i, include) in [false, true].into_iter().enumerate() {
             let record = Record {
+                record_type: RecordType::ToolCall,
                 ts: timestamp(),
                 task: "task-1",
                 namespace: "",

@@ -93,6 +93,15 @@ pub struct Args {
     /// logged); when they cannot be read, calls that need approval are refused.
     #[arg(long, env = "MCP_PROXY_MASK_SECRETS_DIR", value_parser = nonempty_path)]
     mask_secrets_dir: Option<PathBuf>,
+    /// Also serve `GET /metrics` (and nothing else: 404) on this address, e.g. the pod IP for
+    /// a PodMonitor; the MCP listener stays where it is (loopback).
+    #[arg(long, env = "MCP_PROXY_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Also export each audit record as an OTLP log record (event name
+    /// `mcp.audit.<recordType>`) to OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_ENDPOINT, per OTEL_EXPORTER_OTLP_PROTOCOL.
+    #[arg(long, env = "MCP_PROXY_AUDIT_OTLP")]
+    audit_otlp: bool,
     /// Runtime threads. One (the default) keeps every hop of a call on one thread: a sidecar
     /// serves one agent, and cross-thread wake-ups cost more than they buy.
     #[arg(long, default_value_t = 1, env = "MCP_PROXY_THREADS")]
@@ -194,6 +203,8 @@ impl Args {
             max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
             header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
             mask_secrets_dir: self.mask_secrets_dir.clone(),
+            metrics_listen: self.metrics_listen,
+            audit_otlp: self.audit_otlp,
             api: ApiOptions {
                 watch_config_map: self.watch_config_map.clone(),
                 served_lease: self.served_lease.clone(),
@@ -299,6 +310,8 @@ mod tests {
             ("pod_name", "MCP_PROXY_POD_NAME"),
             ("task_uid", "MCP_PROXY_TASK_UID"),
             ("mask_secrets_dir", "MCP_PROXY_MASK_SECRETS_DIR"),
+            ("metrics_listen", "MCP_PROXY_METRICS_LISTEN"),
+            ("audit_otlp", "MCP_PROXY_AUDIT_OTLP"),
         ] {
             let arg = command
                 .get_arguments()

@@ -85,6 +85,7 @@ pub struct Metrics {
     approvals_pending: Gauge,
     context_version: Gauge,
     config_loaded: Gauge,
+    audit_otlp_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -109,6 +110,7 @@ impl Metrics {
         let approvals_pending = Gauge::default();
         let context_version = Gauge::default();
         let config_loaded = Gauge::default();
+        let audit_otlp_dropped = Counter::default();
         registry.register(
             "tool_calls",
             "tools/call requests by server, tool and outcome (ok, tool_error, protocol_error, denied, rate_limited, invalid_arguments)",
@@ -174,6 +176,11 @@ impl Metrics {
             "1 when a valid config is loaded",
             config_loaded.clone(),
         );
+        registry.register(
+            "audit_otlp_dropped",
+            "Audit records not exported over OTLP (--audit-otlp) because the queue to the collector was full; the stdout/file line is still written",
+            audit_otlp_dropped.clone(),
+        );
         Self {
             registry,
             calls,
@@ -189,7 +196,13 @@ impl Metrics {
             approvals_pending,
             context_version,
             config_loaded,
+            audit_otlp_dropped,
         }
+    }
+
+    /// An audit record the OTLP export had no room for.
+    pub fn audit_otlp_dropped(&self) {
+        self.audit_otlp_dropped.inc();
     }
 
     pub fn call(&self, server: &str, tool: &str, outcome: &'static str, seconds: f64) {

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api::{self, ApiOptions},
     apply::Applier,
-    audit::Audit,
+    audit::{self, Audit, otlp::AuditExport},
     config,
     metrics::Metrics,
     proxy::Proxy,
@@ -48,6 +48,10 @@ pub struct Options {
     pub mask_secrets_dir: Option<PathBuf>,
     /// The Kubernetes API objects to use (none: the mounted file only).
     pub api: ApiOptions,
+    /// A second listener serving `GET /metrics` only (e.g. the pod IP, for a PodMonitor).
+    pub metrics_listen: Option<SocketAddr>,
+    /// Also export each audit record as an OTLP log record.
+    pub audit_otlp: bool,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
@@ -68,7 +72,14 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let api_client = api::connect(&opts.api).await;
     api::restore_baseline(api_client.as_ref(), &opts.api, &deps.shared).await;
     let pool = Pool::new(deps);
-    let proxy = Proxy::new(pool, metrics.clone(), Audit::start());
+    // Without audit.path the records are the audit stream: stdout, unless stdout is MCP.
+    let audit = Audit::to_stream(audit::Stream::for_front(opts.stdio));
+    let audit = if opts.audit_otlp {
+        audit.with_otlp(Some(AuditExport::from_env(metrics.clone())?))
+    } else {
+        audit
+    };
+    let proxy = Proxy::new(pool, metrics.clone(), audit);
     if let Some(dir) = &opts.mask_secrets_dir {
         proxy.approvals.mask_secrets_from(dir.clone());
     }
@@ -132,6 +143,23 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         ));
     }
 
+    if let Some(addr) = opts.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {addr} (--metrics-listen, MCP_PROXY_METRICS_LISTEN): {e}"
+            )
+        })?;
+        let addr = listener.local_addr().unwrap_or(addr);
+        tracing::info!(%addr, "serving metrics at http://{addr}/metrics");
+        // The same bounds as the MCP listener: connections at once, header-read timeout.
+        tokio::spawn(listener::serve(
+            listener,
+            http::metrics_app(proxy.clone(), addr),
+            opts.header_read_timeout,
+            accept_cancel.clone(),
+        ));
+    }
+
     if opts.stdio {
         let service = Front::new(proxy.clone())
             .serve(rmcp::transport::stdio())
@@ -160,6 +188,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     proxy.pool.shutdown().await;
     guard.finish();
     proxy.flush_audit();
+    let audit = proxy.audit.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(otlp) = audit.otlp() {
+            otlp.shutdown();
+        }
+    })
+    .await;
     tracing::info!("all upstream servers stopped; bye");
     Ok(())
 }

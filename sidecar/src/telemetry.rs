@@ -186,9 +186,7 @@ fn exporter() -> Option<SdkTracerProvider> {
     if !configured {
         return None;
     }
-    let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
-        .unwrap_or_else(|_| "grpc".into());
+    let protocol = protocol("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL");
     // The endpoint and headers are read from the standard variables by the exporter itself.
     let built = match protocol.as_str() {
         "grpc" => opentelemetry_otlp::SpanExporter::builder()
@@ -219,38 +217,108 @@ fn exporter() -> Option<SdkTracerProvider> {
     // Exports run on their own thread and runtime, so a current-thread proxy runtime can block
     // on the final flush without deadlocking.
     let processor = BatchSpanProcessor::builder(exporter, TokioCurrentThread).build();
-    let resource = Resource::builder()
-        .with_service_name("orchestrator-mcp-proxy")
-        .build();
     Some(
         SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_resource(resource)
+            .with_resource(resource())
             .build(),
     )
 }
 
-/// The span of one `tools/call`, child of the client's trace context when it sent one.
-/// `Span::none()` when tracing is off.
-pub fn call_span(tool: &str, session: impl std::fmt::Display, meta: &RequestMetaObject) -> Span {
+/// The OTLP protocol of a signal: its own variable (`signal_var`, e.g.
+/// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`), else `OTEL_EXPORTER_OTLP_PROTOCOL`, else `grpc`.
+pub fn protocol(signal_var: &str) -> String {
+    [signal_var, "OTEL_EXPORTER_OTLP_PROTOCOL"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
+        .map_or_else(|| "grpc".into(), |s| s.trim().to_string())
+}
+
+/// The default `service.name`, when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
+/// names one.
+pub const SERVICE_NAME: &str = "orchestrator-mcp-proxy";
+
+/// The resource of everything the proxy exports: `OTEL_RESOURCE_ATTRIBUTES` (in a task pod the
+/// operator renders `k8s.pod.name`, `k8s.namespace.name` and the task there), `service.name` from
+/// `OTEL_SERVICE_NAME`, else from those attributes, else [`SERVICE_NAME`].
+pub fn resource() -> Resource {
+    let service_name = opentelemetry::Key::from_static_str("service.name");
+    let detected = Resource::builder().build();
+    let from_env = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    let named = detected
+        .get(&service_name)
+        .is_some_and(|v| !v.as_str().starts_with("unknown_service"));
+    match from_env {
+        // The SDK lets a service.name in OTEL_RESOURCE_ATTRIBUTES win; the spec gives
+        // OTEL_SERVICE_NAME precedence.
+        Some(name) => Resource::builder().with_service_name(name).build(),
+        None if named => detected,
+        None => Resource::builder().with_service_name(SERVICE_NAME).build(),
+    }
+}
+
+/// The span of one `tools/call`, child of the client's trace context when it sent one, named
+/// and attributed per OpenTelemetry's MCP semantic conventions (`tools/call {gen_ai.tool.name}`,
+/// kind server); the proxy's own attributes carry the `orchestrator.` prefix. `tool` is clipped
+/// here. `Span::none()` when tracing is off.
+pub fn call_span(
+    tool: &str,
+    session: impl std::fmt::Display,
+    protocol: Option<&str>,
+    request_id: &str,
+    meta: &RequestMetaObject,
+) -> Span {
     if !tracing_on() {
         return Span::none();
     }
+    let tool = crate::names::clip(tool);
     let span = tracing::info_span!(
         target: CALL_TARGET,
         "tools/call",
         otel.name = %format!("tools/call {tool}"),
         otel.kind = "server",
-        mcp.tool = %tool,
-        mcp.session = %session,
-        mcp.server = tracing::field::Empty,
-        mcp.decision = tracing::field::Empty,
-        mcp.outcome = tracing::field::Empty,
-        duration_ms = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        "mcp.method.name" = "tools/call",
+        "gen_ai.operation.name" = "execute_tool",
+        "gen_ai.tool.name" = %tool,
+        "mcp.session.id" = %session,
+        "mcp.protocol.version" = protocol,
+        "jsonrpc.request.id" = %crate::names::clip(request_id),
+        "error.type" = tracing::field::Empty,
+        "orchestrator.server" = tracing::field::Empty,
+        "orchestrator.decision" = tracing::field::Empty,
+        "orchestrator.outcome" = tracing::field::Empty,
+        "orchestrator.duration_ms" = tracing::field::Empty,
     );
     let parent = TraceContextPropagator::new().extract(&MetaCarrier(meta));
     let _ = span.set_parent(parent);
     span
+}
+
+/// What became of a call, on its span: the server, the decision and outcome, and for a failure
+/// `error.type` (and the span's status: error). No-op when tracing is off.
+pub fn record_call(
+    span: &Span,
+    server: Option<&str>,
+    decision: &str,
+    outcome: &str,
+    error_type: Option<&str>,
+    duration_ms: f64,
+) {
+    if span.is_none() {
+        return;
+    }
+    span.record("orchestrator.server", server.unwrap_or(""));
+    span.record("orchestrator.decision", decision);
+    span.record("orchestrator.outcome", outcome);
+    span.record("orchestrator.duration_ms", duration_ms);
+    if let Some(error_type) = error_type {
+        span.record("error.type", error_type);
+        span.record("otel.status_code", "error");
+    }
 }
 
 /// Replaces the client's trace context in the upstream's `_meta` with the call span's, so the

@@ -154,7 +154,7 @@ impl Ring {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::audit::Outcome;
+    use crate::audit::{Outcome, RecordType};
 
     pub(crate) fn record<'a>(
         ts: &str,
@@ -165,6 +165,7 @@ pub(crate) mod tests {
         risk: Option<&'static str>,
     ) -> Record<'a> {
         Record {
+            record_type: RecordType::ToolCall,
             ts: ts.into(),
             task: "t",
             namespace: "",

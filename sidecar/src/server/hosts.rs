@@ -67,6 +67,31 @@ pub async fn check_host(
     }
 }
 
+/// The Host check of the metrics listener (`--metrics-listen`): an IP address (any: a scraper
+/// names the pod by its IP, and DNS rebinding needs a name), loopback, or an `allowedHosts`
+/// entry. Only `GET /metrics` is behind it.
+pub async fn check_metrics_host(
+    State((proxy, listen)): State<(Arc<Proxy>, SocketAddr)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let ip_literal = {
+        let mut hosts = request.headers().get_all(header::HOST).iter();
+        match (hosts.next(), hosts.next()) {
+            (Some(host), None) => host
+                .to_str()
+                .ok()
+                .and_then(split_authority)
+                .is_some_and(|(h, _)| h.parse::<std::net::IpAddr>().is_ok()),
+            _ => false,
+        }
+    };
+    if ip_literal && !request.headers().contains_key(header::ORIGIN) {
+        return next.run(request).await;
+    }
+    check_host(State((proxy, listen)), request, next).await
+}
+
 fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
     let parsed = http::uri::Authority::try_from(authority).ok()?;
     let host = parsed.host().trim_matches(['[', ']']).to_ascii_lowercase();

@@ -85,6 +85,21 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         .merge(revealing)
 }
 
+/// The metrics listener's app (`--metrics-listen`): `GET /metrics` and nothing else (404), so
+/// an address other pods reach shows no MCP, no `/tools`, no `/audit`.
+pub fn metrics_app(proxy: Arc<Proxy>, listen: SocketAddr) -> Router {
+    let not_found = || async { (StatusCode::NOT_FOUND, "Not Found\n") };
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(proxy.clone())
+        .layer(middleware::from_fn_with_state(
+            (proxy, listen),
+            hosts::check_metrics_host,
+        ))
+        .method_not_allowed_fallback(not_found)
+        .fallback(not_found)
+}
+
 async fn readyz(State(proxy): State<Arc<Proxy>>) -> Response {
     match proxy.snapshot() {
         Some(_) if !proxy.is_draining() => (StatusCode::OK, "ready\n").into_response(),

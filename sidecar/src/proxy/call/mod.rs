@@ -183,7 +183,13 @@ impl Proxy {
     ) -> Result<CallToolResponse, Error> {
         let Call { req, snap, started } = call;
         let timeout = snap.config.call_timeout;
-        let span = telemetry::call_span(&req.name, req.session.id, &req.meta);
+        let span = telemetry::call_span(
+            &req.name,
+            req.session.id,
+            req.session.protocol.as_ref().map(|p| p.as_str()),
+            &req.request_id.to_string(),
+            &req.meta,
+        );
         let result = tokio::select! {
             result = self.forward(route, req, timeout).instrument(span.clone()) => result,
             // Shutdown's grace is over: the call is answered now, not cut off silently.

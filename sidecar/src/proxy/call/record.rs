@@ -67,13 +67,21 @@ impl Ledger<'_> {
         let tool = clip(&req.name);
         let text = ErrorText::of(refusal.text(&tool), req);
         tracing::info!(%tool, session = %req.session.id, error = %text.redacted(), "tools/call refused");
-        let span = telemetry::call_span(&tool, req.session.id, &req.meta);
-        if !span.is_none() {
-            span.record("mcp.server", server.unwrap_or(""));
-            span.record("mcp.decision", decision);
-            span.record("mcp.outcome", outcome.as_str());
-            span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
-        }
+        let span = telemetry::call_span(
+            &req.name,
+            req.session.id,
+            req.session.protocol.as_ref().map(|p| p.as_str()),
+            &req.request_id.to_string(),
+            &req.meta,
+        );
+        telemetry::record_call(
+            &span,
+            server,
+            decision,
+            outcome.as_str(),
+            Some(refusal.code()),
+            started.elapsed().as_secs_f64() * 1000.0,
+        );
         // A name no upstream listed is client input, whatever server prefix it carries (a
         // refusal by rule names the server without its list): one fixed label for all of them.
         let listed = target
@@ -130,6 +138,7 @@ impl Ledger<'_> {
         let config = &snap.config;
         let exposed = exposed_name(config.tool_prefix, &c.server, c.tool.as_str());
         let record = audit::Record {
+            record_type: audit::RecordType::DefinitionChange,
             ts: audit::timestamp(),
             task: &config.task_name,
             namespace: &config.task_namespace,
@@ -188,12 +197,19 @@ impl Ledger<'_> {
             tracing::warn!(tool = %clip(&req.name), server = %route.server.name, error = %e.redacted(), "tools/call failed");
         }
         let elapsed = started.elapsed();
-        if !span.is_none() {
-            span.record("mcp.server", route.server.name.as_str());
-            span.record("mcp.decision", decision);
-            span.record("mcp.outcome", outcome.as_str());
-            span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
-        }
+        let error_type = match result {
+            Ok(_) if outcome == Outcome::ToolError => Some("tool_error".to_string()),
+            Ok(_) => None,
+            Err(e) => Some(error_type(e)),
+        };
+        telemetry::record_call(
+            span,
+            Some(route.server.name.as_str()),
+            decision,
+            outcome.as_str(),
+            error_type.as_deref(),
+            elapsed.as_secs_f64() * 1000.0,
+        );
         self.metrics.call(
             route.server.name.as_str(),
             &req.name,
@@ -265,6 +281,7 @@ impl Ledger<'_> {
             .map(|a| serde_json::to_vec(a).map(|v| v.len()).unwrap_or(0))
             .unwrap_or(0);
         let record = audit::Record {
+            record_type: audit::RecordType::ToolCall,
             ts: audit::timestamp(),
             task: &config.task_name,
             namespace: &config.task_namespace,
@@ -298,6 +315,18 @@ impl Ledger<'_> {
             intent: req.intent.as_ref().map(|declared| declared.audit()),
         };
         self.audit.record(config.audit.path.as_ref(), &record);
+    }
+}
+
+/// A failed call's `error.type` (MCP semantic conventions): the JSON-RPC error code the upstream
+/// answered, as a string, or the proxy's own code (`PROXY.UPSTREAM_TIMEOUT`, ...).
+fn error_type(e: &Error) -> String {
+    match e {
+        Error::Upstream {
+            source: rmcp::ServiceError::McpError(data),
+            ..
+        } => data.code.0.to_string(),
+        other => other.code().to_string(),
     }
 }
 
