@@ -7,6 +7,7 @@
 //! - [`leader`]: Lease-based leader election.
 //! - [`namespaces`]: the namespaces watched (all, or a list: one watch each, merged).
 //! - [`metrics`], [`server`], [`telemetry`]: `/metrics`, `/healthz`, traces over OTLP.
+//! - [`notify`]: the approval webhook (a POST when a call starts waiting for approval).
 //! - [`settings`]: flags and env.
 //! - [`rbac`]: every API verb the operator uses (the chart's RBAC).
 
@@ -15,6 +16,7 @@ pub mod error;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;
+pub mod notify;
 pub mod rbac;
 pub mod reconcile;
 pub mod render;
@@ -26,7 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::PartialObjectMeta;
@@ -60,6 +62,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     // A namespace the operator is told to watch but may not work in is said at once, with
     // everything it lacks there, rather than as a watch retrying forbidden lists.
+    // A webhook URL that cannot work is said at once (without repeating it: it is a secret).
+    if let Some(url) = settings.approval_webhook_url.as_deref() {
+        notify::check_url(url).map_err(anyhow::Error::msg)?;
+    }
     if let Watched::Only(namespaces) = settings.watched() {
         rbac::check_namespaces(&client, &namespaces)
             .await
@@ -84,6 +90,13 @@ pub async fn run_with(
         metrics.clone(),
         health.clone(),
     ));
+
+    // Approval notifications, off the reconcile path (see notify.rs).
+    notify::install(settings.approval_webhook_url.as_deref().and_then(|url| {
+        notify::Notifier::start(url, settings.approval_webhook_format, metrics.clone())
+            .inspect_err(|error| tracing::error!(%error, "approval webhook off"))
+            .ok()
+    }));
 
     let catalog = CatalogStore::default();
     let (changed_tx, changed_rx) = mpsc::channel(1);
@@ -214,6 +227,7 @@ pub async fn run_with(
     }
     server.abort();
     catalog_watch.abort();
+    notify::install(None);
     tracing::info!("operator stopped");
     result
 }
@@ -234,12 +248,20 @@ where
     C: futures::Stream<Item = Result<ConfigMap, watcher::Error>> + Send + 'static,
     L: futures::Stream<Item = Result<PartialObjectMeta<Lease>, watcher::Error>> + Send + 'static,
 {
-    // Trimmed to what reconcile reads (see reconcile::trim_taskrun).
+    // Trimmed to what reconcile reads (see reconcile::trim_taskrun). A deleted TaskRun has no
+    // calls waiting any more (no reconcile follows a deletion to say so).
+    let metrics = ctx.metrics.clone();
     let taskrun_events = namespaces::watch::<TaskRun>(
         &client,
         &settings.watched(),
         watcher::Config::default().page_size(LIST_PAGE_SIZE),
     )
+    .inspect_ok(move |event| {
+        if let watcher::Event::Delete(tr) = event {
+            let ns = tr.namespace().unwrap_or_default();
+            metrics.approvals_pending(&ns, &tr.name_any(), 0, 0.0);
+        }
+    })
     .modify(reconcile::trim_taskrun)
     .reflect(writer)
     .touched_objects();

@@ -17,7 +17,8 @@
 //! one (`finished.rs`). The decided ones go to the proxy in the ConfigMap key [`VERDICTS_KEY`].
 //! Both writes are under their own field manager ([`APPROVALS_MANAGER`]), so the operator's other
 //! writes leave them alone, and happen only when something changed. An Event tells each
-//! transition.
+//! transition. Each merge sets the gauges of the calls waiting, and a call first listed pending
+//! is announced to the approval webhook when there is one ([`announce`], `crate::notify`).
 
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ use serde_json::json;
 
 use super::{Context, events};
 use crate::error::Result;
+use crate::metrics::Metrics;
+use crate::notify::{self, Notice, Notifier};
 
 /// A call the proxy stopped holding this close to its expiry (clocks differ a little) expired.
 const EXPIRY_SLACK_SECONDS: i64 = 2;
@@ -337,6 +340,13 @@ pub async fn reconcile(
             )
             .await?;
     }
+    announce(
+        &ctx.metrics,
+        notify::installed().as_ref(),
+        tr,
+        &approvals,
+        &transitions,
+    );
     for t in transitions {
         let (kind, reason, note) = describe(&t, &name);
         match &t.cause {
@@ -349,6 +359,50 @@ pub async fn reconcile(
         events::publish(ctx, tr, kind, reason, "Approve", note).await;
     }
     Ok(next_expiry(&approvals, now))
+}
+
+/// What follows the writes of a TaskRun's approvals: the gauges of its calls waiting (none:
+/// the series go), and a notification for each approval this merge first listed as pending and
+/// that still is (the notifier sends each id once, however often a lagging cache makes a
+/// reconcile see it new again).
+pub fn announce(
+    metrics: &Metrics,
+    notifier: Option<&Notifier>,
+    tr: &TaskRun,
+    approvals: &[Approval],
+    transitions: &[Transition],
+) {
+    let ns = tr.namespace().unwrap_or_default();
+    let name = tr.name_any();
+    let pending = || {
+        approvals
+            .iter()
+            .filter(|a| a.state == ApprovalState::Pending)
+    };
+    let oldest = pending()
+        .filter_map(|a| a.requested_at.parse::<Timestamp>().ok())
+        .min()
+        .unwrap_or_else(Timestamp::now);
+    metrics.approvals_pending(&ns, &name, pending().count(), oldest.as_second() as f64);
+    let Some(notifier) = notifier else {
+        return;
+    };
+    for t in transitions {
+        let new = t.cause == Cause::State && t.approval.state == ApprovalState::Pending;
+        if new && pending().any(|a| a.id == t.approval.id) {
+            notifier.notify(Notice {
+                namespace: ns.clone(),
+                task_run: name.clone(),
+                task_id: tr.spec.task_id,
+                approval_id: t.approval.id.clone(),
+                server: t.approval.server.clone(),
+                tool: t.approval.tool.clone(),
+                digest: t.approval.digest.clone(),
+                requested_at: t.approval.requested_at.clone(),
+                expires_at: t.approval.expires_at.clone(),
+            });
+        }
+    }
 }
 
 /// The most bytes of an Event's note (the API server allows 1 KiB).
@@ -441,5 +495,7 @@ fn clip_bytes(mut s: String, max: usize) -> String {
     s
 }
 
+#[cfg(test)]
+mod notify_tests;
 #[cfg(test)]
 mod tests;
