@@ -95,7 +95,17 @@ struct Release {
 impl Release {
     fn install(name: &str, namespace: &str, extra: &[&str]) -> Result<Self> {
         let chart = chart();
-        let mut args = vec!["install", name, chart.as_str(), "-n", namespace];
+        // The CRDs are cluster-wide objects of one release: in the shared test cluster another
+        // test's release (kept by their resource policy) or e2e's own install_taskrun_crd may
+        // hold them, and Helm refuses to adopt them without --take-ownership.
+        let mut args = vec![
+            "install",
+            name,
+            chart.as_str(),
+            "-n",
+            namespace,
+            "--take-ownership",
+        ];
         args.extend_from_slice(extra);
         success("helm install", helm(&args)?)?;
         Ok(Self {
@@ -344,12 +354,14 @@ async fn install_upgrade_and_uninstall_leave_only_the_crd() -> Result<()> {
     )?;
     let left = release_objects(&ns.name, &release)?;
     assert!(left.is_empty(), "left after uninstall: {left:#?}");
-    // Helm documents that CRDs from the chart's crds/ directory stay (TaskRuns keep their data).
-    let out = kubectl(&["get", "crd", "taskruns.orchestrator.io", "-o", "name"])?;
-    assert_eq!(
-        success("kubectl get crd", out)?.trim(),
-        "customresourcedefinition.apiextensions.k8s.io/taskruns.orchestrator.io"
-    );
+    // The CRDs carry helm.sh/resource-policy: keep: they stay, and TaskRuns keep their data.
+    for crd in ["taskruns.orchestrator.io", "toolapprovals.orchestrator.io"] {
+        let out = kubectl(&["get", "crd", crd, "-o", "name"])?;
+        assert_eq!(
+            success("kubectl get crd", out)?.trim(),
+            format!("customresourcedefinition.apiextensions.k8s.io/{crd}")
+        );
+    }
     ns.delete().await
 }
 
@@ -706,5 +718,72 @@ fn chart_grants_exactly_the_verbs_the_operator_lists() -> Result<()> {
         assert!(cluster_bindings.is_empty(), "{set:?}: {cluster_bindings:?}");
         local_role(&docs)?;
     }
+    Ok(())
+}
+
+/// The chart states the Kubernetes versions it supports (Chart.yaml kubeVersion) and Helm
+/// enforces them: 1.30 is refused with a message naming the range; 1.31 (selectable fields on by
+/// default) and the tested 1.35 render.
+#[test]
+#[ignore = "needs helm from the control-plane build (run ./test)"]
+fn chart_refuses_kubernetes_before_1_31() -> Result<()> {
+    let helm_template = |version: &str| -> Result<Output> {
+        Ok(Command::new(bin_dir()?.join("helm"))
+            .current_dir(repo_root())
+            .args(["template", "r", CHART, "--kube-version", version])
+            .output()?)
+    };
+    let text = failure("helm template for 1.30", helm_template("1.30.0")?)?;
+    assert!(
+        text.contains(
+            "chart requires kubeVersion: >=1.31.0-0 which is incompatible with Kubernetes v1.30.0"
+        ),
+        "{text}"
+    );
+    for version in ["1.31.0", "1.35.0", &pinned_version("K8S_VERSION")?] {
+        success(
+            &format!("helm template for {version}"),
+            helm_template(version)?,
+        )?;
+    }
+    Ok(())
+}
+
+/// The CRDs the chart installs are crdgen's output (crds/generated/), with only Helm's keep
+/// policy and the chart's labels added; `crds.install=false` installs none.
+#[test]
+#[ignore = "needs helm from the control-plane build (run ./test)"]
+fn chart_installs_crdgens_crds_kept_on_uninstall() -> Result<()> {
+    let docs = rendered(&[])?;
+    for file in ["taskrun.yaml", "toolapproval.yaml"] {
+        let text = std::fs::read_to_string(repo_root().join("crds/generated").join(file))?;
+        let want: serde_json::Value = serde_saphyr::from_str(&text)?;
+        let name = want["metadata"]["name"].as_str().context("CRD name")?;
+        let found = find(&docs, "CustomResourceDefinition", name, None);
+        ensure!(found.len() == 1, "one CRD {name} rendered");
+        let mut got = found[0].clone();
+        let meta = got["metadata"].as_object_mut().context("metadata")?;
+        let annotations = meta.remove("annotations").unwrap_or_default();
+        assert_eq!(
+            annotations,
+            serde_json::json!({"helm.sh/resource-policy": "keep"}),
+            "{name}"
+        );
+        let labels = meta.remove("labels").unwrap_or_default();
+        assert_eq!(
+            labels["app.kubernetes.io/part-of"], "orchestrator",
+            "{name}"
+        );
+        assert_eq!(
+            got, want,
+            "{name}: the chart's CRD vs crds/generated/{file}"
+        );
+    }
+    let docs = rendered(&["crds.install=false"])?;
+    let crds: Vec<_> = docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect();
+    assert!(crds.is_empty(), "crds.install=false: {crds:?}");
     Ok(())
 }
