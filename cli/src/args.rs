@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
 
+pub use crate::args_ops::{CancelArgs, DeleteArgs, LogContainer, LogsArgs, TaskRef};
 use crate::output::Format;
 
 const ROOT_AFTER_HELP: &str = "\
@@ -135,22 +136,9 @@ pub enum TaskCommand {
     Approvals(ApprovalsArgs),
     Approve(DecideArgs),
     Reject(DecideArgs),
-}
-
-/// Which task: a TaskRun name, or --task-id.
-#[derive(Debug, Clone, Args)]
-pub struct TaskRef {
-    /// The TaskRun's name.
-    #[arg(
-        value_name = "NAME",
-        required_unless_present = "task_id",
-        conflicts_with = "task_id"
-    )]
-    pub name: Option<String>,
-
-    /// Find the TaskRun by its spec.taskId instead of by name.
-    #[arg(long, value_name = "ID")]
-    pub task_id: Option<i64>,
+    Logs(LogsArgs),
+    Cancel(CancelArgs),
+    Delete(DeleteArgs),
 }
 
 /// Create a TaskRun: the agent runs the task with only the listed tools.
@@ -291,16 +279,17 @@ pub struct GetArgs {
     pub task: TaskRef,
 }
 
-/// List tasks, newest first.
+/// List tasks, newest first; with --watch, then each change as it happens.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
   orchestrator-cli task list
   orchestrator-cli task list --phase Running --service todo-api
+  orchestrator-cli task list -l team=payments --watch
   orchestrator-cli task list -A -o json")]
 pub struct ListArgs {
     /// Only tasks in this phase.
-    #[arg(long, value_name = "PHASE", value_parser = ["Pending", "Running", "Succeeded", "Failed"], ignore_case = true)]
+    #[arg(long, value_name = "PHASE", value_parser = ["Pending", "Running", "Succeeded", "Failed", "Cancelled"], ignore_case = true)]
     pub phase: Option<String>,
 
     /// Only tasks of this service.
@@ -310,6 +299,15 @@ pub struct ListArgs {
     /// List tasks in every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+
+    /// Only TaskRuns whose labels match (a label selector, as kubectl's -l: a=b,c!=d,e in (f,g)).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+
+    /// After the list, print each TaskRun again whenever its row changes (and `Deleted` when it
+    /// goes), until interrupted; with -o json|yaml, each changed object.
+    #[arg(short, long)]
+    pub watch: bool,
 }
 
 /// Show a task in detail: spec, status, conditions, effective tools, recent events.
@@ -367,24 +365,57 @@ pub struct AuditArgs {
 ///
 /// From the TaskRun's status.approvals (pending ones, and the last 20 decided). `--show ID`
 /// prints one call whole: every byte the proxy will forward (the values of the task's Secrets
-/// masked) and its digest. Decide with `task approve` or `task reject`.
+/// masked) and its digest. Decide with `task approve` or `task reject`. With -A: the calls
+/// waiting in every TaskRun of every namespace you may list (else of the current namespace).
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
   orchestrator-cli task approvals task-1001
   orchestrator-cli task approvals task-1001 --show a1b2c3d4
-  orchestrator-cli task approvals task-1001 --pending -o json")]
+  orchestrator-cli task approvals task-1001 --pending -o json
+  orchestrator-cli task approvals -A --watch -l team=payments")]
 pub struct ApprovalsArgs {
-    #[command(flatten)]
-    pub task: TaskRef,
+    /// The TaskRun's name.
+    #[arg(
+        value_name = "NAME",
+        required_unless_present_any = ["task_id", "all_namespaces"],
+        conflicts_with_all = ["task_id", "all_namespaces"]
+    )]
+    pub name: Option<String>,
+
+    /// Find the TaskRun by its spec.taskId instead of by name.
+    #[arg(long, value_name = "ID", conflicts_with = "all_namespaces")]
+    pub task_id: Option<i64>,
 
     /// Only the calls still waiting.
     #[arg(long)]
     pub pending: bool,
 
     /// Show request ID whole: its params as forwarded, digest, definition, context version.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with = "all_namespaces")]
     pub show: Option<String>,
+
+    /// The calls waiting in every TaskRun of every namespace (on 403: the current namespace).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+
+    /// With -A: only TaskRuns whose labels match this selector.
+    #[arg(short = 'l', long, value_name = "SELECTOR", conflicts_with_all = ["name", "task_id"])]
+    pub selector: Option<String>,
+
+    /// With -A: after the list, print each call as it starts waiting, and its decision.
+    #[arg(short, long, conflicts_with_all = ["name", "task_id"])]
+    pub watch: bool,
+}
+
+impl ApprovalsArgs {
+    /// The one task named (without -A).
+    pub fn task(&self) -> TaskRef {
+        TaskRef {
+            name: self.name.clone(),
+            task_id: self.task_id,
+        }
+    }
 }
 
 /// Approve (or reject) a tool call the task's proxy holds: the call then proceeds (or is
@@ -511,79 +542,4 @@ Examples:
         #[arg(long, value_name = "FILE")]
         write: Option<std::path::PathBuf>,
     },
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_line_is_consistent() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn every_command_has_examples_in_its_help() {
-        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
-            let path = format!("{path} {}", cmd.get_name());
-            let subs: Vec<_> = cmd
-                .get_subcommands()
-                .filter(|c| c.get_name() != "help")
-                .collect();
-            if subs.is_empty() {
-                let help = cmd
-                    .get_after_help()
-                    .map(|h| h.to_string())
-                    .unwrap_or_default();
-                if !help.contains("Examples:") {
-                    missing.push(path.clone());
-                }
-            }
-            for sub in subs {
-                walk(sub, &path, missing);
-            }
-        }
-        let mut missing = Vec::new();
-        walk(&Cli::command(), "", &mut missing);
-        assert!(missing.is_empty(), "commands without examples: {missing:?}");
-    }
-
-    #[test]
-    fn a_task_is_named_by_name_or_task_id_not_both() {
-        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
-        assert!(parse(&["o", "task", "get", "t1"]).is_ok());
-        assert!(parse(&["o", "task", "get", "--task-id", "7"]).is_ok());
-        let err = parse(&["o", "task", "get"]).expect_err("needs one");
-        assert_eq!(err.exit_code(), 2);
-        let err = parse(&["o", "task", "get", "t1", "--task-id", "7"]).expect_err("not both");
-        assert_eq!(err.exit_code(), 2);
-    }
-
-    #[test]
-    fn add_context_needs_something_to_change() {
-        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
-        assert!(parse(&["o", "task", "add-context", "t", "--disable-tools", "a:b"]).is_ok());
-        let err = parse(&["o", "task", "add-context", "t"]).expect_err("nothing to do");
-        assert!(err.to_string().contains("--enable-tools"), "{err}");
-    }
-
-    #[test]
-    fn global_flags_work_after_the_subcommand_like_kubectl() {
-        let cli = Cli::try_parse_from([
-            "o",
-            "task",
-            "list",
-            "-n",
-            "team-a",
-            "-o",
-            "yaml",
-            "--context",
-            "kind",
-        ])
-        .expect("valid");
-        assert_eq!(cli.global.namespace.as_deref(), Some("team-a"));
-        assert_eq!(cli.global.output, Format::Yaml);
-        assert_eq!(cli.global.context.as_deref(), Some("kind"));
-    }
 }

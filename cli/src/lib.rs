@@ -1,7 +1,7 @@
 //! `orchestrator-cli`: submit tasks as TaskRuns, change their tools while they run
 //! (add-context), inspect them, and browse the catalog of MCP servers.
 //!
-//! Modules: [`args`] (the command line), [`connect`] (kubeconfig handling like kubectl),
+//! Modules: [`args`] and [`args_ops`] (the command line), [`connect`] (kubeconfig handling like kubectl),
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
 //! (the markdown reference), [`discover`] (a server's real tools against the catalog), [`task`]
@@ -10,6 +10,9 @@
 //! inside a pod, through the API server).
 
 pub mod args;
+pub mod args_ops;
+#[cfg(test)]
+mod args_tests;
 pub mod catalog;
 pub mod catalog_docs;
 pub mod catalog_write;
@@ -69,11 +72,16 @@ async fn run_task(global: &args::Global, command: &TaskCommand) -> Result<()> {
         TaskCommand::Submit(a) => task::submit::run(global, a).await,
         TaskCommand::AddContext(a) => task::add_context::run(global, a).await,
         TaskCommand::Get(a) => task::show::get(global, a).await,
+        TaskCommand::List(a) if a.watch => task::list_watch::run(global, a).await,
         TaskCommand::List(a) => task::show::list(global, a).await,
         TaskCommand::Describe(a) => task::show::describe(global, a).await,
         TaskCommand::Audit(a) => task::audit::run(global, a).await,
+        TaskCommand::Approvals(a) if a.all_namespaces => task::inbox::run(global, a).await,
         TaskCommand::Approvals(a) => task::approve::list(global, a).await,
         TaskCommand::Approve(a) => task::approve::decide(global, a, Decision::Approve).await,
         TaskCommand::Reject(a) => task::approve::decide(global, a, Decision::Reject).await,
+        TaskCommand::Logs(a) => task::logs::run(global, a).await,
+        TaskCommand::Cancel(a) => task::lifecycle::cancel(global, a).await,
+        TaskCommand::Delete(a) => task::lifecycle::delete(global, a).await,
     }
 }

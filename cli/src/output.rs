@@ -77,6 +77,16 @@ impl Table {
 
     /// The table as text, each line ending in a newline, no trailing spaces.
     pub fn render(&self) -> String {
+        let widths = self.widths();
+        let mut out = String::new();
+        for row in std::iter::once(&self.headers).chain(&self.rows) {
+            out.push_str(&row_line(&widths, row));
+        }
+        out
+    }
+
+    /// Each column's width: its widest cell so far, header included.
+    pub fn widths(&self) -> Vec<usize> {
         let columns = self.headers.len();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
@@ -84,22 +94,26 @@ impl Table {
                 widths[i] = widths[i].max(cell.chars().count());
             }
         }
-        let mut out = String::new();
-        for row in std::iter::once(&self.headers).chain(&self.rows) {
-            let mut line = String::new();
-            for (i, width) in widths.iter().enumerate() {
-                let cell = row.get(i).map(String::as_str).unwrap_or("");
-                if i + 1 == columns {
-                    line.push_str(cell);
-                } else {
-                    let _ = write!(line, "{cell:<width$}   ");
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        out
+        widths
     }
+}
+
+/// One row padded to `widths`, as [`Table::render`] prints it (a wider cell pushes the rest to
+/// the right): `--watch` prints later rows under a table printed before.
+pub fn row_line(widths: &[usize], row: &[String]) -> String {
+    let columns = widths.len();
+    let mut line = String::new();
+    for (i, width) in widths.iter().enumerate() {
+        let cell = row.get(i).map(String::as_str).unwrap_or("");
+        if i + 1 == columns {
+            line.push_str(cell);
+        } else {
+            let _ = write!(line, "{cell:<width$}   ");
+        }
+    }
+    let mut line = line.trim_end().to_string();
+    line.push('\n');
+    line
 }
 
 /// kubectl-style age: `45s`, `12m`, `5h`, `3d`, `2y` (the largest unit, rounded down; for
@@ -130,6 +144,29 @@ pub fn age(then: Timestamp, now: Timestamp) -> String {
         s if s < 365 * d => format!("{}d", s / d),
         s => format!("{}y", s / (365 * d)),
     }
+}
+
+/// Whether a terminal would hide `c`, or act on it: C0 and C1 controls (U+009B is a CSI),
+/// bidi embeddings, overrides and isolates, zero-width and invisible formatting characters.
+fn hidden(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{ad}' | '\u{61c}' | '\u{180e}'
+        | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}'
+        | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
+/// `text` with every character a terminal would hide written as `\u{…}`, so what is printed is
+/// what is there.
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if hidden(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `<none>` for an absent cell, as kubectl prints it.

@@ -1,4 +1,5 @@
-//! Following a TaskRun with a watch: until a terminal phase (`submit --wait`), or until a given
+//! Following a TaskRun with a watch: until a terminal phase (`submit --wait`, `cancel --wait`;
+//! showing each call that waits for approval meanwhile), or until a given
 //! generation of its spec is live (`add-context --wait-synced`): rendered by the operator and,
 //! for a running task whose proxy reports (condition `ToolsSynced`), served by that proxy.
 
@@ -6,11 +7,16 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::Api;
+use std::collections::HashSet;
+
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use orchestrator_crds::approval::ApprovalState;
 use orchestrator_crds::taskrun::{Phase, TaskRun, conditions};
 
 use crate::error::{Error, Result};
+use crate::output::{age, visible};
 
 /// Parses `90s`, `30m`, `2h`, `1h30m`, `1d`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
@@ -121,8 +127,9 @@ where
     Err(Error::Cluster(format!("the watch on TaskRun {name} ended")))
 }
 
-/// Follows the task to Succeeded or Failed, reporting each new phase and each new problem
-/// condition on stderr. Returns the final phase.
+/// Follows the task to Succeeded, Failed or Cancelled, reporting on stderr each new phase, each
+/// new problem condition, and each call that starts waiting for a person (once, with the
+/// command to decide it). Returns the final phase.
 pub async fn until_finished(
     api: &Api<TaskRun>,
     name: &str,
@@ -130,12 +137,19 @@ pub async fn until_finished(
 ) -> Result<Phase> {
     let mut last_phase = None;
     let mut last_problem: Option<String> = None;
+    let mut shown = HashSet::new();
     let what = format!("TaskRun {name} to finish");
     follow(api, name, timeout, &what, |tr| {
         let status = tr.status.clone().unwrap_or_default();
         if status.phase != last_phase {
             if let Some(p) = status.phase {
-                eprintln!("{name}: {}", p.as_str());
+                let by = status
+                    .cancellation
+                    .as_ref()
+                    .filter(|_| p == Phase::Cancelled)
+                    .map(|c| format!(" by {}", visible(&c.requested_by)))
+                    .unwrap_or_default();
+                eprintln!("{name}: {}{by}", p.as_str());
             }
             last_phase = status.phase;
         }
@@ -148,9 +162,42 @@ pub async fn until_finished(
             eprintln!("{name}: {}", problem.clone().unwrap_or_default());
         }
         last_problem = problem;
+        for line in waiting_approvals(tr, &mut shown, Timestamp::now()) {
+            eprintln!("{line}");
+        }
         Ok(status.phase.filter(|p| p.is_terminal()))
     })
     .await
+}
+
+/// The calls of `tr` waiting for a person that are not in `shown` yet (added to it): one line
+/// each, naming the call, its id, when it expires and the commands to decide it.
+pub fn waiting_approvals(tr: &TaskRun, shown: &mut HashSet<String>, now: Timestamp) -> Vec<String> {
+    let name = tr.name_any();
+    let ns = tr.namespace().unwrap_or_default();
+    let approvals = tr
+        .status
+        .as_ref()
+        .map(|s| s.approvals.as_slice())
+        .unwrap_or_default();
+    approvals
+        .iter()
+        .filter(|a| a.state == ApprovalState::Pending && shown.insert(a.id.clone()))
+        .map(|a| {
+            let id = visible(&a.id);
+            let expires = match a.expires_at.parse::<Timestamp>() {
+                Ok(t) if t > now => format!("{} (in {})", a.expires_at, age(now, t)),
+                Ok(_) => format!("{} (now)", a.expires_at),
+                Err(_) => visible(&a.expires_at),
+            };
+            format!(
+                "{name}: waiting for approval: call {id} to {}, expires {expires}; see it whole: \
+                 orchestrator-cli -n {ns} task approvals {name} --show {id}, then \
+                 `task approve {name} {id} --digest ...` or `task reject {name} {id}`",
+                visible(&format!("{}/{}", a.server, a.tool)),
+            )
+        })
+        .collect()
 }
 
 /// What `--wait-synced` reports once the change is live.
@@ -314,6 +361,31 @@ mod tests {
                 .expect("no error")
                 .is_some()
         );
+    }
+
+    #[test]
+    fn each_waiting_call_is_shown_once_with_how_to_decide_it() {
+        let approval = |id: &str, state: &str| {
+            serde_json::json!({"id": id, "server": "github", "tool": "merge_pr\u{1b}[2J",
+                "state": state, "requestedAt": "2025-01-01T00:00:00Z",
+                "expiresAt": "2025-01-01T00:05:00Z", "contextVersion": 1})
+        };
+        let mut tr = taskrun(serde_json::json!({"phase": "Running",
+            "approvals": [approval("a1", "Pending"), approval("a0", "Approved")]}));
+        tr.metadata.namespace = Some("team-a".into());
+        let now: Timestamp = "2025-01-01T00:01:00Z".parse().expect("valid");
+        let mut shown = HashSet::new();
+        let lines = waiting_approvals(&tr, &mut shown, now);
+        assert_eq!(
+            lines,
+            [
+                "t: waiting for approval: call a1 to github/merge_pr\\u{1b}[2J, expires \
+              2025-01-01T00:05:00Z (in 4m); see it whole: \
+                 orchestrator-cli -n team-a task \
+              approvals t --show a1, then `task approve t a1 --digest ...` or `task reject t a1`"
+            ]
+        );
+        assert!(waiting_approvals(&tr, &mut shown, now).is_empty(), "once");
     }
 
     #[test]

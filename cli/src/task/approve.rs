@@ -27,6 +27,7 @@ use crate::args::{ApprovalsArgs, DecideArgs, Global};
 use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result, is_conflict};
 use crate::identity;
+pub use crate::output::visible;
 use crate::output::{self, Format, Table, age};
 
 /// How long `approve`/`reject` wait for the operator to record the decision.
@@ -35,7 +36,7 @@ const RECORDED_WITHIN: Duration = Duration::from_secs(30);
 /// `task approvals TASK`: pending and recent approvals, newest last; `--show ID`: one whole.
 pub async fn list(global: &Global, args: &ApprovalsArgs) -> Result<()> {
     let cluster = connect(global).await?;
-    let tr = super::resolve(&cluster, &args.task).await?;
+    let tr = super::resolve(&cluster, &args.task()).await?;
     let approvals = approvals_of(&tr);
     if let Some(id) = &args.show {
         let task = tr.name_any();
@@ -59,7 +60,7 @@ pub async fn list(global: &Global, args: &ApprovalsArgs) -> Result<()> {
     }
 }
 
-fn approvals_of(tr: &TaskRun) -> Vec<Approval> {
+pub fn approvals_of(tr: &TaskRun) -> Vec<Approval> {
     tr.status
         .as_ref()
         .map(|s| s.approvals.clone())
@@ -141,29 +142,6 @@ fn preview(a: &Approval) -> String {
         },
         a.id
     )
-}
-
-/// Whether a terminal would hide `c`, or act on it: C0 and C1 controls (U+009B is a CSI),
-/// bidi embeddings, overrides and isolates, zero-width and invisible formatting characters.
-fn hidden(c: char) -> bool {
-    matches!(c,
-        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{ad}' | '\u{61c}' | '\u{180e}'
-        | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}'
-        | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
-}
-
-/// `text` with every character a terminal would hide written as `\u{…}`, so what is printed is
-/// what is there.
-pub fn visible(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if hidden(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// One approval whole (`task approvals T --show ID`, and `task describe` for a pending one):

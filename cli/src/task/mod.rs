@@ -4,6 +4,11 @@
 pub mod add_context;
 pub mod approve;
 pub mod audit;
+pub mod inbox;
+pub mod lifecycle;
+pub mod list_watch;
+pub mod logs;
+pub mod result_view;
 pub mod show;
 pub mod submit;
 
@@ -12,7 +17,13 @@ mod add_context_tests;
 #[cfg(test)]
 mod approve_tests;
 #[cfg(test)]
+mod inbox_tests;
+#[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
 mod race_tests;
+#[cfg(test)]
+mod show_tests;
 
 use kube::Api;
 use kube::api::ListParams;

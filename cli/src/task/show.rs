@@ -62,6 +62,11 @@ pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
     if let Some(s) = &selector {
         params = params.fields(s);
     }
+    let mut unfiltered = ListParams::default();
+    if let Some(labels) = &args.selector {
+        params = params.labels(labels);
+        unfiltered = unfiltered.labels(labels);
+    }
     let where_ = if args.all_namespaces {
         "all namespaces".to_string()
     } else {
@@ -71,7 +76,7 @@ pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
         Ok(l) => l.items,
         // A CRD without selectableFields refuses the selector: filter here instead.
         Err(kube::Error::Api(s)) if s.code == 400 && selector.is_some() => {
-            api.list(&ListParams::default())
+            api.list(&unfiltered)
                 .await
                 .map_err(|e| Error::kube(format!("listing TaskRuns in {where_}"), e))?
                 .items
@@ -121,35 +126,49 @@ fn as_list(items: &[TaskRun]) -> serde_json::Value {
 
 /// The list table (the CRD's printer columns, plus NAMESPACE with -A).
 pub fn table(items: &[TaskRun], namespaces: bool, now: Timestamp) -> String {
+    let mut t = Table::new(&headers(namespaces));
+    for tr in items {
+        t.row(row(tr, namespaces, now));
+    }
+    t.render()
+}
+
+/// The list table's header.
+pub fn headers(namespaces: bool) -> Vec<&'static str> {
     let mut headers = vec![
-        "NAME", "TASK", "SERVICE", "PHASE", "TOOLS", "CONTEXT", "AGE",
+        "NAME", "TASK", "SERVICE", "PHASE", "TOOLS", "CONTEXT", "RESULT", "TURNS", "COST", "AGE",
     ];
     if namespaces {
         headers.insert(0, "NAMESPACE");
     }
-    let mut t = Table::new(&headers);
-    for tr in items {
-        let status = tr.status.clone().unwrap_or_default();
-        let mut row = vec![
-            tr.name_any(),
-            tr.spec.task_id.to_string(),
-            tr.spec.service_name.clone(),
-            or_none(phase_of(tr).map(String::from)),
-            or_none(status.enabled_tool_count.map(|n| n.to_string())),
-            or_none(status.context_version.map(|n| n.to_string())),
-            or_none(
-                tr.metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|c| age(c.0, now)),
-            ),
-        ];
-        if namespaces {
-            row.insert(0, tr.namespace().unwrap_or_default());
-        }
-        t.row(row);
+    headers
+}
+
+/// One TaskRun's row of the list table.
+pub fn row(tr: &TaskRun, namespaces: bool, now: Timestamp) -> Vec<String> {
+    let status = tr.status.clone().unwrap_or_default();
+    let [result, turns, cost] = super::result_view::cells(tr);
+    let mut row = vec![
+        tr.name_any(),
+        tr.spec.task_id.to_string(),
+        tr.spec.service_name.clone(),
+        or_none(phase_of(tr).map(String::from)),
+        or_none(status.enabled_tool_count.map(|n| n.to_string())),
+        or_none(status.context_version.map(|n| n.to_string())),
+        result,
+        turns,
+        cost,
+        or_none(
+            tr.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|c| age(c.0, now)),
+        ),
+    ];
+    if namespaces {
+        row.insert(0, tr.namespace().unwrap_or_default());
     }
-    t.render()
+    row
 }
 
 /// `task describe`.
@@ -258,10 +277,14 @@ pub fn describe_text(
     if let Some(t) = &status.completion_time {
         fields.push(("Completed", format!("{} ({} ago)", t.0, age(t.0, now))));
     }
+    if let Some(c) = super::result_view::cancellation_line(tr, now) {
+        fields.push(("Cancelled", c));
+    }
     let mut out = String::new();
     for (k, v) in fields {
         out.push_str(&format!("{:<13}{v}\n", format!("{k}:")));
     }
+    out.push_str(&super::result_view::result_section(tr));
 
     out.push_str("Conditions:\n");
     if status.conditions.is_empty() {
@@ -431,136 +454,5 @@ fn task_summary(tr: &TaskRun) -> String {
         format!("Secret {} key {}", r.name, r.key)
     } else {
         "<none>".into()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn taskrun(name: &str, id: i64, service: &str, status: serde_json::Value) -> TaskRun {
-        serde_json::from_value(json!({
-            "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
-            "metadata": {"name": name, "namespace": "team-a", "generation": 2,
-                         "creationTimestamp": "2025-01-01T00:00:00Z"},
-            "spec": {"taskId": id, "serviceName": service,
-                     "task": {"prompt": "# Fix the login bug\n\nDetails follow.\n"},
-                     "toolConfig": {
-                        "internalTools": {"permissions": {"allow": ["*"], "deny": ["WebFetch"]}},
-                        "mcpServers": [
-                            {"name": "filesystem", "tools": {"allow": ["*"], "deny": ["delete_file"]}},
-                            {"name": "memory", "enabled": false}
-                        ]}},
-            "status": status,
-        }))
-        .expect("valid TaskRun")
-    }
-
-    fn now() -> Timestamp {
-        "2025-01-01T00:05:00Z".parse().expect("valid")
-    }
-
-    #[test]
-    fn list_table_shows_the_printer_columns() {
-        let items = [
-            taskrun(
-                "task-1001",
-                1001,
-                "todo-api",
-                json!({"phase": "Running", "enabledToolCount": 4, "contextVersion": 2}),
-            ),
-            taskrun("task-7", 7, "web", json!(null)),
-        ];
-        assert_eq!(
-            table(&items, false, now()),
-            "NAME        TASK   SERVICE    PHASE     TOOLS    CONTEXT   AGE\n\
-             task-1001   1001   todo-api   Running   4        2         5m\n\
-             task-7      7      web        <none>    <none>   <none>    5m\n"
-        );
-        assert!(table(&items, true, now()).starts_with("NAMESPACE   NAME"));
-    }
-
-    #[test]
-    fn filters_by_phase_case_insensitively_and_service() {
-        let items = vec![
-            taskrun("a", 1, "web", json!({"phase": "Running"})),
-            taskrun("b", 2, "web", json!({"phase": "Succeeded"})),
-            taskrun("c", 3, "api", json!({"phase": "Running"})),
-        ];
-        let names = |v: Vec<TaskRun>| v.iter().map(|t| t.name_any()).collect::<Vec<_>>();
-        assert_eq!(
-            names(filter(items.clone(), Some("running"), None)),
-            ["a", "c"]
-        );
-        assert_eq!(
-            names(filter(items.clone(), Some("Running"), Some("web"))),
-            ["a"]
-        );
-        assert_eq!(names(filter(items, None, Some("api"))), ["c"]);
-    }
-
-    #[test]
-    fn describe_shows_spec_status_conditions_tools_and_events() {
-        let tr = taskrun(
-            "task-1001",
-            1001,
-            "todo-api",
-            json!({"phase": "Running", "observedGeneration": 1, "contextVersion": 1,
-                   "jobName": "task-1001", "configMapName": "task-1001-tools",
-                   "conditions": [{"type": "Ready", "status": "True", "reason": "JobRunning",
-                                   "message": "the agent runs", "lastTransitionTime": "2025-01-01T00:04:00Z"}],
-                   "contextHistory": [
-                       {"contextVersion": 1, "generation": 1, "time": "2025-01-01T00:00:01Z",
-                        "requestedBy": "alice", "source": "Annotation",
-                        "added": ["filesystem/read_file", "memory/*"]},
-                       {"contextVersion": 2, "generation": 2, "time": "2025-01-01T00:03:00Z",
-                        "requestedBy": "kubectl-edit", "source": "FieldManager",
-                        "removed": ["memory/*"]}]}),
-        );
-        let catalog = Catalog::parse(
-            "servers:\n  - name: filesystem\n    stdio: {command: f}\n    tools: [{name: read_file}, {name: delete_file}]\n  - {name: memory, stdio: {command: m}}\n",
-        )
-        .expect("valid");
-        let event: Event = serde_json::from_value(json!({
-            "metadata": {"name": "e1", "namespace": "team-a"},
-            "involvedObject": {"kind": "TaskRun", "name": "task-1001"},
-            "reason": "ToolsUpdated", "type": "Normal", "message": "context version 1",
-            "lastTimestamp": "2025-01-01T00:04:30Z"
-        }))
-        .expect("valid event");
-        let text = describe_text(&tr, Some(&catalog), &[event], now());
-        let expected = "\
-Name:        task-1001
-Namespace:   team-a
-Task ID:     1001
-Service:     todo-api
-Phase:       Running
-Created:     2025-01-01T00:00:00Z (5m ago)
-Task:        inline, 3 lines: \"# Fix the login bug\"
-Agent image: (the operator's default)
-Generation:  2 (observed by the operator: 1)
-Context:     version 1
-Job:         task-1001
-ConfigMap:   task-1001-tools
-Conditions:
-  TYPE    STATUS   REASON       AGE   MESSAGE
-  Ready   True     JobRunning   60s   the agent runs
-Tool config:
-  agent built-in tools: allow all; deny WebFetch
-  SERVER       ENABLED   ALLOW   DENY
-  filesystem   yes       *       delete_file
-  memory       no        (all)
-Effective tools (computed from the spec and the catalog; the operator has not caught up):
-  filesystem: read_file
-  memory: off
-Context history:
-  VERSION   TIME                   BY                             CHANGES
-  1         2025-01-01T00:00:01Z   alice                          +filesystem/read_file +memory/*
-  2         2025-01-01T00:03:00Z   kubectl-edit (field manager)   -memory/*
-Events:
-  AGE   TYPE     REASON         OBJECT              MESSAGE
-  30s   Normal   ToolsUpdated   taskrun/task-1001   context version 1
-";
-        assert_eq!(text, expected);
     }
 }

@@ -113,10 +113,19 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
     }
     if args.wait {
         let phase = wait::until_finished(&super::api(&cluster), &name, args.timeout).await?;
-        if phase == Phase::Failed {
-            return Err(Error::Failed(format!(
-                "TaskRun {name} failed (see `orchestrator-cli task describe {name}`)"
-            )));
+        match phase {
+            Phase::Failed => {
+                return Err(Error::Failed(format!(
+                    "TaskRun {name} failed (see `orchestrator-cli task describe {name}`)"
+                )));
+            }
+            // Cancelled is not a success either: the same exit code (5), its own words.
+            Phase::Cancelled => {
+                return Err(Error::Failed(format!(
+                    "TaskRun {name} was cancelled (see `orchestrator-cli task describe {name}`)"
+                )));
+            }
+            _ => {}
         }
     }
     Ok(())

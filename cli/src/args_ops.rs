@@ -1,0 +1,123 @@
+//! The command line of the task lifecycle commands (`task logs`, `task cancel`, `task delete`)
+//! and [`TaskRef`], which every task command uses (parsing only; no behaviour here).
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Which task: a TaskRun name, or --task-id.
+#[derive(Debug, Clone, Args)]
+pub struct TaskRef {
+    /// The TaskRun's name.
+    #[arg(
+        value_name = "NAME",
+        required_unless_present = "task_id",
+        conflicts_with = "task_id"
+    )]
+    pub name: Option<String>,
+
+    /// Find the TaskRun by its spec.taskId instead of by name.
+    #[arg(long, value_name = "ID")]
+    pub task_id: Option<i64>,
+}
+
+/// The containers of a task's pod whose logs `task logs` reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogContainer {
+    /// The agent (its final answer, and what it printed).
+    #[default]
+    Agent,
+    /// The MCP proxy sidecar (container `mcp-proxy`): its logs, and its audit lines on stdout.
+    #[value(alias = "mcp-proxy")]
+    Proxy,
+}
+
+impl LogContainer {
+    /// The container's name in the pod the operator renders.
+    pub fn container_name(self) -> &'static str {
+        match self {
+            LogContainer::Agent => "agent",
+            LogContainer::Proxy => "mcp-proxy",
+        }
+    }
+}
+
+/// Print the logs of a task's pod (the agent's by default).
+///
+/// Finds the pod of the TaskRun's Job (status.jobName) and prints its container's log; with -f
+/// follows it until the container ends, waiting first for a pod that has not started. The pod
+/// is gone once the Job finished and was cleaned up (its TTL): then the agent's report is in
+/// status.result (`task describe`). Needs RBAC: get and list pods, get pods/log.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task logs task-1001
+  orchestrator-cli task logs --task-id 1001 -f
+  orchestrator-cli task logs task-1001 -c proxy --tail 50")]
+pub struct LogsArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+
+    /// Keep printing as the container writes, until it ends (waits for a pod not started yet).
+    #[arg(short, long)]
+    pub follow: bool,
+
+    /// Which container: agent or proxy.
+    #[arg(short, long, value_enum, default_value_t = LogContainer::Agent)]
+    pub container: LogContainer,
+
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<i64>,
+
+    /// The log of the container's previous run (after a restart).
+    #[arg(short, long, conflicts_with = "follow")]
+    pub previous: bool,
+}
+
+/// Cancel a task: its Job is stopped and the TaskRun ends Cancelled, naming you.
+///
+/// Writes the annotation orchestrator.io/cancel naming you as the API server knows you (a
+/// SelfSubjectReview; the chart's admission policy refuses any other name) with a JSON Patch that
+/// tests the annotation is not there yet, so two cancels never overwrite each other. The
+/// operator deletes the Job (its pod stops) and writes phase Cancelled and status.cancellation.
+/// A task that has finished is left as it is (exit 5, nothing written).
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task cancel task-1001
+  orchestrator-cli task cancel --task-id 1001 --wait --timeout 2m")]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+
+    /// Wait until the operator has stopped the task (phase Cancelled).
+    #[arg(long)]
+    pub wait: bool,
+
+    /// Give up waiting after this long (exit 4).
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// Delete a TaskRun, and with it its Job, pod, ConfigMap and decisions (owned by it).
+///
+/// A running task stops when its pod goes. Its status (result, history, approvals) goes too:
+/// `task describe` it first when you need that.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task delete task-1001
+  orchestrator-cli task delete --task-id 1001 --wait")]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub task: TaskRef,
+
+    /// Wait until the TaskRun is gone from the API server.
+    #[arg(long)]
+    pub wait: bool,
+
+    /// Give up waiting after this long (exit 4).
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
+    pub timeout: Option<Duration>,
+}
