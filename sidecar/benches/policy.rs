@@ -179,12 +179,13 @@ async fn in_process(
 /// filter fields and pushes (evicting the oldest, as a full ring does).
 fn audit_ring(iters: usize) {
     use orchestrator_mcp_proxy::audit::{
-        Outcome, Record,
+        Outcome, Record, RecordType,
         ring::{DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, Entry, Ring},
         timestamp,
     };
     let ts = timestamp();
     let record = Record {
+        record_type: RecordType::ToolCall,
         ts: ts.clone(),
         task: "task-1001",
         namespace: "team-a",

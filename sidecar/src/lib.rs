@@ -4,11 +4,11 @@
 //! `scripts/check-module-cycles` holds the code to this list):
 //! - foundations, which use no other module: [`names`] (newtypes for server, tool and exposed
 //!   names), `sync` (a lock helper), [`filter`] (allow/deny globs to a verdict naming the
-//!   deciding rule), [`probe`] (the exec probes' HTTP GET), [`telemetry`] (logs and spans).
-//! - built on them: [`error`] (protocol, transport and internal failures, each with its `PROXY.*`
+//!   deciding rule), [`probe`] (the exec probes' HTTP GET).
+//! - built on them: [`telemetry`] (logs, spans, the OTLP resource), [`error`] (protocol, transport and internal failures, each with its `PROXY.*`
 //!   code), [`config`] (strict parse, validation with stable codes, normalized
-//!   [`config::Config`]), [`audit`] (one JSON line per call, the `GET /audit` ring), [`metrics`]
-//!   (Prometheus), [`reaper`] (orphaned grandchildren when the proxy is PID 1), [`session`]
+//!   [`config::Config`]), [`metrics`] (Prometheus), [`audit`] (one JSON line per call, the
+//!   `GET /audit` ring, the OTLP export of the records), [`reaper`] (orphaned grandchildren when the proxy is PID 1), [`session`]
 //!   (client sessions as the rest of the proxy sees them, `list_changed` fan-out).
 //! - [`policy`]: definition hashes and their changes, rate limits, argument validation, and
 //!   [`policy::refusal::Refusal`], why a call was refused (its text, code, audit decision and

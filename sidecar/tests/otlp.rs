@@ -46,6 +46,34 @@ struct SpanRec {
     trace_id: String,
     parent: String,
     attributes: HashMap<String, String>,
+    /// The string attributes of the span's resource.
+    resource: HashMap<String, String>,
+}
+
+/// The string attributes of an OTLP/JSON attribute list.
+fn json_attributes(list: &Value) -> HashMap<String, String> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| {
+            Some((
+                a["key"].as_str()?.to_string(),
+                a["value"]["stringValue"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The string attributes of an OTLP/protobuf attribute list.
+fn proto_attributes(
+    list: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+) -> HashMap<String, String> {
+    list.into_iter()
+        .filter_map(|kv| match kv.value?.value? {
+            any_value::Value::StringValue(v) => Some((kv.key, v)),
+            _ => None,
+        })
+        .collect()
 }
 
 type Collected = Arc<Mutex<Vec<SpanRec>>>;
@@ -65,26 +93,25 @@ async fn http_json_collector(spans: Collected) -> anyhow::Result<String> {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .flat_map(|r| r["scopeSpans"].as_array().cloned().unwrap_or_default())
-                    .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
-                    .map(|s| SpanRec {
+                    .flat_map(|r| {
+                        let resource = json_attributes(&r["resource"]["attributes"]);
+                        r["scopeSpans"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
+                            .map(move |s| (resource.clone(), s))
+                    })
+                    .map(|(resource, s)| SpanRec {
+                        resource,
                         name: s["name"].as_str().unwrap_or_default().into(),
                         trace_id: s["traceId"].as_str().unwrap_or_default().to_lowercase(),
                         parent: s["parentSpanId"]
                             .as_str()
                             .unwrap_or_default()
                             .to_lowercase(),
-                        attributes: s["attributes"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|a| {
-                                Some((
-                                    a["key"].as_str()?.to_string(),
-                                    a["value"]["stringValue"].as_str()?.to_string(),
-                                ))
-                            })
-                            .collect(),
+                        attributes: json_attributes(&s["attributes"]),
                     });
                 spans.lock().expect("lock").extend(found);
                 "{}"
@@ -109,20 +136,20 @@ impl TraceService for GrpcCollector {
             .into_inner()
             .resource_spans
             .into_iter()
-            .flat_map(|r| r.scope_spans)
-            .flat_map(|s| s.spans)
-            .map(|s| SpanRec {
+            .flat_map(|r| {
+                let resource =
+                    proto_attributes(r.resource.map(|r| r.attributes).unwrap_or_default());
+                r.scope_spans
+                    .into_iter()
+                    .flat_map(|s| s.spans)
+                    .map(move |s| (resource.clone(), s))
+            })
+            .map(|(resource, s)| SpanRec {
+                resource,
                 name: s.name,
                 trace_id: hex(&s.trace_id),
                 parent: hex(&s.parent_span_id),
-                attributes: s
-                    .attributes
-                    .into_iter()
-                    .filter_map(|kv| match kv.value?.value? {
-                        any_value::Value::StringValue(v) => Some((kv.key, v)),
-                        _ => None,
-                    })
-                    .collect(),
+                attributes: proto_attributes(s.attributes),
             });
         self.0.lock().expect("lock").extend(found);
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
@@ -191,6 +218,12 @@ async fn check_spans(endpoint: &str, protocol: &str, spans: Collected) -> anyhow
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "k8s.namespace.name=ns1,k8s.pod.name=task-a-xyz,orchestrator.task.id=t-1",
+        )
+        // The audit stream.
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()?;
@@ -248,13 +281,61 @@ async fn check_spans(endpoint: &str, protocol: &str, spans: Collected) -> anyhow
         find("tools/call every__echo").unwrap_or_else(|| panic!("no echo span in {spans:#?}"));
     assert_eq!(echo.trace_id, TRACE_ID);
     assert_eq!(echo.parent, PARENT_SPAN);
-    assert_eq!(attr(&echo, "mcp.server").as_deref(), Some("every"));
-    assert_eq!(attr(&echo, "mcp.decision").as_deref(), Some("allowed"));
-    assert_eq!(attr(&echo, "mcp.outcome").as_deref(), Some("ok"));
+    // OpenTelemetry's MCP semantic conventions; the proxy's own under `orchestrator.`.
+    for (key, want) in [
+        ("mcp.method.name", "tools/call"),
+        ("gen_ai.tool.name", "every__echo"),
+        ("gen_ai.operation.name", "execute_tool"),
+        ("orchestrator.server", "every"),
+        ("orchestrator.decision", "allowed"),
+        ("orchestrator.outcome", "ok"),
+    ] {
+        assert_eq!(
+            attr(&echo, key).as_deref(),
+            Some(want),
+            "{key} in {echo:#?}"
+        );
+    }
+    assert!(
+        attr(&echo, "mcp.session.id").is_some_and(|s| s.starts_with('s')),
+        "{echo:#?}"
+    );
+    assert!(attr(&echo, "jsonrpc.request.id").is_some(), "{echo:#?}");
+    assert!(
+        attr(&echo, "mcp.protocol.version").is_some_and(|v| v.starts_with("20")),
+        "{echo:#?}"
+    );
+    assert_eq!(attr(&echo, "error.type"), None);
+    for old in ["mcp.tool", "mcp.server", "mcp.decision", "mcp.outcome"] {
+        assert_eq!(attr(&echo, old), None, "{old}");
+    }
+    // The resource: OTEL_RESOURCE_ATTRIBUTES, and the default service name.
+    for (key, want) in [
+        ("k8s.namespace.name", "ns1"),
+        ("k8s.pod.name", "task-a-xyz"),
+        ("orchestrator.task.id", "t-1"),
+        ("service.name", "orchestrator-mcp-proxy"),
+    ] {
+        assert_eq!(
+            echo.resource.get(key).map(String::as_str),
+            Some(want),
+            "{key}"
+        );
+    }
     let denied =
         find("tools/call every__get-env").unwrap_or_else(|| panic!("no denied span in {spans:#?}"));
-    assert_eq!(attr(&denied, "mcp.decision").as_deref(), Some("denied"));
-    assert_eq!(attr(&denied, "mcp.outcome").as_deref(), Some("denied"));
+    assert_eq!(
+        attr(&denied, "orchestrator.decision").as_deref(),
+        Some("denied")
+    );
+    assert_eq!(
+        attr(&denied, "orchestrator.outcome").as_deref(),
+        Some("denied")
+    );
+    assert!(
+        attr(&denied, "error.type").is_some_and(|t| t.starts_with("PROXY.")),
+        "{denied:#?}"
+    );
     assert_eq!(denied.trace_id, TRACE_ID);
     Ok(())
 }
