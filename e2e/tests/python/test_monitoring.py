@@ -306,13 +306,13 @@ def test_every_metric_a_rule_or_panel_uses_is_registered(bins: Path):
     assert "approvals_oldest_typo" in out.stdout.split() and "orchestrator_operator_y" not in out.stdout
 
 
-def test_the_api_server_accepts_the_kit_with_the_prometheus_operator_crds(bins: Path):
+def test_the_api_server_accepts_the_kit_with_the_prometheus_operator_crds(bins: Path, tmp_path: Path):
     kubeconfig = STATE / "kubeconfig"
     if not kubeconfig.exists():
         pytest.fail(f"{kubeconfig} is missing: is the cluster up? (e2e/cluster up)")
     out = subprocess.run(["go", "mod", "download", "-json",
                           f"github.com/prometheus-operator/prometheus-operator@{PROMETHEUS_OPERATOR}"],
-                         capture_output=True, text=True, cwd=REPO / "e2e/controlplane")
+                         capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     crds = Path(json.loads(out.stdout)["Dir"]) / "example/prometheus-operator-crd"
     kubectl = [str(bins / "kubectl"), "--kubeconfig", str(kubeconfig)]
