@@ -370,6 +370,7 @@ async def test_a_collector_that_does_not_answer_costs_records_not_calls(streamin
                 "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
                 "OTEL_BLRP_MAX_QUEUE_SIZE": "4",
                 "OTEL_BLRP_EXPORT_TIMEOUT": "10000",
+                "OTEL_SERVICE_NAME": "custom-proxy",
             },
         )
         started = time.monotonic()
@@ -384,6 +385,10 @@ async def test_a_collector_that_does_not_answer_costs_records_not_calls(streamin
         assert "mcp_proxy_audit_otlp_dropped_total 6" in body.decode(), body.decode()
         collector.release.set()
         assert proxy.stop() == 0
+        # The four that waited were sent (the last at shutdown), the six dropped never were.
+        received = collector.records()
+        assert len(received) == 4, received
+        assert all(resource["service.name"] == "custom-proxy" for resource, _ in received), received
     finally:
         collector.close()
 
@@ -399,3 +404,52 @@ def test_audit_otlp_without_a_collector_is_refused_by_name(proxy_bin, tmp_path):
     assert done.returncode != 0
     assert "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT" in done.stderr.decode(), done.stderr
     assert done.stdout == b""
+
+
+def test_with_stdio_stdout_is_mcp_only_and_the_records_go_to_stderr(proxy_bin, tools, tmp_path):
+    config = {"task": {"name": "t"}, "servers": [{"name": "every", "stdio": tools.everything_stdio(), "tools": {"deny": ["get-env"]}}]}
+    write_configmap(tmp_path / "cm", to_yaml(config))
+    process = subprocess.Popen(
+        [str(proxy_bin), "--stdio", "--config", str(tmp_path / "cm/proxy.yaml"), "--cache-dir", str(tmp_path / "c")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")},
+    )
+    assert process.stdin is not None and process.stdout is not None
+    seen: list[bytes] = []
+
+    def send(message: dict) -> None:
+        process.stdin.write(json.dumps(message).encode() + b"\n")
+        process.stdin.flush()
+
+    def answer(id: int) -> dict:
+        while True:
+            line = process.stdout.readline()
+            assert line, "stdout closed"
+            seen.append(line)
+            message = json.loads(line)
+            if message.get("id") == id:
+                return message
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        answer(1)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "every__echo", "arguments": {"message": "m"}}})
+        assert answer(2)["result"]["content"][0]["text"] == "Echo: m"
+        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "every__get-env", "arguments": {}}})
+        answer(3)
+        # The client goes away: the proxy stops, flushing the audit lines.
+        out, err = process.communicate(timeout=30)  # closes stdin
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    seen.extend(out.splitlines(keepends=True))
+    for line in seen:
+        message = json.loads(line)
+        assert message.get("jsonrpc") == "2.0" and "recordType" not in message, line
+    records = [json.loads(line) for line in err.decode().splitlines() if line.startswith('{"recordType"')]
+    assert [(r["tool"], r["decision"]) for r in records] == [("every__echo", "allowed"), ("every__get-env", "denied")], err.decode()
