@@ -21,12 +21,12 @@ nobody may change or remove it.
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
 import subprocess
 import sys
 import tarfile
-import io
 from pathlib import Path
 
 import pytest
@@ -136,8 +136,14 @@ def test_upgrade_from_0_1_brings_new_crds_and_keeps_taskruns(kube: Kube, tmp_pat
         text = kube.refused("helm", "upgrade", release, str(working), "-n", ns, "--set", "replicas=0")
         assert "orchestrator.io" in text and "invalid ownership metadata" in text, text
 
-        kube.ok("helm", "upgrade", release, str(working), "-n", ns, "--set", "replicas=0", "--take-ownership")
+        # As docs/operator.md says: --reset-then-reuse-values keeps what was set (replicas=0) on the
+        # new chart's defaults (plain --reuse-values would keep 0.1.0's defaults, which lack the
+        # new values, and fail to render).
+        kube.ok("helm", "upgrade", release, str(working), "-n", ns, "--reset-then-reuse-values",
+                "--take-ownership")
         upgraded = True
+        deployment = kube.json("get", "deployment", f"{release}-orchestrator-operator", "-n", ns)
+        assert deployment["spec"]["replicas"] == 0
         for f in CRDS:
             name = f"{f.removesuffix('.yaml')}s.orchestrator.io"
             crd = kube.json("get", "crd", name)
