@@ -8,7 +8,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use orchestrator_crds::approval::ApprovalState;
-use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
+use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 
 use super::job::expire_job;
 use super::status;
@@ -46,11 +46,17 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
     let state = job.as_ref().map(|j| j.state.clone());
     let (wait, deleted) = expire_job(tr, ctx, &ns, state.as_ref(), previous, &now).await?;
 
-    // Only JobCreated can change: the Job goes after its TTL (or was deleted).
+    // Only JobCreated can change: the Job goes after its TTL (or was deleted). A cancelled
+    // task's says so already (`cancel.rs`), while the deleted Job may still be in the cache.
     let mut conditions = previous.conditions.clone();
-    let wanted = status::job_created_cond(&name, job.is_some() && !deleted, true);
+    let exists = job.is_some() && !deleted;
+    let wanted = status::job_created_cond(&name, exists, true, previous.phase);
     let generation = tr.metadata.generation;
-    if let Some(cond) = status::conditions(vec![wanted], &conditions, generation, &now).pop() {
+    let cancelled = previous.phase == Some(Phase::Cancelled);
+    if let Some(cond) = status::conditions(vec![wanted], &conditions, generation, &now)
+        .pop()
+        .filter(|_| !cancelled)
+    {
         match conditions.iter_mut().find(|c| c.type_ == ct::JOB_CREATED) {
             Some(old) => *old = cond,
             None => conditions.push(cond),

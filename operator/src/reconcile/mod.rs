@@ -17,11 +17,13 @@
 //! them in another order): `observe` (the TaskRun, its recorded status and its Job), `config`
 //! (the ConfigMap: prepared, checked, applied), `job` (the pod's identity and the Job; its TTL),
 //! `status_write` (the status), `refuse` (render, or say why not: also a name taken, a config
-//! too large); `finished` (a task whose outcome is recorded); `tests`.
+//! too large); `cancel` (a cancelled task: its Job deleted, its outcome recorded); `finished` (a
+//! task whose outcome is recorded); `tests`.
 
 pub mod approvals;
 mod binding;
 mod cached_job;
+mod cancel;
 pub mod children;
 mod config;
 mod events;
@@ -126,7 +128,8 @@ pub fn error_policy(tr: Arc<TaskRun>, error: &Error, _ctx: Arc<Context>) -> Acti
 /// applied; apply the ConfigMap and record its version in the history (`history.rs`); create the
 /// Job once (`job.rs`); delete the finished Job after its TTL (`job.rs`); write the status
 /// (`status_write.rs`); bind the Lease to the task's pod (`binding.rs`); the approvals
-/// (`approvals.rs`; a blocked TaskRun's too).
+/// (`approvals.rs`; a blocked TaskRun's too). A cancel (`cancel.rs`) is acted on right after
+/// the observation, before anything is rendered or applied.
 async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let ns = tr.namespace().ok_or(Error::MissingField("namespace"))?;
     let previous = tr.status.clone().unwrap_or_default();
@@ -137,6 +140,10 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let fresh = observe::fresh_taskrun(tr, ctx, &ns, &previous).await?;
     let tr = fresh.as_ref().unwrap_or(tr);
     let mut seen = observe::observe(ctx, tr, ns, previous).await?;
+    // Cancelled before anything is applied, so nothing is created for it again.
+    if let Some(request) = cancel::requested(tr).filter(|_| !seen.finished) {
+        return cancel::reconcile(tr, ctx, &seen, request).await;
+    }
 
     let plan = match refuse::render(tr, ctx, &seen).await? {
         ControlFlow::Continue(plan) => plan,

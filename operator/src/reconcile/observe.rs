@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
+use orchestrator_crds::taskrun::{Phase, TaskResult, TaskRun, TaskRunStatus, conditions as ct};
 
 use super::Context;
 use super::cached_job::CachedJob;
@@ -25,13 +25,16 @@ pub struct Observed {
     pub previous: TaskRunStatus,
     /// The Job's facts, when it exists (or was created by this reconcile).
     pub job: Option<Arc<JobFacts>>,
-    /// The Job's state (a failed agent explained, see [`explain_failure`]).
+    /// The Job's state (a failed agent explained, see [`read_outcome`]).
     pub job_state: Option<JobState>,
     /// The task finished (its Job says so, or the status recorded it): it is never run again,
     /// even when its Job is gone (deleted after its TTL).
     pub finished: bool,
     /// A Job of the task's name that is not this TaskRun's (see `taken.rs`): not its Job.
     pub job_taken: Option<Problem>,
+    /// What the agent reported (its termination message), read when the Job's outcome is first
+    /// recorded; `None` otherwise (the recorded one is kept).
+    pub result: Option<TaskResult>,
 }
 
 /// A finished task whose spec changed is rendered as before, from a fresh read when the cache
@@ -76,10 +79,11 @@ pub async fn observe(
         },
     };
     let mut job_state = job.as_ref().map(|j| j.state.clone());
-    if let Some(state) = job_state.as_mut()
-        && state.phase == Phase::Failed
+    let mut result = None;
+    if let (Some(state), Some(job)) = (job_state.as_mut(), job.as_deref())
+        && state.phase.is_terminal()
     {
-        explain_failure(state, &previous, &ns, &name, ctx).await;
+        result = read_outcome(state, &previous, (&ns, &name), job, ctx).await;
     }
     let finished = job_state
         .as_ref()
@@ -94,38 +98,61 @@ pub async fn observe(
         job_state,
         finished,
         job_taken,
+        result,
     })
 }
 
-/// A failed Job says only that it failed (e.g. BackoffLimitExceeded); when the agent container
-/// exited non-zero, the TaskRun says so: reason `AgentFailed`, its exit code, reason and
-/// termination message. Read from the Job's pods once, when the failure is first recorded;
-/// afterwards the recorded explanation is kept. A failed read keeps the Job's own reason.
-async fn explain_failure(
+/// Read from the finished Job's pods once, when its outcome is first recorded (afterwards the
+/// recorded status is kept): what the agent reported in its termination message
+/// (`status.result`), and, as a failed Job says only that it failed (e.g.
+/// BackoffLimitExceeded), when the agent container exited non-zero, reason `AgentFailed` with
+/// its exit code, reason and message. Only the Job's own pods count (controlled by its uid): a
+/// pod made to look like the Job's reports nothing. A failed read keeps the Job's own reason
+/// and records no result.
+async fn read_outcome(
     state: &mut JobState,
     previous: &TaskRunStatus,
-    ns: &str,
-    job: &str,
+    (ns, name): (&str, &str),
+    job: &JobFacts,
     ctx: &Context,
-) {
-    if previous.phase == Some(Phase::Failed) {
-        if let Some(recorded) = status::remembered(previous) {
+) -> Option<TaskResult> {
+    if previous.phase.is_some_and(Phase::is_terminal) {
+        if previous.phase == Some(Phase::Failed)
+            && let Some(recorded) = status::remembered(previous)
+        {
             state.reason = recorded.reason;
             state.message = recorded.message;
         }
-        return;
+        return None;
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let selector = format!("batch.kubernetes.io/job-name={job}");
-    match pods.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => {
-            if let Some(agent) = status::agent_failure(&list.items) {
-                state.message = format!("{agent}; Job {job}: {}", state.message);
-                state.reason = ct::AGENT_FAILED.to_string();
-            }
-        }
+    let selector = match job.uid.as_deref() {
+        Some(uid) => format!("batch.kubernetes.io/controller-uid={uid}"),
+        None => format!("batch.kubernetes.io/job-name={name}"),
+    };
+    let list = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
         Err(e) => {
-            tracing::warn!(job, error = %e, "could not read the failed Job's pods; the TaskRun keeps the Job's reason");
+            tracing::warn!(job = %name, error = %e, "could not read the finished Job's pods; the TaskRun keeps the Job's reason and records no result");
+            return None;
         }
+    };
+    let own: Vec<Pod> = list
+        .into_iter()
+        .filter(|p| job.uid.as_deref().is_none_or(|uid| controlled_by(p, uid)))
+        .collect();
+    if state.phase == Phase::Failed
+        && let Some(agent) = status::agent_failure(&own)
+    {
+        state.message = format!("{agent}; Job {name}: {}", state.message);
+        state.reason = ct::AGENT_FAILED.to_string();
     }
+    status::agent_result(&own)
+}
+
+/// Whether the pod's controller is the Job with `uid`.
+fn controlled_by(pod: &Pod, uid: &str) -> bool {
+    pod.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.kind == "Job" && o.uid == uid)
 }

@@ -131,7 +131,7 @@ async fn blocked(
         approvals: Vec::new(),
         ..previous.clone()
     };
-    let state = job.cloned().or_else(|| status::remembered(previous));
+    let state = status::outcome(job, previous);
     status::fill_phase(&mut status, previous, state.as_ref());
     let job_cond = match job {
         Some(_) => Cond::yes(

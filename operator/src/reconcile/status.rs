@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use orchestrator_crds::taskrun::{Phase, TaskRunStatus};
+use orchestrator_crds::taskrun::{Phase, TaskResult, TaskRunStatus};
 
 use super::cached_job::CachedJob;
 use crate::render::job::AGENT_CONTAINER;
@@ -176,12 +176,12 @@ pub fn agent_failure(pods: &[Pod]) -> Option<String> {
             if let Some(reason) = ended.reason.as_deref().filter(|r| !r.is_empty()) {
                 out += &format!(" ({reason})");
             }
-            if let Some(message) = ended
-                .message
-                .as_deref()
-                .map(str::trim)
-                .filter(|m| !m.is_empty())
-            {
+            let message = ended.message.as_deref().map(str::trim);
+            if message.is_some_and(|m| {
+                m.starts_with('{') && matches!(TaskResult::from_termination_message(m), Ok(Some(_)))
+            }) {
+                out += ": its report is in status.result";
+            } else if let Some(message) = message.filter(|m| !m.is_empty()) {
                 let mut cut = message.len().min(MAX_TERMINATION_MESSAGE);
                 while !message.is_char_boundary(cut) {
                     cut -= 1;
@@ -190,6 +190,30 @@ pub fn agent_failure(pods: &[Pod]) -> Option<String> {
             }
             out
         })
+}
+
+/// What the agent reported in its termination message (docs/api.md, "The agent's result"): the
+/// newest of the pods whose agent container has terminated. `None` when no agent container has
+/// terminated or it wrote nothing; a message that is not a result is recorded as unreadable.
+pub fn agent_result(pods: &[Pod]) -> Option<TaskResult> {
+    let message = pods
+        .iter()
+        .filter_map(|pod| {
+            let agent = pod
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .find(|c| c.name == AGENT_CONTAINER)?;
+            agent.state.as_ref()?.terminated.clone()
+        })
+        .max_by_key(|ended| ended.finished_at.as_ref().map(|t| t.0))?
+        .message?;
+    match TaskResult::from_termination_message(&message) {
+        Ok(result) => result,
+        Err(reason) => Some(TaskResult::unreadable(reason)),
+    }
 }
 
 pub fn now() -> Time {
@@ -223,13 +247,22 @@ pub fn remembered(previous: &TaskRunStatus) -> Option<JobState> {
     })
 }
 
+/// What the task's status is built from: the Job's state, or what was recorded once the Job is
+/// gone; a cancelled task's recorded outcome stands even while its Job is still going away.
+pub fn outcome(job: Option<&JobState>, previous: &TaskRunStatus) -> Option<JobState> {
+    if previous.phase == Some(Phase::Cancelled) {
+        return remembered(previous);
+    }
+    job.cloned().or_else(|| remembered(previous))
+}
+
 /// The `Succeeded` condition from the Job's state (`Unknown` while it runs or does not exist).
 pub fn succeeded_cond(state: Option<&JobState>) -> Cond {
     match state {
         Some(s) if s.phase == Phase::Succeeded => {
             Cond::yes(ct::SUCCEEDED, s.reason.clone(), s.message.clone())
         }
-        Some(s) if s.phase == Phase::Failed => {
+        Some(s) if matches!(s.phase, Phase::Failed | Phase::Cancelled) => {
             Cond::no(ct::SUCCEEDED, s.reason.clone(), s.message.clone())
         }
         Some(s) => Cond::unknown(ct::SUCCEEDED, s.reason.clone(), s.message.clone()),
@@ -237,10 +270,15 @@ pub fn succeeded_cond(state: Option<&JobState>) -> Cond {
     }
 }
 
-/// `JobCreated`: the Job exists, or it ran and is gone (deleted after its TTL), or it does not
-/// exist yet.
-pub fn job_created_cond(name: &str, exists: bool, finished: bool) -> Cond {
+/// `JobCreated`: the Job exists, or it ran and is gone (deleted after its TTL, or when the task
+/// was cancelled: `recorded` is the phase the status records), or it does not exist yet.
+pub fn job_created_cond(name: &str, exists: bool, finished: bool, recorded: Option<Phase>) -> Cond {
     match (exists, finished) {
+        (false, true) if recorded == Some(Phase::Cancelled) => Cond::yes(
+            ct::JOB_CREATED,
+            "DeletedOnCancel",
+            format!("Job {name} was deleted when the task was cancelled"),
+        ),
         (false, true) => Cond::yes(
             ct::JOB_CREATED,
             "DeletedAfterTTL",

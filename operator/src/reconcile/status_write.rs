@@ -47,12 +47,12 @@ pub async fn write_rendered(
         job_name: Some(plan.job_name().to_string()),
         tools: plan.tools.clone(),
         enabled_tool_count: Some(plan.enabled_tool_count),
+        // Read once, when the outcome is first recorded (`observe.rs`), then kept.
+        result: seen.result.clone().or_else(|| previous.result.clone()),
+        cancellation: previous.cancellation.clone(),
         ..Default::default()
     };
-    let state = seen
-        .job_state
-        .clone()
-        .or_else(|| status::remembered(previous));
+    let state = status::outcome(seen.job_state.as_ref(), previous);
     status::fill_phase(&mut status, previous, state.as_ref());
     let synced = ctx.render.sidecar_api_watch.then(|| {
         status.served_context_version =
@@ -64,7 +64,7 @@ pub async fn write_rendered(
         plan.config_map_name()
     );
     let exists = seen.job.is_some() && !job_deleted;
-    let job_cond = status::job_created_cond(name, exists, seen.finished);
+    let job_cond = status::job_created_cond(name, exists, seen.finished, previous.phase);
     let ready = Cond::yes(
         ct::READY,
         "Ready",
@@ -88,7 +88,9 @@ pub async fn write_rendered(
     write_status(tr, ctx, previous, status, Tools::Rendered).await
 }
 
-/// Applies the status when it differs from what the TaskRun shows, and reports phase changes.
+/// Applies the status when it differs from what the TaskRun shows, and reports phase changes: an
+/// event when the outcome is first recorded, and `taskrun_phase_transitions_total` once per
+/// write that changes the phase.
 pub async fn write_status(
     tr: &TaskRun,
     ctx: &Context,
@@ -121,6 +123,7 @@ pub async fn write_status(
     {
         let (kind, reason) = match phase {
             Phase::Succeeded => (EventType::Normal, "TaskSucceeded"),
+            Phase::Cancelled => (EventType::Normal, ct::CANCELLED),
             _ => (EventType::Warning, "TaskFailed"),
         };
         let note = status
@@ -141,5 +144,9 @@ pub async fn write_status(
         &Patch::Apply(patch),
     )
     .await?;
+    if let Some(phase) = status.phase.filter(|p| previous.phase != Some(*p)) {
+        ctx.metrics
+            .phase_transition(&tr.namespace().unwrap_or_default(), phase.as_str());
+    }
     Ok(())
 }

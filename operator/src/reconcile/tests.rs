@@ -1587,3 +1587,5 @@ async fn a_decision_naming_another_call_rejects_the_held_one() {
         )
     );
 }
+
+mod lifecycle;

@@ -2,12 +2,15 @@
 //! operator small with thousands of tasks (docs/benchmarks.md, "Operator at scale"). Pure. (Of
 //! the children only facts are kept, see `children.rs`.)
 //!
-//! What goes: `managedFields`, labels and annotations (kubectl's `last-applied-configuration`
-//! copies the whole spec); `status.tools`, kept as a digest (a quarter of a TaskRun's size in the
-//! cache; reconcile only compares it); `status.contextHistory` (read afresh when a version is
-//! recorded, see `history.rs`); once its outcome is recorded, the task text.
+//! What goes: `managedFields`, labels and annotations but the cancel request (kubectl's
+//! `last-applied-configuration` copies the whole spec); `status.tools`, kept as a digest (a
+//! quarter of a TaskRun's size in the cache; reconcile only compares it);
+//! `status.contextHistory` (read afresh when a version is recorded, see `history.rs`); once its
+//! outcome is recorded, the task text.
 
-use orchestrator_crds::taskrun::{EffectiveTools, Phase, TaskRun, TaskRunStatus};
+use kube::ResourceExt;
+use orchestrator_crds::taskrun::result::CANCEL_ANNOTATION;
+use orchestrator_crds::taskrun::{CancelRequest, EffectiveTools, Phase, TaskRun, TaskRunStatus};
 use sha2::{Digest, Sha256};
 
 use crate::render::short_hex;
@@ -22,7 +25,12 @@ const TOOLS_DIGEST: &str = "#cached-tools-digest:";
 /// text goes too; a change to its spec is rendered from a fresh read.
 pub fn trim_taskrun(tr: &mut TaskRun) {
     tr.metadata.managed_fields = None;
-    tr.metadata.annotations = None;
+    // Only the cancel request, as its user (clipped, see `CancelRequest::parse`).
+    let cancel = tr
+        .annotations()
+        .get(CANCEL_ANNOTATION)
+        .map(|v| CancelRequest::annotation_value(&CancelRequest::parse(v).user));
+    tr.metadata.annotations = cancel.map(|v| [(CANCEL_ANNOTATION.to_string(), v)].into());
     tr.metadata.labels = None;
     let recorded = tr
         .status

@@ -20,9 +20,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
-    DownwardAPIVolumeFile, ExecAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
+    ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EnvVar, ExecAction, KeyToPath, ObjectFieldSelector, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
     SecretProjection, SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -30,6 +30,7 @@ use kube::ResourceExt;
 use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
 use orchestrator_crds::taskrun::TaskRun;
 
+use super::agent::DEFAULT_AGENT_SCRIPT;
 use super::files::{MCP_CONFIG_FILE, SETTINGS_FILE, TASK_FILE};
 use super::pod::{
     PROXY_BINARY, PROXY_UID, RUN_AS, WORKSPACE_DIR, WORKSPACE_VOLUME, empty_dir, env, field_env,
@@ -59,6 +60,10 @@ const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount
 const TOKEN_SECONDS: i64 = 3607;
 /// The task's Secret keys, as `<secret>/<key>` files, for the proxy's masking only.
 const MASK_VOLUME: &str = "mask-secrets";
+/// The proxy container's port serving `/metrics` (`--sidecar-metrics-port`), by this name.
+pub const METRICS_PORT_NAME: &str = "metrics";
+/// The proxy's `service.name` in its telemetry.
+pub const PROXY_SERVICE_NAME: &str = "orchestrator-mcp-proxy";
 /// Where the proxy reads them (`--mask-secrets-dir`).
 pub const MASK_DIR: &str = "/etc/orchestrator/mask";
 
@@ -150,6 +155,24 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
     if let Some(endpoint) = &input.settings.sidecar_otlp_endpoint {
         vars.push(env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint));
     }
+    vars.extend(telemetry_env(input.taskrun));
+    let mut args = vec![
+        "--config".into(),
+        format!("{TOOLS_DIR}/{PROXY_CONFIG_FILE}"),
+    ];
+    let mut ports = None;
+    if let Some(port) = input.settings.sidecar_metrics_port {
+        // A second listener on the pod IP serving only GET /metrics (the MCP listener stays on
+        // loopback); the chart's PodMonitor scrapes the port named `metrics`.
+        vars.push(field_env("POD_IP", "status.podIP"));
+        args.push(format!("--metrics-listen=$(POD_IP):{port}"));
+        ports = Some(vec![ContainerPort {
+            name: Some(METRICS_PORT_NAME.into()),
+            container_port: i32::from(port),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]);
+    }
     let mut mounts = vec![
         mount(TOOLS_VOLUME, TOOLS_DIR, true),
         mount(PROXY_TMP_VOLUME, "/tmp", false),
@@ -225,11 +248,9 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
         // Job from completing when the agent exits.
         restart_policy: Some("Always".into()),
         command: Some(vec![PROXY_BINARY.into()]),
-        args: Some(vec![
-            "--config".into(),
-            format!("{TOOLS_DIR}/{PROXY_CONFIG_FILE}"),
-        ]),
+        args: Some(args),
         env: Some(vars),
+        ports,
         volume_mounts: Some(mounts),
         startup_probe: Some(probe(1, 60)),
         readiness_probe: Some(probe(5, 3)),
@@ -245,6 +266,27 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
         security_context: Some(restricted_as(PROXY_UID)),
         ..Default::default()
     }
+}
+
+/// The proxy's OpenTelemetry resource (its spans, its OTLP audit records): the pod, its Job and
+/// the task, from the downward API (`$(VAR)` refers to a variable defined before it).
+fn telemetry_env(tr: &TaskRun) -> Vec<EnvVar> {
+    let name = tr.name_any();
+    vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        field_env("POD_UID", "metadata.uid"),
+        env("OTEL_SERVICE_NAME", PROXY_SERVICE_NAME),
+        env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            &format!(
+                "k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),\
+k8s.pod.uid=$(POD_UID),k8s.job.name={name},orchestrator.taskrun.name={name},\
+orchestrator.task.id={}",
+                tr.spec.task_id
+            ),
+        ),
+    ]
 }
 
 /// The proxy's resources unless the TaskRun sets `spec.proxy.resources` (its servers run in
@@ -310,14 +352,6 @@ fn agent_container(input: &JobInput<'_>) -> Container {
         ..Default::default()
     }
 }
-
-/// Claude Code, headless, with the proxy as its only MCP server and the rendered permissions;
-/// the task text on stdin (no argument-length limit).
-/// `umask 002`: what the agent writes in the workspace stays writable for the servers given
-/// it (their own uids, the pod's fsGroup).
-pub const DEFAULT_AGENT_SCRIPT: &str = "umask 002; exec claude -p --strict-mcp-config \
---mcp-config \"$ORCHESTRATOR_MCP_CONFIG\" --settings \"$ORCHESTRATOR_SETTINGS\" \
-< \"$ORCHESTRATOR_TASK_FILE\"";
 
 fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
     let tr = input.taskrun;

@@ -4,12 +4,14 @@
 //! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems.
 //! - [`files`]: the ConfigMap's files (`proxy.yaml` for the sidecar, the agent's MCP config and
 //!   permission settings, the task text).
+//! - [`agent`]: the default agent's script (Claude Code; its result as the termination message).
 //! - [`job`]: the Job: the agent container, the proxy and each stdio server's container (its
 //!   zone) as native sidecars.
 //! - [`zone`]: a stdio server's container (its name, its socket, the container), for `job`
 //!   and `files`; [`pod`]: the containers' building blocks (uids, security context, mounts).
 //! - [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
 
+pub mod agent;
 pub mod files;
 pub mod identity;
 pub mod job;

@@ -1142,3 +1142,86 @@ fn the_lease_carries_the_admission_policys_label() {
             .all(|(k, _)| k != orchestrator_crds::approval::LEASE_LABEL)
     );
 }
+
+#[test]
+fn the_proxy_serves_metrics_on_the_pod_ip_only_when_a_port_is_set_and_names_its_pod() {
+    let field = |c: &Container, name: &str| -> Option<String> {
+        c.env
+            .as_ref()?
+            .iter()
+            .find(|e| e.name == name)?
+            .value_from
+            .as_ref()?
+            .field_ref
+            .as_ref()
+            .map(|f| f.field_path.clone())
+    };
+    let value = |c: &Container, name: &str| -> Option<String> {
+        c.env
+            .as_ref()?
+            .iter()
+            .find(|e| e.name == name)?
+            .value
+            .clone()
+    };
+    let with = RenderSettings {
+        sidecar_metrics_port: Some(9464),
+        ..settings()
+    };
+    let proxy = proxy_container(&render(&task_1001(), &catalog(), &with).expect("renders"));
+    assert_eq!(field(&proxy, "POD_IP").as_deref(), Some("status.podIP"));
+    let args = proxy.args.clone().unwrap_or_default();
+    assert!(
+        args.contains(&"--metrics-listen=$(POD_IP):9464".to_string()),
+        "{args:?}"
+    );
+    let ports = proxy.ports.clone().unwrap_or_default();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(
+        (ports[0].name.as_deref(), ports[0].container_port),
+        (Some(job::METRICS_PORT_NAME), 9464)
+    );
+
+    // Without: no second listener, no port, the pod IP not even known.
+    let proxy = proxy_container(&plan(&task_1001()));
+    assert_eq!(field(&proxy, "POD_IP"), None);
+    assert!(proxy.ports.is_none());
+    assert!(
+        !proxy
+            .args
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a.contains("metrics"))
+    );
+
+    // Always: the telemetry resource names the pod, its Job and the task.
+    for (var, path) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_UID", "metadata.uid"),
+    ] {
+        assert_eq!(field(&proxy, var).as_deref(), Some(path));
+    }
+    assert_eq!(
+        value(&proxy, "OTEL_SERVICE_NAME").as_deref(),
+        Some("orchestrator-mcp-proxy")
+    );
+    assert_eq!(
+        value(&proxy, "OTEL_RESOURCE_ATTRIBUTES").as_deref(),
+        Some(
+            "k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),k8s.pod.uid=$(POD_UID),\
+             k8s.job.name=task-1001,orchestrator.taskrun.name=task-1001,orchestrator.task.id=1001"
+        )
+    );
+    // Defined before the variable that refers to them (the kubelet expands only those).
+    let names: Vec<String> = proxy
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    let at = |n: &str| names.iter().position(|x| x == n);
+    assert!(at("POD_UID") < at("OTEL_RESOURCE_ATTRIBUTES"));
+}
