@@ -256,48 +256,57 @@ async fn watch(
     }
     let mut columns = COLUMNS.to_vec();
     columns.push("STATE");
-    let widths = {
-        let mut t = Table::new(&columns);
-        // Room for typical names, so later rows line up.
-        t.row(
-            [
-                "default",
-                "task-1001",
-                "0123abcd",
-                "filesystem/write_file",
-                "10m",
-                "in 4m59s",
-            ]
-            .map(String::from)
-            .to_vec(),
-        );
-        t.widths()
-    };
-    if format == Format::Table {
-        output::print(&row_line(
-            &widths,
-            &columns.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
-        ))?;
-        eprintln!("Watching the calls that wait for approval in {where_} (Ctrl-C ends).");
-    }
+    let mut widths: Option<Vec<usize>> = None;
     let mut inbox = Inbox::default();
+    let mut listed = Vec::new();
     let stream = watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
-        let (tr, deleted) = match event {
-            Ok(watcher::Event::Apply(tr) | watcher::Event::InitApply(tr)) => (tr, false),
-            Ok(watcher::Event::Delete(tr)) => (tr, true),
-            Ok(_) => continue,
+        let now = Timestamp::now();
+        let entries = match event {
+            Ok(watcher::Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(watcher::Event::InitApply(tr)) => {
+                listed.push(tr);
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => {
+                let entries: Vec<Entry> = std::mem::take(&mut listed)
+                    .iter()
+                    .flat_map(|tr| inbox.update(tr, false))
+                    .collect();
+                if widths.is_none() && format == Format::Table {
+                    // The first list sets the columns, as `kubectl get -w` does.
+                    let mut t = Table::new(&columns);
+                    for e in &entries {
+                        t.row(cells(e, now, Some(state_cell(&e.approval))));
+                    }
+                    widths = Some(t.widths());
+                    output::print(&t.render())?;
+                    eprintln!(
+                        "Watching the calls that wait for approval in {where_} (Ctrl-C ends)."
+                    );
+                    continue;
+                }
+                widths.get_or_insert_with(Vec::new);
+                entries
+            }
+            Ok(watcher::Event::Apply(tr)) => inbox.update(&tr, false),
+            Ok(watcher::Event::Delete(tr)) => inbox.update(&tr, true),
             Err(e) => {
                 tracing::warn!("watching TaskRuns in {where_}: {e}; retrying");
                 continue;
             }
         };
-        let now = Timestamp::now();
         let mut text = String::new();
-        for e in inbox.update(&tr, deleted) {
+        for e in entries {
             text.push_str(&match format {
-                Format::Table => row_line(&widths, &cells(&e, now, Some(state_cell(&e.approval)))),
+                Format::Table => row_line(
+                    widths.as_deref().unwrap_or_default(),
+                    &cells(&e, now, Some(state_cell(&e.approval))),
+                ),
                 _ => {
                     serde_json::to_string(&entry_json(&e))
                         .map_err(|e| Error::Output(e.to_string()))?
