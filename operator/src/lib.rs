@@ -225,8 +225,12 @@ pub async fn run_with(
     if let Some(elector) = elector.as_mut() {
         elector.release().await;
     }
+    // Each task gone before this returns, while the client they use still works: a watch that
+    // outlives the runtime's shutdown would meet a closed client and retry at once, forever.
     server.abort();
     catalog_watch.abort();
+    let _ = server.await;
+    let _ = catalog_watch.await;
     notify::install(None);
     tracing::info!("operator stopped");
     result

@@ -3,8 +3,12 @@ use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
     let settings = orchestrator_operator::Settings::parse();
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(orchestrator_operator::run(settings))
+        .build()?;
+    let result = runtime.block_on(orchestrator_operator::run(settings));
+    // Stopped: a task still busy (a request in flight, the approval webhook's tries) does not
+    // hold up the exit for long.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    result
 }
