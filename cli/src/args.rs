@@ -23,8 +23,16 @@ Examples:
   orchestrator-cli task list --phase Running
   orchestrator-cli catalog list
 
+  # Follow the agent's log, then read what it reported; stop a task
+  orchestrator-cli task logs task-1001 -f
+  orchestrator-cli task describe task-1001
+  orchestrator-cli task cancel task-1001
+
+  # Every call waiting for a person, in every namespace, as they come
+  orchestrator-cli task approvals -A --watch
+
 Exit codes: 0 ok, 1 API or network error, 2 bad input (nothing written), 3 not found,
-4 timed out, 5 task failed or change refused by the operator.";
+4 timed out, 5 task failed or cancelled, or change refused.";
 
 /// Submit AI-agent tasks as TaskRuns, change the tools they may use while they run, and
 /// inspect them.

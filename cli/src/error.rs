@@ -7,9 +7,9 @@
 //! | 0 | success |
 //! | 1 | the API server or the network failed, or refused a write (forbidden, invalid, too many conflicts) |
 //! | 2 | bad input: flags, `server:tool` syntax, unknown server, contradictory request; nothing was written |
-//! | 3 | not found: the task, the catalog, or a catalog server does not exist |
+//! | 3 | not found: the task, the catalog, or a catalog server does not exist; no pod for `task logs` (not started yet, or gone) |
 //! | 4 | timed out waiting (`--wait`, `--wait-synced` with `--timeout`) |
-//! | 5 | the task failed (`--wait` saw phase `Failed`), or the operator refused a change (`--wait-synced`) |
+//! | 5 | the task failed or was cancelled (`--wait` saw phase `Failed` or `Cancelled`), `task cancel` of a finished task, or the operator refused a change (`--wait-synced`) |
 
 use std::fmt::Write as _;
 use std::time::Duration;
