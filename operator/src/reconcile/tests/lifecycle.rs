@@ -362,3 +362,19 @@ fn the_cache_keeps_only_the_cancel_request_and_bounds_it() {
     trim_taskrun(&mut plain);
     assert_eq!(plain.metadata.annotations, None);
 }
+
+#[tokio::test]
+async fn a_cancelled_task_is_finished_for_its_retention() {
+    let mut h = Harness::new();
+    let mut tr = started(&mut h).await;
+    tr.spec.retention_seconds_after_finished = Some(0);
+    let cancel = cancelled_by(&tr, "carol");
+    h.reconcile(&cancel).await;
+    assert_eq!(
+        written_status(&h.fake.take_writes()).phase,
+        Some(Phase::Cancelled)
+    );
+    // Its completion time is when it was cancelled: due at once.
+    h.reconcile(&h.with_written_status(&cancel)).await;
+    assert_eq!(kinds(&h.fake.take_writes()), ["DELETE taskruns"]);
+}
