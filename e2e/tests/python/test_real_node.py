@@ -284,7 +284,8 @@ AUDIT_ROLE_RULES = [
 
 
 def proxy_audit_lines(story: Story, job: str) -> list[dict]:
-    """The audit records the proxy wrote to its log (stderr, the container log), in order."""
+    """The audit records the proxy wrote to its stdout (the audit stream; its logs are on stderr, and
+    `kubectl logs` merges the two), in order."""
     records = []
     for line in story.kubectl("logs", "-n", story.work_ns, f"job/{job}", "-c", "mcp-proxy").splitlines():
         if line.startswith("{"):
