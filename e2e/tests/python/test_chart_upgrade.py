@@ -1,10 +1,11 @@
 """The chart's upgrade path and its cancel policy, on the real control plane (no pod runs: the
 operator is installed with replicas=0; a few seconds each; needs `e2e/cluster up`).
 
-Upgrade: the cluster as a 0.1.x install left it (the CRDs of the chart of commit OLD, which came
-from the chart's crds/ folder with no Helm ownership) -> `helm install` that chart -> a TaskRun ->
+Upgrade, from the chart of commit OLD and from one before the ToolApproval CRD: the cluster as
+a 0.1.x install left it (that chart's CRDs, which came from its crds/ folder with no Helm
+ownership) -> `helm install` that chart -> a TaskRun ->
 `helm upgrade` to the working chart refuses without --take-ownership and names the CRD ->
-`helm upgrade --take-ownership` brings the new CRDs: a status with `result` (pruned by the old
+`helm upgrade --reset-then-reuse-values --take-ownership` brings the new CRDs: a status with `result` (pruned by the old
 schema) and phase Cancelled (refused by the old enum) are kept, the old TaskRun is still there,
 the CRDs carry the keep policy; a second plain `helm upgrade` needs no flag; `helm uninstall`
 leaves the CRDs, at the working chart's version.
@@ -36,8 +37,12 @@ sys.path.insert(0, str(REPO / "e2e" / "story"))
 
 from story import STATE, bin_dir, wait_until  # noqa: E402
 
-# The last commit whose chart (0.1.0) had its CRDs in crds/.
+# Charts 0.1.0, with their CRDs in crds/: the last one (27d6d0d), and one from before the
+# ToolApproval CRD existed (607cf88). In a fresh cluster the upgrade from the latter creates the
+# ToolApproval CRD; in a shared one it exists already (never deleted here: other tests' approvals
+# live in it) and the upgrade takes it over.
 OLD = "27d6d0d"
+BEFORE_TOOLAPPROVAL = "607cf88"
 CRDS = ("toolapproval.yaml", "taskrun.yaml")
 CANCEL = "orchestrator.io/cancel"
 
@@ -69,6 +74,10 @@ class Kube:
     def crd_exists(self, name: str) -> bool:
         return self.run("kubectl", "get", "crd", name).returncode == 0
 
+    def crd_writers(self) -> list:
+        crd = self.json("get", "crd", "taskruns.orchestrator.io", "--show-managed-fields")
+        return [(m["manager"], m["operation"], m.get("time")) for m in crd["metadata"].get("managedFields", [])]
+
     def put_crd(self, text: str) -> None:
         """The CRD exactly as `text` says (a full replace, so fields another writer added go)."""
         name = "taskruns.orchestrator.io" if "kind: TaskRun\n" in text else "toolapprovals.orchestrator.io"
@@ -96,23 +105,25 @@ def taskrun(name: str, annotations: dict | None = None) -> str:
     })
 
 
-def old_chart(dest: Path) -> Path:
-    """The chart of commit OLD, as `git archive OLD charts/orchestrator | tar -x` gives it."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD, "charts/orchestrator"],
+def old_chart(dest: Path, commit: str) -> Path:
+    """The chart of `commit`, as `git archive COMMIT charts/orchestrator | tar -x` gives it."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "charts/orchestrator"],
                              capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
     return dest / "charts/orchestrator"
 
 
-def status_patch(kube: Kube, ns: str, name: str, status: dict) -> subprocess.CompletedProcess:
+def status_patch(kube: Kube, ns: str, name: str, status: dict, *args: str) -> subprocess.CompletedProcess:
     return kube.run("kubectl", "patch", "taskrun", name, "-n", ns, "--subresource=status",
-                    "--type=merge", "-p", json.dumps({"status": status}))
+                    "--type=merge", "-p", json.dumps({"status": status}), *args)
 
 
-def test_upgrade_from_0_1_brings_new_crds_and_keeps_taskruns(kube: Kube, tmp_path: Path):
-    old = old_chart(tmp_path)
+@pytest.mark.parametrize("commit", [OLD, BEFORE_TOOLAPPROVAL])
+def test_upgrade_from_0_1_brings_new_crds_and_keeps_taskruns(kube: Kube, tmp_path: Path, commit: str):
+    old = old_chart(tmp_path, commit)
     assert (old / "crds/taskrun.yaml").exists() and "version: 0.1.0" in (old / "Chart.yaml").read_text()
+    assert (old / "crds/toolapproval.yaml").exists() == (commit == OLD)
     working = REPO / "charts/orchestrator"
     suffix = secrets.token_hex(3)
     ns, release = f"chart-upgrade-{suffix}", f"up-{suffix}"
@@ -121,11 +132,21 @@ def test_upgrade_from_0_1_brings_new_crds_and_keeps_taskruns(kube: Kube, tmp_pat
     try:
         # The cluster as 0.1.x left it: its CRDs (helm install skips crds/ when they exist).
         for f in CRDS:
-            kube.put_crd((old / "crds" / f).read_text())
+            if (old / "crds" / f).exists():
+                kube.put_crd((old / "crds" / f).read_text())
         kube.ok("helm", "install", release, str(old), "-n", ns, "--create-namespace", "--set", "replicas=0")
         kube.ok("kubectl", "apply", "-n", ns, "-f", "-", stdin=taskrun("before-upgrade"))
 
-        # The old schema: a result is pruned, Cancelled is not a phase.
+        # The old schema: a result is pruned, Cancelled is not a phase. (The API server serves a
+        # replaced CRD's schema a moment after it is Established: wait for it, writing nothing.)
+        def pruned():
+            out = status_patch(kube, ns, "before-upgrade", {"result": result}, "--dry-run=server", "-o", "json")
+            return out.returncode == 0 and "result" not in json.loads(out.stdout).get("status", {})
+        try:
+            wait_until("the API server to serve the old TaskRun schema", pruned, timeout=30, interval=0.2)
+        except AssertionError as e:
+            # Another writer of the CRD in the shared cluster (e2e's install_taskrun_crd) wins.
+            raise AssertionError(f"{e}\nthe TaskRun CRD's writers: {kube.crd_writers()}") from None
         kube.ok("kubectl", "patch", "taskrun", "before-upgrade", "-n", ns, "--subresource=status",
                 "--type=merge", "-p", json.dumps({"status": {"result": result}}))
         assert "result" not in kube.json("get", "taskrun", "before-upgrade", "-n", ns).get("status", {})
@@ -134,7 +155,7 @@ def test_upgrade_from_0_1_brings_new_crds_and_keeps_taskruns(kube: Kube, tmp_pat
 
         # The CRDs carry no Helm ownership: Helm refuses to adopt them unless told to.
         text = kube.refused("helm", "upgrade", release, str(working), "-n", ns, "--set", "replicas=0")
-        assert "orchestrator.io" in text and "invalid ownership metadata" in text, text
+        assert "CustomResourceDefinition" in text and "invalid ownership metadata" in text, text
 
         # As docs/operator.md says: --reset-then-reuse-values keeps what was set (replicas=0) on the
         # new chart's defaults (plain --reuse-values would keep 0.1.0's defaults, which lack the
