@@ -350,3 +350,91 @@ async fn failures_end_the_waits_with_exit_5() -> Result<()> {
     drop(operator);
     ns.delete().await
 }
+
+#[tokio::test]
+#[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
+async fn cancel_wait_ends_with_the_operator_writing_cancelled_by_the_caller() -> Result<()> {
+    let (client, ns, operator) = setup("cli-op-cancel").await?;
+    // kwok leaves a pod with this agent image Running (e2e/cluster's stages): the task runs on.
+    let out = cli(
+        &ns.name,
+        &[
+            "task",
+            "submit",
+            "--service",
+            "todo-api",
+            "--prompt",
+            "run until cancelled",
+            "--task-id",
+            "7",
+            "--tools",
+            "memory:read_graph",
+            "--image",
+            "e2e.orchestrator.invalid/scripted-agent:latest",
+        ],
+    );
+    assert_eq!(out.ok(), "task-7\n");
+    let api: Api<TaskRun> = Api::namespaced(client.clone(), &ns.name);
+    wait_for("task-7 Running", Duration::from_secs(60), || async {
+        let tr = api.get("task-7").await?;
+        Ok(tr
+            .status
+            .and_then(|s| s.phase)
+            .filter(|p| *p == orchestrator_crds::taskrun::Phase::Running))
+    })
+    .await?;
+
+    let out = cli(
+        &ns.name,
+        &["task", "cancel", "task-7", "--wait", "--timeout", "60s"],
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout: {}\nstderr: {}\noperator:\n{}",
+        out.stdout,
+        out.stderr,
+        operator.logs()
+    );
+    let me = orchestrator_cli::identity::whoami(&client)
+        .await
+        .unwrap_or_default();
+    assert!(out.stdout.contains(&format!("by {me}")), "{}", out.stdout);
+    assert!(
+        out.stderr
+            .ends_with(&format!("task-7: Cancelled by {me}\n")),
+        "{}",
+        out.stderr
+    );
+    let tr = api.get("task-7").await?;
+    let status = tr.status.unwrap_or_default();
+    assert_eq!(
+        status.cancellation.map(|c| c.requested_by),
+        Some(me.clone())
+    );
+
+    let text = cli(&ns.name, &["task", "describe", "task-7"]);
+    assert!(
+        text.ok().contains(&format!("Cancelled:   by {me} at ")),
+        "{}",
+        text.stdout
+    );
+    // Cancelled is final: a second cancel is refused naming the phase.
+    let again = cli(&ns.name, &["task", "cancel", "task-7"]);
+    assert_eq!(again.code, Some(5), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("its phase is Cancelled"),
+        "{}",
+        again.stderr
+    );
+    // The Job is gone: logs say the pod is gone and point at describe.
+    let logs = cli(&ns.name, &["task", "logs", "task-7"]);
+    println!("task logs after cancel: {}", logs.stderr);
+    assert_eq!(logs.code, Some(3), "{}", logs.stderr);
+    assert!(
+        logs.stderr.contains("deleted when the task was cancelled"),
+        "{}",
+        logs.stderr
+    );
+    ns.delete().await
+}

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{ListParams, LogParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::{Phase, TaskRun};
 
 use crate::args::{Global, LogsArgs};
 use crate::connect::{Cluster, connect};
@@ -60,11 +60,15 @@ pub fn where_logs(tr: &TaskRun, pods: &[Pod], container: &str) -> Where {
         .iter()
         .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
     else {
+        let how = if status.phase == Some(Phase::Cancelled) {
+            format!("its Job {job} was deleted when the task was cancelled")
+        } else {
+            format!("its Job {job} finished ({phase}) and was cleaned up")
+        };
         return if finished {
             Where::Gone(format!(
-                "the pod of TaskRun {name} is gone: its Job {job} finished ({phase}) and was cleaned up, \
-                 and its log with it. What the agent reported is in status.result: \
-                 `orchestrator-cli task describe {name}`"
+                "the pod of TaskRun {name} is gone: {how}, and its log with it. What the agent \
+                 reported is in status.result: `orchestrator-cli task describe {name}`"
             ))
         } else {
             Where::NotYet(format!(
@@ -323,6 +327,9 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("orchestrator-cli task describe t"), "{msg}");
+        let cancelled = taskrun(json!({"phase": "Cancelled", "jobName": "t"}));
+        assert!(matches!(where_logs(&cancelled, &[], "agent"),
+            Where::Gone(m) if m.contains("its Job t was deleted when the task was cancelled")));
         let cancelled_early = taskrun(json!({"phase": "Cancelled"}));
         assert!(matches!(
             where_logs(&cancelled_early, &[], "agent"),
