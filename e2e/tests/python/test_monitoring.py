@@ -8,12 +8,13 @@ object with the Prometheus Operator's own CRDs installed.
 
 promtool is built from the Prometheus Go module by e2e/tools/promtool (e2e/setup starts that
 build in the background; this waits for it). The Prometheus Operator CRDs come from its Go module
-(example/prometheus-operator-crd/). Needs `e2e/cluster up` for the last test only.
+(e2e/tools/prometheus-operator-crds). Needs `e2e/cluster up` for the last test only.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +29,6 @@ sys.path.insert(0, str(REPO / "e2e" / "story"))
 from story import STATE, bin_dir  # noqa: E402
 
 CHART = REPO / "charts/orchestrator"
-PROMETHEUS_OPERATOR = "v0.85.0"
 PARTS = {
     "monitoring.podMonitor.enabled": ("PodMonitor", "r-orchestrator-task-pods"),
     "monitoring.serviceMonitor.enabled": ("ServiceMonitor", "r-orchestrator-operator"),
@@ -306,25 +306,16 @@ def test_every_metric_a_rule_or_panel_uses_is_registered(bins: Path):
     assert "approvals_oldest_typo" in out.stdout.split() and "orchestrator_operator_y" not in out.stdout
 
 
-def test_the_api_server_accepts_the_kit_with_the_prometheus_operator_crds(bins: Path, tmp_path: Path):
+def test_the_api_server_accepts_the_kit_with_the_prometheus_operator_crds(bins: Path):
     kubeconfig = STATE / "kubeconfig"
     if not kubeconfig.exists():
         pytest.fail(f"{kubeconfig} is missing: is the cluster up? (e2e/cluster up)")
-    out = subprocess.run(["go", "mod", "download", "-json",
-                          f"github.com/prometheus-operator/prometheus-operator@{PROMETHEUS_OPERATOR}"],
-                         capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout + out.stderr
-    crds = Path(json.loads(out.stdout)["Dir"]) / "example/prometheus-operator-crd"
     kubectl = [str(bins / "kubectl"), "--kubeconfig", str(kubeconfig)]
-    for kind in ("podmonitors", "servicemonitors", "prometheusrules"):
-        # Server-side: the CRDs are too large for client-side apply's annotation. Left installed:
-        # they are inert without a Prometheus Operator, and another run applies the same.
-        out = subprocess.run([*kubectl, "apply", "--server-side", "--field-manager=orchestrator-e2e-monitoring",
-                              "-f", str(crds / f"monitoring.coreos.com_{kind}.yaml")], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        out = subprocess.run([*kubectl, "wait", "--for=condition=Established", f"crd/{kind}.monitoring.coreos.com",
-                              "--timeout=60s"], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
+    # Left installed: they are inert without a Prometheus Operator, and a second run applies the
+    # same (the story installs the kit with them).
+    env = {**os.environ, "PATH": f"{bins}:{os.environ['PATH']}", "KUBECONFIG": str(kubeconfig)}
+    out = subprocess.run([str(REPO / "e2e/tools/prometheus-operator-crds")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
     manifest = helm_template(bins, *all_on(), "approvals.webhook.secretName=hook",
                              "monitoring.prometheusRule.alertLabels.team=platform").stdout
     kit_only = "\n---\n".join(yaml.safe_dump(d) for d in yaml.safe_load_all(manifest)
