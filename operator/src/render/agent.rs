@@ -91,6 +91,68 @@ mod tests {
         }
     }
 
+    #[test]
+    fn sigterm_reaches_claude_code_and_the_shell_exits_with_its_code() {
+        let dir = scratch();
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).expect("bin dir");
+        // A stand-in that runs until it is told to stop (10 s at most), and says it was.
+        let fake = bin.join("claude");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\ntrap 'echo stopped > {0}/told; exit 143' TERM\n\
+                 echo $$ > {0}/started\ni=0; while [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n",
+                dir.display()
+            ),
+        )
+        .expect("the stand-in");
+        chmod_x(&fake);
+        std::fs::write(dir.join("task.md"), "# the task").expect("the task");
+        let script = DEFAULT_AGENT_SCRIPT
+            .replace(
+                "/dev/termination-log",
+                &dir.join("log").display().to_string(),
+            )
+            .replace(
+                "/tmp/.claude-result.json",
+                &dir.join("out").display().to_string(),
+            );
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut shell = Command::new("sh")
+            .args(["-c", &script])
+            .env("PATH", path)
+            .env("ORCHESTRATOR_TASK_FILE", dir.join("task.md"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("sh runs");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !dir.join("started").exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stand-in never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let killed = Command::new("kill")
+            .args(["-TERM", &shell.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(killed.success());
+        let status = shell.wait().expect("sh ends");
+        let told = std::fs::read_to_string(dir.join("told")).unwrap_or_default();
+        let message = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(told.trim(), "stopped", "the shell passed SIGTERM on");
+        assert_eq!(status.code(), Some(143), "{status:?}");
+        let r = result(&message);
+        assert_eq!(r.subtype.as_deref(), Some("error_no_result"));
+    }
+
     fn scratch() -> PathBuf {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
