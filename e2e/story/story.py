@@ -23,7 +23,12 @@
    Claude Code re-lists, and its next request offers the model get-env and no longer echo. The
    model calls get-env (allowed now) and finishes.
 6. The agent exits 0; the kubelet stops the native sidecars (SIGTERM, exit 0, the servers' processes
-   gone with their containers); the Job completes; the TaskRun is Succeeded; deleting it removes the Job and
+   gone with their containers); the Job completes; the TaskRun is Succeeded. The proxy's audit
+   stream is its container's stdout: read line by line from the node's CRI log (stream `stdout`),
+   every line one JSON record with a `recordType`.
+7. What the agent did: `status.result` (Claude Code's own result, written to its termination
+   message: turns, tokens, cost, its final text; the tokens are checked against what the model
+   stand-in reported) and `orchestrator-cli task logs`; deleting the TaskRun removes the Job and
    the ConfigMap.
 
 `run()` is used by the test (e2e/tests/python/test_story.py) and by the demo (`./demo`): every
@@ -68,6 +73,20 @@ SAMPLE = REPO / "config/samples/taskrun.yaml"
 SAMPLE_SECRET = REPO / "config/samples/anthropic-secret.yaml"
 REAL_NODE = ("e2e.orchestrator.io/node", "real")
 NODE_SOCK = STATE / "node/run/containerd/containerd.sock"
+# The chart's monitoring kit, all of it (its PodMonitor, ServiceMonitor and PrometheusRule need
+# the Prometheus Operator's CRDs: prometheus_operator_crds).
+# Families the chart's rules and dashboard use whose series are per object and exist only once
+# their event happened (none happens in the story), each asserted in a real scrape where it does:
+EVENT_ONLY_FAMILIES = {
+    # per tool whose definition changed: sidecar/tests/python/test_policy.py
+    "mcp_proxy_tool_definition_changes",
+    # per TaskRun with a call waiting, and per webhook delivery: e2e/tests/python/test_approval_webhook.py
+    "orchestrator_operator_approvals_pending",
+    "orchestrator_operator_approval_oldest_pending_timestamp_seconds",
+    "orchestrator_operator_approval_notifications",
+}
+MONITORING_VALUES = ["monitoring.podMonitor.enabled=true", "monitoring.serviceMonitor.enabled=true",
+                     "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true"]
 
 ENABLE = "everything:get-env"
 DISABLE = "everything:echo"
@@ -367,6 +386,27 @@ def agent_task(name: str, task_id: int, service: str, prompt: str, tool_config: 
     }
 
 
+def metric_families(exposition: str) -> dict[str, bool]:
+    """The families a /metrics text declares (`# TYPE name kind`) -> whether it has a sample."""
+    families = {m: False for m in re.findall(r"^# TYPE (\S+) ", exposition, re.M)}
+    for line in exposition.splitlines():
+        if line and not line.startswith("#"):
+            name = re.split(r"[{ ]", line, 1)[0]
+            for suffix in ("", "_total", "_bucket", "_sum", "_count", "_created"):
+                if suffix and name.endswith(suffix) and name[: -len(suffix)] in families:
+                    families[name[: -len(suffix)]] = True
+                elif not suffix and name in families:
+                    families[name] = True
+    return families
+
+
+def result_line(r: dict) -> str:
+    """status.result in one line, as a person reads it."""
+    secs = f"{r['durationMs'] / 1000:.1f} s" if "durationMs" in r else "? s"
+    return (f"{r.get('subtype', '?')}, {r.get('turns', '?')} turns, {r.get('inputTokens', '?')} tokens in / "
+            f"{r.get('outputTokens', '?')} out, cost ${r.get('costUsd', '?')}, {secs}")
+
+
 @dataclass
 class Story:
     say: callable = print
@@ -489,19 +529,24 @@ class Story:
         self.kubectl("label", "namespace", self.work_ns, "pod-security.kubernetes.io/enforce=restricted",
                      "pod-security.kubernetes.io/enforce-version=latest")
         self.cleanup.callback(self.kubectl, "delete", "namespace", self.work_ns, "--wait=false")
+        self.prometheus_operator_crds()
         self.helm(
+            # --take-ownership: the CRDs are the chart's templates, kept on uninstall, so a cluster
+            # that had a release before (another test's) holds them under that release's name.
             "install", self.release, str(REPO / "charts/orchestrator"), "-n", self.system_ns, "--create-namespace",
+            "--take-ownership",
             "--set", f"watchNamespace={self.work_ns}",
             "--set", f"agent.image={self.images['agent']}",
             "--set", f"sidecar.image={self.images['mcp-proxy']}",
             "--set", f"sidecar.apiWatch={str(self.api_watch).lower()}",
             "--set", f"sidecar.kubernetesService={POD_API_SERVER}",
-            *[a for v in self.helm_values for a in ("--set", v)],
+            *[a for v in [*MONITORING_VALUES, *self.helm_values] for a in ("--set", v)],
             "--wait", "--timeout", "90s",
         )
         self.cleanup.callback(self.kubectl, "delete", "namespace", self.system_ns, "--wait=false")
         self.cleanup.callback(self.helm, "uninstall", self.release, "-n", self.system_ns)
-        self.say(f"   helm: release {self.release} deployed (CRD, RBAC, catalog ConfigMap, operator Deployment)")
+        self.say(f"   helm: release {self.release} deployed (CRDs, RBAC, catalog ConfigMap, operator Deployment; "
+                 "the monitoring kit: PodMonitor, ServiceMonitor, PrometheusRule, Grafana dashboard)")
         self.say(f"   images (built by e2e/images/build, imported into the node's containerd): "
                  f"sidecar {self.images['mcp-proxy']}, agent {self.images['agent']}")
 
@@ -527,7 +572,7 @@ class Story:
             if "value" in var:
                 env[var["name"]] = var["value"]
         env["POD_NAME"] = "story-operator-0"
-        operator_port = free_port()
+        self.operator_port = operator_port = free_port()
         env["ORCH_BIND"] = f"127.0.0.1:{operator_port}"
         env["ORCH_LOG_JSON"] = "false"
         self.operator_log = workdir / "operator.log"
@@ -547,6 +592,45 @@ class Story:
 
         wait_until("the operator to be ready", ready, timeout=60)
         self.say(f"   operator: running as system:serviceaccount:{self.system_ns}:{sa}, watching {self.work_ns}")
+
+    def prometheus_operator_crds(self) -> None:
+        """The Prometheus Operator's PodMonitor, ServiceMonitor and PrometheusRule CRDs (from its
+        Go module: e2e/tools/prometheus-operator-crds), so the chart's monitoring kit installs."""
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.bins}:{os.environ['PATH']}"}
+        out = subprocess.run([str(REPO / "e2e/tools/prometheus-operator-crds")], env=env, capture_output=True, text=True)
+        check(out.returncode == 0, f"e2e/tools/prometheus-operator-crds failed:\n{out.stdout}{out.stderr}")
+
+    def monitoring(self, pod: dict, pids: dict[str, int]) -> None:
+        """Scrapes the task pod's proxy where the PodMonitor does (the pod IP, port `metrics`) and
+        the operator's /metrics, and checks that every metric the chart's alert rules and
+        dashboard use is a family of those real scrapes."""
+        p = self.json("get", "pod", pod["metadata"]["name"], "-n", self.work_ns)
+        proxy = next(c for c in p["spec"].get("initContainers", []) if c["name"] == "mcp-proxy")
+        port = next((x["containerPort"] for x in proxy.get("ports", []) if x.get("name") == "metrics"), None)
+        check(port is not None, f"the proxy container has no port named metrics: {proxy.get('ports')}")
+        url = f"http://{p['status']['podIP']}:{port}/metrics"
+        scrape = subprocess.run(
+            ["nsenter", f"--net=/proc/{pids['mcp-proxy']}/ns/net", sys.executable, "-c",
+             f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"],
+            capture_output=True, text=True)
+        check(scrape.returncode == 0, f"scraping the proxy at {url} in the pod's network failed: {scrape.stderr}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.operator_port}/metrics", timeout=5) as r:
+            operator = r.read().decode()
+        families = {**metric_families(scrape.stdout), **metric_families(operator)}
+        manifest = self.helm("get", "manifest", self.release, "-n", self.system_ns)
+        tool = subprocess.run([sys.executable, str(REPO / "e2e/tools/monitoring-metric-names"), "--families",
+                               "--manifest", "-"], input=manifest, capture_output=True, text=True)
+        check(tool.returncode == 0, f"monitoring-metric-names failed: {tool.stderr}")
+        used = tool.stdout.split()
+        missing = [m for m in used if m not in families and m not in EVENT_ONLY_FAMILIES]
+        check(used and not missing, f"the chart's alert rules and dashboard use metrics no real scrape has: {missing}")
+        present = [m for m in used if m in families]
+        self.figures["monitoring_metrics_used"] = len(used)
+        self.say(f"   the PodMonitor's target answers: {url} in the pod's network ({len(metric_families(scrape.stdout))} "
+                 f"mcp_proxy families); the operator's /metrics {len(metric_families(operator))} families. Of the "
+                 f"{len(used)} metrics the chart's alert rules and dashboard use, {len(present)} are in these real "
+                 f"scrapes; the other {len(used) - len(present)} exist once their event happens (per tool or per "
+                 f"waiting call: {', '.join(sorted(set(used) - set(present)))})")
 
     def apply_task(self) -> dict:
         self.say(f"\n== 2. kubectl apply -f config/samples/anthropic-secret.yaml -f config/samples/taskrun.yaml -n {self.work_ns}")
@@ -672,6 +756,7 @@ class Story:
         # does; later only the operator's annotation of the pod brings the sync forward from the
         # periodic one (1 min). So the story lets the agent work on first, which is what shows the
         # annotation working (this is the scenario's time passing, not a wait for a condition).
+        self.monitoring(pod, self.container_pids(pod))
         self.say(f"   ... the agent keeps working (a call a second); {SETTLE_S} s later a person grants it get-env:")
         time.sleep(SETTLE_S)
 
@@ -801,18 +886,39 @@ class Story:
         )
         return yaml.safe_load(text)
 
-    def audit(self) -> None:
-        """The proxy's audit lines (its stderr, the container log): one per call that reached it,
-        all from one client identity, however many protocol sessions the agent opened."""
-        records = []
-        for line in self.kubectl("logs", "-n", self.work_ns, "job/task-1001", "-c", "mcp-proxy").splitlines():
-            if line.startswith("{"):
+    def audit_stream(self, pod: dict) -> list[dict]:
+        """The proxy container's stdout as a log shipper reads it: the node's CRI log file
+        (`<time> <stream> <P|F> <line>`), stream `stdout` only, one JSON record per line. Any
+        line that is not a JSON object with a `recordType` fails the story."""
+        meta = pod["metadata"]
+        path = STATE / "node" / "pod-logs" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / "mcp-proxy" / "0.log"
+        check(path.exists(), f"no CRI log of the proxy container at {path}")
+        records, partial = [], ""
+        with path.open(encoding="utf-8") as f:
+            for raw in f:
+                parts = raw.rstrip("\n").split(" ", 3)
+                if len(parts) < 4 or parts[1] != "stdout":
+                    continue
+                partial += parts[3]
+                if parts[2] == "P":  # the runtime split a long line; the rest follows
+                    continue
+                line, partial = partial, ""
                 try:
                     record = json.loads(line)
                 except ValueError:
-                    continue
-                if isinstance(record, dict) and "decision" in record and "client" in record:
-                    records.append(record)
+                    raise StoryError(f"the proxy's stdout has a line that is not JSON: {line[:200]!r}") from None
+                check(isinstance(record, dict) and record.get("recordType") in ("tool_call", "definition_change"),
+                      f"the proxy's stdout has a line that is not an audit record: {line[:200]!r}")
+                records.append(record)
+        return records
+
+    def audit(self, pod: dict) -> None:
+        """The proxy's audit stream (its stdout): one record per call that reached it, all from one
+        client identity, however many protocol sessions the agent opened."""
+        stream = self.audit_stream(pod)
+        records = [r for r in stream if r["recordType"] == "tool_call"]
+        self.say(f"   the proxy's audit stream (its container's stdout in the node's CRI log, read line by line): "
+                 f"{len(stream)} JSON records, {len(records)} of them calls")
         # get-sum, create_entities, the busy get-sums, get-env: the denied calls never left the agent.
         calls = 3 + self.script.seen["busy_calls"]
         check(len(records) == calls and all(r["decision"] == "allowed" for r in records),
@@ -850,7 +956,7 @@ class Story:
         proxy_end = parse_time(proxy["finishedAt"])
         left = [p for p in [*self.pids.values(), *self.upstreams] if alive(p)]
         check(not left, f"processes of the pod still running after it finished: {left}")
-        self.audit()
+        self.audit(pod)
         self.say(f"   agent exited 0; the kubelet stopped the native sidecar: exit code {proxy['exitCode']} "
                  f"({proxy.get('reason')}) {proxy_end - agent_end:.0f} s later (kubelet times, 1 s resolution); "
                  f"the proxy's {len(self.upstreams)} upstream processes are gone")
@@ -863,6 +969,7 @@ class Story:
         self.figures["agent_exit_to_taskrun_succeeded_s"] = round(time.time() - agent_end, 1)
         self.say("   " + self.kubectl("get", "taskrun", "task-1001", "-n", self.work_ns).rstrip().replace("\n", "\n   "))
         self.say(f"   Job Complete and TaskRun Succeeded {self.figures['agent_exit_to_taskrun_succeeded_s']} s after the agent exited")
+        self.result()
         self.kubectl("delete", "taskrun", "task-1001", "-n", self.work_ns)
 
         def children_gone():
@@ -871,6 +978,34 @@ class Story:
 
         wait_until("the Job, its pod and the ConfigMap to be garbage-collected", children_gone, timeout=60)
         self.say("   kubectl delete taskrun task-1001: the Job, its pod and the ConfigMap are gone (owner references)")
+
+    def result(self) -> None:
+        """Step 7: what the agent did, from the TaskRun's status and the pod's log."""
+        self.say("\n== 7. what the agent did: status.result (Claude Code's result, from its termination message) and task logs")
+
+        def reported():
+            return self.json("get", "taskrun", "task-1001", "-n", self.work_ns).get("status", {}).get("result")
+
+        r = wait_until("status.result", reported, timeout=30)
+        check(not r.get("error"), f"the operator could not read the agent's result: {r}")
+        check(r.get("subtype") == "success" and r.get("isError") is False, f"the agent reported {r}")
+        check((r.get("turns") or 0) >= 4, f"Claude Code took at least 4 turns (3 calls and the end): {r}")
+        used = self.model.usage()
+        # Claude Code sums the usage the Messages API reported: the stand-in counts what it reported.
+        check((r.get("inputTokens"), r.get("outputTokens")) == (used["input_tokens"], used["output_tokens"]),
+              f"the tokens in the result ({r}) are not what the model stand-in reported ({used})")
+        check(float(r.get("costUsd") or 0) > 0, f"Claude Code reported no cost: {r}")
+        self.figures["result"] = {k: r.get(k) for k in ("turns", "inputTokens", "outputTokens", "costUsd", "durationMs")}
+        self.say(f"   status.result: {result_line(r)} (as Claude Code reported; the model stand-in reported "
+                 f"{used['input_tokens']} tokens in / {used['output_tokens']} out over {used['requests']} requests)")
+        self.say(f"   final text: {r.get('text', '')!r}")
+        logs = self.cli("task", "logs", "--task-id", "1001")
+        check(logs.returncode == 0, f"orchestrator-cli task logs failed ({logs.returncode}): {logs.stderr}")
+        check(r.get("text", "\0") in logs.stdout, f"the agent's log does not show its final text {r.get('text')!r}:\n{logs.stdout}")
+        self.say("   $ orchestrator-cli task logs --task-id 1001\n   " + logs.stdout.rstrip().replace("\n", "\n   "))
+        proxy = self.cli("task", "logs", "--task-id", "1001", "-c", "proxy")
+        check(proxy.returncode == 0, f"orchestrator-cli task logs -c proxy failed: {proxy.stderr}")
+        self.say(f"   $ orchestrator-cli task logs --task-id 1001 -c proxy: {len(proxy.stdout.splitlines())} lines (audit records and logs)")
 
 
 if __name__ == "__main__":

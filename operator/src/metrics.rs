@@ -39,7 +39,7 @@ pub struct TaskLabels {
 pub struct NotificationLabels {
     /// `slack` or `cloudevents`.
     pub format: String,
-    /// `ok`, or why not: `http_<status>`, `timeout`, `error`.
+    /// `ok`, or why not: `http_<status>`, `timeout`, `error`, `dropped` (the queue was full).
     pub outcome: String,
 }
 
@@ -56,6 +56,20 @@ pub struct Metrics {
     approval_oldest_pending: Family<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     approval_notifications: Family<NotificationLabels, Counter>,
 }
+
+/// Every error class of `reconcile_errors_total` (`Error::metric_label`) and every reason of
+/// `taskruns_deleted_total`: their series exist at 0 from the start, so an alert's `increase()`
+/// sees the first error (a series that appears at 1 shows no increase) and a dashboard shows 0.
+pub const ERROR_CLASSES: [&str; 7] = [
+    "api",
+    "client",
+    "serialize",
+    "invalid_object",
+    "lease",
+    "telemetry",
+    "serve",
+];
+pub const DELETE_REASONS: [&str; 2] = ["retention", "max_finished"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -86,7 +100,19 @@ impl Default for Metrics {
             "Catalog ConfigMap loads by outcome",
             catalog_loads.clone(),
         );
+        for outcome in ERROR_CLASSES {
+            let labels = OutcomeLabels {
+                outcome: outcome.to_string(),
+            };
+            drop(reconciles.get_or_create(&labels));
+            drop(errors.get_or_create(&labels));
+        }
         let taskruns_deleted = Family::<ReasonLabels, Counter>::default();
+        for reason in DELETE_REASONS {
+            drop(taskruns_deleted.get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            }));
+        }
         registry.register(
             "taskruns_deleted",
             "Finished TaskRuns the operator deleted, by reason",

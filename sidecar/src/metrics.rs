@@ -94,6 +94,20 @@ impl Default for Metrics {
     }
 }
 
+/// Every `outcome` of `mcp_proxy_approvals_total`: each series exists at 0 from the start, so an
+/// alert's `increase()` sees the first one (a series that appears at 1 shows no increase) and a
+/// dashboard shows 0 rather than no data.
+pub const APPROVAL_OUTCOMES: [&str; 8] = [
+    "approved",
+    "rejected",
+    "expired",
+    "withdrawn",
+    "mismatch",
+    "busy",
+    "unavailable",
+    "too_large",
+];
+
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("mcp_proxy");
@@ -107,6 +121,9 @@ impl Metrics {
         let list_changed = Family::<KindLabels, Counter>::default();
         let definition_changes = Family::<ChangeLabels, Counter>::default();
         let approvals = Family::<ApprovalLabels, Counter>::default();
+        for outcome in APPROVAL_OUTCOMES {
+            drop(approvals.get_or_create(&ApprovalLabels { outcome }));
+        }
         let approvals_pending = Gauge::default();
         let context_version = Gauge::default();
         let config_loaded = Gauge::default();
@@ -260,6 +277,20 @@ impl Metrics {
         }
     }
 
+    /// The servers of a config about to be served: their restart, start-failure and exit
+    /// counters exist at 0 from now on (see [`APPROVAL_OUTCOMES`] for why). A server removed
+    /// later keeps its series (bounded by the servers a task was ever given).
+    pub fn servers<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            let labels = ServerLabels {
+                server: name.to_string(),
+            };
+            drop(self.restarts.get_or_create(&labels));
+            drop(self.start_failures.get_or_create(&labels));
+            drop(self.exits.get_or_create(&labels));
+        }
+    }
+
     pub fn upstream_start_failed(&self, server: &ServerName) {
         self.start_failures
             .get_or_create(&ServerLabels {
@@ -308,6 +339,27 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn series_an_alert_counts_exist_at_zero_before_the_first_event() {
+        let m = Metrics::new();
+        m.servers(["gh", "memory"]);
+        let text = m.encode();
+        for outcome in APPROVAL_OUTCOMES {
+            let series = format!("mcp_proxy_approvals_total{{outcome=\"{outcome}\"}} 0");
+            assert!(text.contains(&series), "{series} missing in\n{text}");
+        }
+        for family in [
+            "upstream_restarts",
+            "upstream_start_failures",
+            "upstream_exits",
+        ] {
+            for server in ["gh", "memory"] {
+                let series = format!("mcp_proxy_{family}_total{{server=\"{server}\"}} 0");
+                assert!(text.contains(&series), "{series} missing in\n{text}");
+            }
+        }
+    }
 
     #[test]
     fn exposes_counters_with_labels() {

@@ -97,6 +97,29 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn every_deletion_reason_and_error_class_has_a_series_at_zero_from_the_start() {
+        assert_eq!(crate::metrics::DELETE_REASONS, [RETENTION, MAX_FINISHED]);
+        let errors = [
+            crate::error::Error::MissingField("x"),
+            crate::error::Error::LostLease("x".into()),
+        ];
+        for e in &errors {
+            assert!(crate::metrics::ERROR_CLASSES.contains(&e.metric_label()));
+        }
+        let text = Metrics::default().encode();
+        for reason in crate::metrics::DELETE_REASONS {
+            let series =
+                format!("orchestrator_operator_taskruns_deleted_total{{reason=\"{reason}\"}} 0");
+            assert!(text.contains(&series), "{series} missing in\n{text}");
+        }
+        for class in crate::metrics::ERROR_CLASSES {
+            let series =
+                format!("orchestrator_operator_reconcile_errors_total{{outcome=\"{class}\"}} 0");
+            assert!(text.contains(&series), "{series} missing in\n{text}");
+        }
+    }
+
     fn tr(ns: &str, name: &str, phase: &str, completed: Option<&str>) -> Arc<TaskRun> {
         let mut status = json!({"phase": phase});
         if let Some(at) = completed {

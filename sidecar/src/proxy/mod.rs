@@ -174,6 +174,8 @@ impl Proxy {
     /// Puts a validated config in use: swaps the table, stops what the config no longer needs
     /// (starting nothing), and tells every session when the tools on offer may have changed.
     pub async fn apply_config(self: &Arc<Self>, config: Config) {
+        self.metrics
+            .servers(config.servers.iter().map(|s| s.name.as_str()));
         let config = Arc::new(config);
         let changed = {
             let _guard = self.rebuild.lock().await;
