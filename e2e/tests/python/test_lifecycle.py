@@ -24,20 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 from story import REAL_NODE, Story, wait_until  # noqa: E402
 
 
-class SharedCrds(Story):
-    """The story, installing alongside other releases of the chart: the CRDs are cluster-wide and
-    templates of the chart since 0.2.0, so an install takes them over (docs/design/operating.md, section 5)."""
-
-    def helm(self, *args: str) -> str:
-        if args[:1] == ("install",) and "--take-ownership" not in args:
-            args = (*args, "--take-ownership")
-        return super().helm(*args)
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """The chart installed and the operator running (as in the story), for this module's tasks."""
-    story = SharedCrds(say=lambda *_: None)
+    story = Story(say=lambda *_: None)
     with ExitStack() as cleanup:
         story.prepare(cleanup)
         yield story
