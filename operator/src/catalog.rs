@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use orchestrator_crds::catalog::{CATALOG_KEY, Catalog};
@@ -53,7 +54,9 @@ pub async fn watch(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher::watcher(api, config));
+    // With backoff: an error (the ConfigMap's namespace forbidden, the API server away) is
+    // retried after a growing pause, not at once in a loop that logs and counts without end.
+    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Apply(cm) | Event::InitApply(cm)) => {
@@ -116,4 +119,61 @@ pub fn changes(rx: mpsc::Receiver<()>) -> impl Stream<Item = ()> + Send + 'stati
         rx,
         |mut rx| async move { rx.recv().await.map(|()| ((), rx)) },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response};
+    use kube::client::Body;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower_test::mock;
+
+    /// An API server that refuses every list of the catalog (403): the watch retries with a
+    /// growing pause. Without backoff the first 8 tries came within the same instant.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_watch_is_retried_with_backoff() {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = tries.clone();
+        let start = tokio::time::Instant::now();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let mut done = Some(done_tx);
+            while let Some((_request, send)) = handle.next_request().await {
+                if counted.fetch_add(1, Ordering::SeqCst) + 1 == 8
+                    && let Some(done) = done.take()
+                {
+                    let _ = done.send(start.elapsed());
+                }
+                let body = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                    "status": "Failure", "reason": "Forbidden", "code": 403,
+                    "message": "configmaps is forbidden"});
+                send.send_response(
+                    Response::builder()
+                        .status(403)
+                        .header("content-type", "application/json")
+                        .body(Body::from(body.to_string().into_bytes()))
+                        .expect("a valid response"),
+                );
+            }
+        });
+        let client = Client::new(service, "ns");
+        let metrics = Arc::new(Metrics::default());
+        let (changed, _rx) = mpsc::channel(1);
+        let watch = tokio::spawn(watch(
+            client,
+            "ns".into(),
+            "catalog".into(),
+            CatalogStore::default(),
+            metrics,
+            changed,
+        ));
+        let elapsed = done_rx.await.expect("8 tries");
+        watch.abort();
+        assert!(
+            elapsed >= std::time::Duration::from_secs(3),
+            "8 refused watches within {elapsed:?}: retried without backoff"
+        );
+    }
 }
