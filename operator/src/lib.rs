@@ -92,11 +92,11 @@ pub async fn run_with(
     ));
 
     // Approval notifications, off the reconcile path (see notify.rs).
-    notify::install(settings.approval_webhook_url.as_deref().and_then(|url| {
+    let notifier = settings.approval_webhook_url.as_deref().and_then(|url| {
         notify::Notifier::start(url, settings.approval_webhook_format, metrics.clone())
             .inspect_err(|error| tracing::error!(%error, "approval webhook off"))
             .ok()
-    }));
+    });
 
     let catalog = CatalogStore::default();
     let (changed_tx, changed_rx) = mpsc::channel(1);
@@ -182,6 +182,7 @@ pub async fn run_with(
                 instance: Some(identity.clone()),
             },
             retention_seconds: settings.retention_seconds_after_finished,
+            notifier,
         });
         let (taskruns, taskruns_writer) = reflector::store();
         let sweep = {
@@ -231,7 +232,6 @@ pub async fn run_with(
     catalog_watch.abort();
     let _ = server.await;
     let _ = catalog_watch.await;
-    notify::install(None);
     tracing::info!("operator stopped");
     result
 }

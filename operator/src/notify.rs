@@ -21,7 +21,7 @@ pub(crate) mod testing;
 mod tests;
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -313,20 +313,4 @@ pub fn describe(e: reqwest::Error) -> String {
         cause = c.source();
     }
     text
-}
-
-/// The notifier of this process, when the webhook is configured ([`install`]).
-static INSTALLED: RwLock<Option<Notifier>> = RwLock::new(None);
-
-/// Makes `notifier` the one reconciles use (`None`: off).
-pub fn install(notifier: Option<Notifier>) {
-    *INSTALLED.write().unwrap_or_else(PoisonError::into_inner) = notifier;
-}
-
-/// The notifier reconciles use, if any.
-pub fn installed() -> Option<Notifier> {
-    INSTALLED
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
 }

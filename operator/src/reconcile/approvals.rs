@@ -38,7 +38,7 @@ use serde_json::json;
 use super::{Context, events};
 use crate::error::Result;
 use crate::metrics::Metrics;
-use crate::notify::{self, Notice, Notifier};
+use crate::notify::{Notice, Notifier};
 
 /// A call the proxy stopped holding this close to its expiry (clocks differ a little) expired.
 const EXPIRY_SLACK_SECONDS: i64 = 2;
@@ -342,7 +342,7 @@ pub async fn reconcile(
     }
     announce(
         &ctx.metrics,
-        notify::installed().as_ref(),
+        ctx.notifier.as_ref(),
         tr,
         &approvals,
         &transitions,

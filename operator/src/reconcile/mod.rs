@@ -95,6 +95,9 @@ pub struct Context {
     /// Seconds a finished TaskRun is kept when its spec says nothing
     /// (`--retention-seconds-after-finished`); `None`: kept.
     pub retention_seconds: Option<u32>,
+    /// Where a call newly waiting for approval is announced (`--approval-webhook-url`); `None`:
+    /// off.
+    pub notifier: Option<crate::notify::Notifier>,
 }
 
 /// Reconciles one TaskRun; a span per call (exported over OTLP when configured).

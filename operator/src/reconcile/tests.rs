@@ -298,6 +298,7 @@ impl Harness {
                 instance: None,
             },
             retention_seconds: None,
+            notifier: None,
         };
         Self {
             fake,
