@@ -51,13 +51,7 @@ impl Printer {
     /// The first list (newest first), as a table, or each object.
     pub fn initial(&mut self, items: Vec<TaskRun>, now: Timestamp) -> Result<String> {
         let mut items = filter(items, self.phase.as_deref(), self.service.as_deref());
-        items.sort_by(|a, b| {
-            b.metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0)
-                .cmp(&a.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        });
+        super::show::newest_first(&mut items);
         if self.widths.is_some() {
             // A re-list after the watch restarted: only what changed meanwhile.
             let mut out = String::new();

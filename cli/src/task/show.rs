@@ -84,15 +84,7 @@ pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
         Err(e) => return Err(Error::kube(format!("listing TaskRuns in {where_}"), e)),
     };
     let mut items = filter(items, args.phase.as_deref(), args.service.as_deref());
-    // Newest first: the task just submitted is on top.
-    items.sort_by(|a, b| {
-        b.metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .cmp(&a.metadata.creation_timestamp.as_ref().map(|t| t.0))
-            .then_with(|| a.name_any().cmp(&b.name_any()))
-    });
+    newest_first(&mut items);
     let text = match global.output {
         Format::Table if items.is_empty() => {
             eprintln!("No tasks found in {where_}.");
@@ -102,6 +94,18 @@ pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
         f => output::render(f, &as_list(&items))?,
     };
     output::print(&text)
+}
+
+/// Newest first (the task just submitted is on top); by name within the same second.
+pub fn newest_first(items: &mut [TaskRun]) {
+    items.sort_by(|a, b| {
+        b.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .cmp(&a.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
 }
 
 /// Keeps the TaskRuns in `phase` (case-insensitive) of `service`.
