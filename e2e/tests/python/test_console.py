@@ -1,0 +1,503 @@
+"""The web console (`orchestrator-cli console`, docs/design/console.md) in a real browser, on the
+real cluster, while Claude Code (with the scripted model stand-in) waits on a held call.
+
+Two consoles run, each with its user's credentials (`--as`): alice, who has the chart's
+`orchestrator-approver` ClusterRole (and may change and cancel tasks and read their audit), and
+mallory, who may only read TaskRuns and the catalog. Each page is open in its own headless
+Chromium (Debian's chromium and chromium-driver, driven by Selenium; separate browsers, separate
+cookies), with `window.Notification` replaced by a recorder before the page loads. Then:
+
+1. The TaskRun is applied: its row appears in both pages without a reload (the live event stream).
+2. The agent's call to everything/echo, with a long argument (~600 bytes, a newline, an end
+   marker no clipped preview could show), is held: both pages show it pending, the whole
+   params text exactly as the status has it, the notice and a browser notification name it; the
+   page's tool lines are `task describe`'s "Effective tools" lines.
+3. mallory presses Approve: the page shows the API server's 403, and the call is still pending.
+4. alice presses Approve: the page says so, the approval turns approved live in both pages, and
+   the model's next request carries echo's real answer.
+5. From the page, with the agent waiting on a second held call: the audit shows the approved
+   call; add-context refuses an unknown server with the CLI's own refusal and grants a real
+   catalog tool (a history row appears live and the tool line changes); cancel, confirmed,
+   turns the row Cancelled.
+6. The console's guards seen from outside the browser: a foreign Host, a POST without the
+   console's header or from another origin, a request without the session cookie.
+
+Screenshots (full page) are written to $ORCH_CONSOLE_SCREENSHOTS when set, else to a pytest tmp
+dir. The copies in docs/images/console/ were taken by this test; to refresh them, from
+e2e/tests/python with the cluster up:
+
+    ORCH_CONSOLE_SCREENSHOTS=$PWD/../../../docs/images/console flock /tmp/orch-e2e.lock pytest -q test_console.py
+
+Needs the cluster with its real node (`./test` provides it) and chromium + chromium-driver
+(`e2e/setup` installs them).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
+
+from story import (  # noqa: E402
+    MCP,
+    MODEL_PORT,
+    ScriptedModel,
+    Story,
+    agent_task,
+    text,
+    tool_result_text,
+    tool_use,
+    wait_until,
+)
+
+TASK = "console-held"
+TASK_ID = 3101
+APPROVER = "alice"
+VIEWER = "mallory"
+END = "<<END-OF-ARGUMENT-7f3a>>"
+# Longer than any preview would show, with a newline inside, and a marker at its very end.
+LONG = ("deploy the release notes, first line\nsecond line: " + " ".join(f"word{i:03d}" for i in range(75)) + " " + END)
+assert 550 <= len(LONG) <= 700 and "\n" in LONG
+HOLDS = [f"hold {i}: wait for the person" for i in range(4)]
+GRANT = "everything:get-sum"
+
+# Replaces window.Notification before any page script runs: permission is granted, and every
+# notification the page makes is kept in window.__notifications.
+NOTIFICATION_RECORDER = """
+window.__notifications = [];
+window.Notification = class Notification {
+  constructor(title, options) {
+    options = options || {};
+    window.__notifications.push({title: title, body: options.body, tag: options.tag});
+  }
+  close() {}
+  static get permission() { return 'granted'; }
+  static requestPermission(cb) { if (cb) cb('granted'); return Promise.resolve('granted'); }
+};
+"""
+
+
+class ConsoleCalls:
+    """The model asks for echo with the long message (approved from the page), then with each
+    HOLDS message in turn (held, until the task is cancelled); each call's answer is kept."""
+
+    def __init__(self):
+        self.results: dict[str, str] = {}
+
+    def __call__(self, first):
+        r = yield tool_use(MCP + "everything__echo", {"message": LONG})
+        self.results[LONG] = tool_result_text(r)
+        for message in HOLDS:
+            r = yield tool_use(MCP + "everything__echo", {"message": message})
+            self.results[message] = tool_result_text(r)
+        yield text("done")
+
+
+@pytest.fixture(scope="module")
+def story():
+    story = Story(say=lambda *_: None)
+    with ExitStack() as cleanup:
+        story.prepare(cleanup)
+        yield story
+
+
+class Console:
+    """`orchestrator-cli console` as one user, read until it prints its URL."""
+
+    def __init__(self, story: Story, user: str, cleanup: ExitStack):
+        self.user = user
+        self.stderr = story.workdir / f"console-{user}.stderr"
+        argv = [str(story.binaries["orchestrator-cli"]), "--kubeconfig", str(story.kubeconfig),
+                "-n", story.work_ns, "--catalog-namespace", story.system_ns,
+                "--catalog-name", "orchestrator-catalog", "--as", user,
+                "console", "--no-open", "--port", "0"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.stderr.open("wb"),
+                                     stdin=subprocess.DEVNULL, text=True)
+        cleanup.callback(self.stop)
+        lines: queue.Queue = queue.Queue()
+
+        def read():  # the first line to the queue, the rest drained so the pipe never fills
+            for line in self.proc.stdout:
+                lines.put(line)
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            first = lines.get(timeout=30)
+        except queue.Empty:
+            raise AssertionError(f"the console as {user} printed no URL within 30 s "
+                                 f"(exit {self.proc.poll()}): {self.stderr.read_text()}") from None
+        m = re.fullmatch(r"console: (http://127\.0\.0\.1:(\d+)/\?token=([^\s]+))\n", first)
+        assert m, f"the console's first line is not `console: http://127.0.0.1:PORT/?token=TOKEN`: {first!r}"
+        self.url, self.port, self.token = m.group(1), int(m.group(2)), m.group(3)
+        assert len(self.token) >= 43, f"a 256-bit token is at least 43 characters: {self.token!r}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def request(self, method: str, path: str, headers: dict, body: bytes | None = None):
+        """One HTTP request to the console as is (http.client sends the Host we give)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for k, v in {"Host": f"127.0.0.1:{self.port}", **headers}.items():
+                conn.putheader(k, v)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read().decode(errors="replace")
+        finally:
+            conn.close()
+
+
+class Page:
+    """One console page in its own headless Chromium."""
+
+    def __init__(self, console: Console, cleanup: ExitStack, shots: Path):
+        self.console, self.shots = console, shots
+        options = webdriver.ChromeOptions()
+        chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+        assert chromium and driver, "chromium and chromium-driver are missing: run e2e/setup"
+        options.binary_location = chromium
+        for arg in ("--headless=new", "--no-sandbox", "--window-size=1280,900", "--disable-gpu",
+                    "--no-first-run", "--no-default-browser-check"):
+            options.add_argument(arg)
+        # An explicit driver path: Selenium Manager never looks anything up or downloads.
+        self.driver = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+        cleanup.callback(self.driver.quit)
+        self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": NOTIFICATION_RECORDER})
+        self.driver.get(console.url)
+        # The token leaves the address bar (303 to /), the page says who and that it is live.
+        self.wait(lambda d: d.current_url == f"http://127.0.0.1:{console.port}/", "the redirect to /")
+        self.wait(lambda d: self.text("[data-testid=whoami]") == console.user, f"whoami to say {console.user}")
+        self.wait(lambda d: self.text("[data-testid=connection]") == "live", "the connection to be live")
+        # Gone after a reload: the checks below that things appear "without reload" look at it.
+        self.driver.execute_script("window.__sameDocument = true;")
+
+    # --- reading the page (by JavaScript: the page re-renders, elements go stale) -------------
+
+    def texts(self, css: str) -> list[str]:
+        return self.driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.textContent);", css)
+
+    def text(self, css: str) -> str | None:
+        found = self.texts(css)
+        return found[0].strip() if found else None
+
+    def attrs(self, css: str, *names: str) -> list[dict]:
+        return self.driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0])).map(e => "
+            "Object.fromEntries(arguments[1].map(n => [n, e.getAttribute(n)])));", css, list(names))
+
+    def wait(self, condition, what: str, timeout: float = 30):
+        try:
+            return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(condition)
+        except TimeoutException:
+            body = self.driver.execute_script("return document.body ? document.body.innerText : ''")
+            raise AssertionError(f"{self.console.user}'s page: timed out after {timeout}s waiting for {what}\n"
+                                 f"--- page text ---\n{body[:4000]}\n--- console stderr ---\n"
+                                 f"{self.console.stderr.read_text()[-3000:]}") from None
+
+    def wait_for(self, css: str, what: str, timeout: float = 30):
+        self.wait(lambda d: self.texts(css), what, timeout)
+
+    # --- acting on it ------------------------------------------------------------------------
+
+    def click(self, css: str) -> None:
+        for _ in range(20):
+            try:
+                self.driver.find_element(By.CSS_SELECTOR, css).click()
+                return
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{css} kept going stale")
+
+    def type(self, css: str, value: str) -> None:
+        for _ in range(20):
+            try:
+                field = self.driver.find_element(By.CSS_SELECTOR, css)
+                field.clear()
+                field.send_keys(value)
+                return
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{css} kept going stale")
+
+    def same_document(self) -> bool:
+        return self.driver.execute_script("return window.__sameDocument === true;")
+
+    def screenshot(self, name: str) -> Path:
+        """The whole page: the window made as tall as the document, then back to 1280x900."""
+        height = self.driver.execute_script(
+            "return Math.max(document.documentElement.scrollHeight, document.body.scrollHeight);")
+        self.driver.set_window_size(1280, max(900, height + 120))
+        path = self.shots / name
+        try:
+            self.wait(lambda d: d.execute_script("return document.readyState") == "complete", "the page to settle", 5)
+            assert self.driver.save_screenshot(str(path)), f"no screenshot {path}"
+        finally:
+            self.driver.set_window_size(1280, 900)
+        return path
+
+
+def row(task: str) -> str:
+    return f"[data-testid=task-row][data-name={task}]"
+
+
+def article(approval_id: str) -> str:
+    return f"[data-testid=approval][data-id='{approval_id}']"
+
+
+def approvals(story: Story) -> list[dict]:
+    return story.json("get", "taskrun", TASK, "-n", story.work_ns).get("status", {}).get("approvals", [])
+
+
+def pending(story: Story, message: str) -> dict:
+    def find():
+        for a in approvals(story):
+            if a["state"] == "Pending" and json.loads(a.get("params") or "{}").get("arguments", {}).get("message") == message:
+                return a
+        return None
+
+    return wait_until(f"the call {message[:30]!r}… to be listed as pending", find, timeout=180, interval=0.3)
+
+
+def described_tools(story: Story) -> tuple[str, list[str]]:
+    """`task describe`'s "Effective tools (SOURCE):" header and the indented lines under it."""
+    out = story.cli("task", "describe", TASK)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Effective tools ("))
+    source = lines[at][len("Effective tools ("):-len("):")]
+    tools = []
+    for line in lines[at + 1:]:
+        if not line.startswith(" "):
+            break
+        tools.append(line.strip())
+    return source, tools
+
+
+def page_tools(page: Page) -> tuple[str, list[str]]:
+    return (page.text("[data-testid=tools-source]") or "").removeprefix("Source: "), \
+        [t.strip() for t in page.texts("[data-testid=tool-line]")]
+
+
+def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it(story: Story, tmp_path_factory):
+    started = time.monotonic()
+    ns = story.work_ns
+    shots = Path(os.environ.get("ORCH_CONSOLE_SCREENSHOTS") or tmp_path_factory.mktemp("console-screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    script = ConsoleCalls()
+    story.model = ScriptedModel(script, port=MODEL_PORT).start()
+    story.cleanup.callback(story.model.stop)
+    story.kubectl("create", "secret", "generic", "anthropic", "-n", ns, "--from-literal=api-key=sk-ant-stand-in-console")
+    # alice: the chart's approver role, and what the page's other buttons need (add-context and
+    # cancel patch the TaskRun; the audit reads the proxy through pods/portforward).
+    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver", f"--user={APPROVER}")
+    story.kubectl("create", "role", "task-operator", "-n", ns, "--verb=get,list,watch,patch", "--resource=taskruns.orchestrator.io")
+    story.kubectl("create", "rolebinding", "alice-operates", "-n", ns, "--role=task-operator", f"--user={APPROVER}")
+    story.kubectl("create", "role", "task-audit", "-n", ns, "--verb=get,list,create", "--resource=pods,pods/portforward")
+    story.kubectl("create", "rolebinding", "alice-audits", "-n", ns, "--role=task-audit", f"--user={APPROVER}")
+    # mallory: may read TaskRuns, no approver role.
+    story.kubectl("create", "role", "taskrun-reader", "-n", ns, "--verb=get,list,watch", "--resource=taskruns.orchestrator.io")
+    story.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=taskrun-reader", f"--user={VIEWER}")
+    # Both read the catalog (the page's tool lines and its datalist).
+    story.kubectl("create", "role", "catalog-reader", "-n", story.system_ns, "--verb=get",
+                  "--resource=configmaps", "--resource-name=orchestrator-catalog")
+    for user in (APPROVER, VIEWER):
+        story.kubectl("create", "rolebinding", f"{user}-reads-catalog", "-n", story.system_ns,
+                      "--role=catalog-reader", f"--user={user}")
+
+    with ExitStack() as cleanup:
+        approver_console = Console(story, APPROVER, cleanup)
+        viewer_console = Console(story, VIEWER, cleanup)
+        approver = Page(approver_console, cleanup, shots)
+        viewer = Page(viewer_console, cleanup, shots)
+
+        # 1. The task appears in both pages, live.
+        taskrun = agent_task(TASK, TASK_ID, "console", "echo a long message, then wait", {
+            "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 300}},
+            "mcpServers": [{"name": "everything", "tools": {"allow": ["echo"]}}],
+        })
+        story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(taskrun))
+        for page in (approver, viewer):
+            page.wait_for(row(TASK), f"the row of {TASK}")
+            assert page.same_document(), f"{page.console.user}'s page reloaded"
+            assert page.attrs(row(TASK), "data-namespace") == [{"data-namespace": ns}]
+
+        # 2. The held call, whole, in both pages, with its notice and notification.
+        held = pending(story, LONG)
+        call = article(held["id"])
+        for page in (approver, viewer):
+            page.click(row(TASK))
+            page.wait_for(f"[data-testid=task-detail][data-name={TASK}][data-namespace={ns}]", "the task's detail")
+            page.wait(lambda d: page.driver.execute_script("return location.hash") == f"#{ns}/{TASK}", "the hash #ns/name")
+            page.wait_for(call, "the held call's approval", timeout=60)
+            page.wait(lambda d: (page.attrs(call, "data-state") or [{}])[0].get("data-state", "").lower() == "pending",
+                      "the approval to be pending")
+            assert page.text(f"{call} [data-testid=approval-call]") == "everything/echo"
+            shown = page.texts(f"{call} [data-testid=approval-params]")
+            assert shown == [held["params"]], f"the page shows {shown}, the status has {held['params']!r}"
+            assert json.loads(shown[0])["arguments"]["message"] == LONG and END in shown[0]
+            assert held["digest"] in (page.text(f"{call} [data-testid=approval-digest]") or "")
+            assert re.fullmatch(r"expires in (\d+m)?\d+s", page.text(f"{call} [data-testid=approval-countdown]") or ""), \
+                page.text(f"{call} [data-testid=approval-countdown]")
+            page.wait(lambda d: page.text(f"{row(TASK)} [data-field=pending]") == "1", "the row's pending count 1")
+            notice = f"Call waiting for approval: {ns}/{TASK} everything/echo"
+            page.wait(lambda d: page.text("[data-testid=notice]") == notice, f"the notice {notice!r}")
+            notes = page.driver.execute_script("return window.__notifications;")
+            assert {"title": "Call waiting for approval", "body": f"{ns}/{TASK}: everything/echo",
+                    "tag": f"{ns}/{TASK}/{held['id']}"} in notes, notes
+            assert page.same_document(), f"{page.console.user}'s page reloaded"
+
+        # The tool lines are task describe's.
+        approver.wait(lambda d: page_tools(approver)[1] == described_tools(story)[1],
+                      "the page's tool lines to be task describe's")
+        source, lines = described_tools(story)
+        assert page_tools(approver) == (source, lines), (page_tools(approver), source, lines)
+        assert lines == ["everything: echo"], lines
+        approver.screenshot("pending-approval.png")
+
+        # 3. mallory may not approve: the API server's 403, on her page; nothing changes.
+        asked = len(story.model.conversation())
+        viewer.type(f"{call} [data-testid=approval-reason]", "looks fine to me")
+        viewer.click(f"{call} [data-testid=approve]")
+        refused = f"{call} [data-testid=approval-message][data-ok=false]"
+        viewer.wait_for(refused, "mallory's refusal")
+        message = viewer.text(refused)
+        assert message.startswith("403 Forbidden"), message
+        assert f'User "{VIEWER}" cannot create resource "toolapprovals"' in message, message
+        assert viewer.attrs(f"{call} [data-testid=approval-message]", "role") == [{"role": "alert"}]
+        assert [a["state"] for a in approvals(story) if a["id"] == held["id"]] == ["Pending"]
+        assert story.kubectl("get", "toolapprovals", "-n", ns, "-o", "name").strip() == ""
+        assert len(story.model.conversation()) == asked and LONG not in script.results
+        viewer.screenshot("forbidden.png")
+
+        # 4. alice approves: the page says so, both pages show it approved, and the model's next
+        # request carries echo's answer.
+        approver.type(f"{call} [data-testid=approval-reason]", "read it whole")
+        approver.click(f"{call} [data-testid=approve]")
+        approver.wait_for(f"{call} [data-testid=approval-message][data-ok=true]", "alice's approval to be accepted")
+        said = approver.text(f"{call} [data-testid=approval-message]")
+        assert held["id"] in said and APPROVER in said, said
+        for page in (approver, viewer):
+            page.wait(lambda d: (page.attrs(call, "data-state") or [{}])[0].get("data-state", "").lower() == "approved",
+                      "the approval to turn approved", timeout=60)
+            assert page.same_document(), f"{page.console.user}'s page reloaded"
+        decided = next(a for a in approvals(story) if a["id"] == held["id"])
+        assert (decided["state"], decided.get("decidedBy"), decided.get("reason")) == ("Approved", APPROVER, "read it whole"), decided
+        carrying = story.model.wait_for(lambda r: LONG in tool_result_text(r), timeout=60, what="echo's answer")
+        assert story.model.conversation().index(carrying) == asked, "echo's answer is not in the model's next request"
+        assert script.results[LONG] == f"Echo: {LONG}", script.results
+        approver.screenshot("approved.png")
+
+        # 5. With the agent waiting on its next held call: audit, add-context, cancel.
+        second = pending(story, HOLDS[0])
+        approver.wait_for(article(second["id"]), "the second held call")
+        # The audit shows the approved call.
+        audited = "[data-testid=audit-row][data-server=everything][data-decision=approved]"
+        clicked = [0.0]
+
+        def audit_row(_):
+            if approver.texts(audited):
+                return True
+            if time.monotonic() - clicked[0] > 2:
+                approver.click("[data-testid=audit-refresh]")
+                clicked[0] = time.monotonic()
+            return False
+
+        approver.wait(audit_row, "the approved echo call in the audit", timeout=60)
+        record = approver.attrs(audited, "data-tool", "data-outcome")[0]
+        assert record["data-tool"].endswith("echo") and record["data-outcome"] == "ok", record
+
+        # add-context: an unknown server is refused with the CLI's own words.
+        cli_refusal = story.cli("--as", APPROVER, "task", "add-context", TASK, "--enable-tools", "nosuch:tool")
+        assert cli_refusal.returncode == 2, cli_refusal
+        cli_words = cli_refusal.stderr.strip().removeprefix("error: ").splitlines()[0]
+        approver.type("[data-testid=enable-tools]", "nosuch:tool")
+        approver.click("[data-testid=context-submit]")
+        approver.wait_for("[data-testid=context-message][data-ok=false]", "the refusal of nosuch:tool")
+        refusal = approver.text("[data-testid=context-message]")
+        assert "nosuch" in refusal and cli_words in refusal, (refusal, cli_words)
+        assert approver.attrs("[data-testid=context-message]", "role") == [{"role": "status"}]
+        # A real catalog tool is granted: a history row appears and the tool line changes, live.
+        history = len(approver.texts("[data-testid=history-row]"))
+        approver.type("[data-testid=enable-tools]", GRANT)
+        approver.click("[data-testid=context-submit]")
+        approver.wait_for("[data-testid=context-message][data-ok=true]", f"the grant of {GRANT}")
+        approver.wait(lambda d: len(approver.texts("[data-testid=history-row]")) == history + 1, "a new history row")
+        newest = approver.texts("[data-testid=history-row]")[-1]
+        assert APPROVER in newest and "get-sum" in newest, newest
+        approver.wait(lambda d: page_tools(approver)[1] == ["everything: echo, get-sum"], "the tool line to list get-sum")
+        approver.wait(lambda d: page_tools(approver)[1] == described_tools(story)[1],
+                      "the page's tool lines to be task describe's after the grant")
+        assert approver.same_document()
+        approver.screenshot("context-and-audit.png")
+
+        # Cancel, confirmed: the row turns Cancelled.
+        approver.click("[data-testid=cancel]")
+        approver.wait_for("[data-testid=cancel-confirm]", "the cancel button to ask for confirmation")
+        approver.click("[data-testid=cancel-confirm]")
+        approver.wait(lambda d: approver.text(f"{row(TASK)} [data-field=phase]") == "Cancelled",
+                      "the row's phase Cancelled", timeout=90)
+        assert APPROVER in (approver.text("[data-testid=cancel-message]") or ""), approver.text("[data-testid=cancel-message]")
+        cancelled = story.json("get", "taskrun", TASK, "-n", ns)["status"]
+        assert cancelled["phase"] == "Cancelled" and cancelled["cancellation"]["requestedBy"] == APPROVER, cancelled
+        viewer.wait(lambda d: viewer.text(f"{row(TASK)} [data-field=phase]") == "Cancelled", "the viewer's row Cancelled")
+        approver.screenshot("cancelled.png")
+
+        # 6. The guards, from outside the browser.
+        console = approver_console
+        cookie = next(c for c in approver.driver.get_cookies() if c["name"] == f"orchestrator_console_{console.port}")
+        assert cookie["httpOnly"] and cookie.get("sameSite") == "Strict", cookie
+        session = {"Cookie": f"{cookie['name']}={cookie['value']}"}
+        status, headers, body = console.request("GET", "/api/session", session)
+        assert status == 200 and json.loads(body)["user"] == APPROVER, (status, body)
+        assert json.loads(body)["namespace"] == ns, body
+        assert headers.get("Content-Security-Policy") == "default-src 'self'; frame-ancestors 'none'", headers
+        assert headers.get("X-Frame-Options") == "DENY" and headers.get("Cache-Control") == "no-store", headers
+        status, _, body = console.request("GET", "/api/session", {**session, "Host": f"evil.example:{console.port}"})
+        assert status == 403, (status, body)
+        status, _, body = console.request("GET", "/api/session", {})
+        assert status == 401, (status, body)
+        status, _, body = console.request("GET", "/?token=" + "0" * len(console.token), {})
+        assert status == 401, (status, body)
+        path = f"/api/namespaces/{ns}/tasks/{TASK}/context"
+        change = json.dumps({"enable": [], "disable": []}).encode()
+        status, _, body = console.request("POST", path, {**session, "Content-Type": "application/json"}, change)
+        assert status == 403, f"a POST without X-Orchestrator-Console: {status} {body}"
+        status, _, body = console.request("POST", path, {**session, "Content-Type": "application/json",
+                                                         "X-Orchestrator-Console": "1",
+                                                         "Origin": "http://evil.example"}, change)
+        assert status == 403, f"a POST from another origin: {status} {body}"
+        # The same request from the page's own origin gets past the guards (the task is finished).
+        status, _, body = console.request("POST", path, {**session, "Content-Type": "application/json",
+                                                         "X-Orchestrator-Console": "1",
+                                                         "Origin": f"http://127.0.0.1:{console.port}"}, change)
+        assert status not in (401, 403), f"a POST with the header and the page's origin: {status} {body}"
+
+    print(f"console test: {time.monotonic() - started:.0f} s from the model's start to the guards; screenshots in {shots}")
