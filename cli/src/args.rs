@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
 
-pub use crate::args_ops::{CancelArgs, DeleteArgs, LogContainer, LogsArgs, TaskRef};
+pub use crate::args_ops::{CancelArgs, ConsoleArgs, DeleteArgs, LogContainer, LogsArgs, TaskRef};
 use crate::output::Format;
 
 const ROOT_AFTER_HELP: &str = "\
@@ -119,6 +119,8 @@ pub enum Command {
     /// The MCP servers tasks may use, and their tools.
     #[command(subcommand)]
     Catalog(CatalogCommand),
+
+    Console(ConsoleArgs),
 
     /// Print a shell completion script.
     #[command(after_help = "\

@@ -121,3 +121,33 @@ pub struct DeleteArgs {
     #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
     pub timeout: Option<Duration>,
 }
+
+/// Serve the web console on 127.0.0.1: live tasks, their tools, audit and approvals.
+///
+/// Everything the page shows and does is done with your own credentials (kubeconfig, --as):
+/// RBAC decides what you see and which buttons work. The printed URL carries a session token;
+/// the page refuses other hosts (DNS rebinding) and cross-site requests.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli console -n team-a
+  orchestrator-cli console -A --port 8765 --no-open
+  ssh -L 8765:127.0.0.1:8765 jumphost   # then open the printed URL with port 8765 locally")]
+pub struct ConsoleArgs {
+    /// The port on 127.0.0.1 (0: any free port, printed).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub port: u16,
+
+    /// Show the TaskRuns of every namespace your RBAC lets you list.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+
+    /// Do not open a browser; only print the URL.
+    #[arg(long)]
+    pub no_open: bool,
+
+    /// Also answer to this Host name (repeatable), e.g. behind a tunnel or proxy that keeps
+    /// its own name in the Host header; loopback names always work.
+    #[arg(long, value_name = "NAME")]
+    pub allow_host: Vec<String>,
+}

@@ -7,7 +7,8 @@
 //! (the markdown reference), [`discover`] (a server's real tools against the catalog), [`task`]
 //! (one module per command), [`wait`], [`output`] (table/json/yaml), [`error`] (exit codes),
 //! [`identity`] (who the API server says we are), [`portforward`] (one HTTP request to a port
-//! inside a pod, through the API server).
+//! inside a pod, through the API server), [`console`] (the web console: a page served on
+//! 127.0.0.1 that does what the task commands do).
 
 pub mod args;
 pub mod args_ops;
@@ -17,6 +18,7 @@ pub mod catalog;
 pub mod catalog_docs;
 pub mod catalog_write;
 pub mod connect;
+pub mod console;
 pub mod discover;
 pub mod effective;
 pub mod error;
@@ -59,6 +61,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             workspace,
             write,
         }) => discover::pin(global, server, workspace.as_deref(), write.as_deref()).await,
+        Command::Console(a) => console::run(global, a).await,
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "orchestrator-cli", &mut out);

@@ -67,6 +67,10 @@ pub struct Report {
     /// With --wait-synced: the context version the task pod's proxy serves, when it reports.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub served_context_version: Option<i64>,
+    /// What a person should know about the change (a finished task, every tool revoked, a
+    /// pattern that matches nothing); the CLI prints them on stderr.
+    #[serde(skip)]
+    pub notes: Vec<String>,
 }
 
 /// Runs `task add-context`.
@@ -85,14 +89,14 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
     // A catalog file is checked before connecting; the ConfigMap needs the connection.
     let local = catalog::load_local(global)?;
     if let Some(catalog) = &local {
-        check_request(catalog, &request)?;
+        print_notes(&check_request(catalog, &request)?);
     }
     let cluster = connect(global).await?;
     let catalog = match local {
         Some(c) => c,
         None => {
             let c = catalog::load(global, Some(&cluster)).await?;
-            check_request(&c, &request)?;
+            print_notes(&check_request(&c, &request)?);
             c
         }
     };
@@ -118,6 +122,7 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
         user.as_deref(),
     )
     .await?;
+    print_notes(&report.notes);
 
     if args.wait_synced {
         let generation = report.generation.unwrap_or(0);
@@ -133,8 +138,14 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
     output::print(&text)
 }
 
-/// Every server must be in the catalog; tool names it does not list get a note.
-fn check_request(catalog: &Catalog, request: &Request) -> Result<()> {
+fn print_notes(notes: &[String]) {
+    for n in notes {
+        output::note(n);
+    }
+}
+
+/// Every server must be in the catalog; tool names it does not list get a note (returned).
+pub fn check_request(catalog: &Catalog, request: &Request) -> Result<Vec<String>> {
     check_servers(
         catalog,
         request
@@ -143,10 +154,7 @@ fn check_request(catalog: &Catalog, request: &Request) -> Result<()> {
             .map(|s| ("--enable-tools", s))
             .chain(request.disable.iter().map(|s| ("--disable-tools", s))),
     )?;
-    for n in catalog_notes(catalog, &request.enable) {
-        output::note(&n);
-    }
-    Ok(())
+    Ok(catalog_notes(catalog, &request.enable))
 }
 
 /// The read-compute-write loop, guarded by a JSON Patch `test` of the server list; `user` (who
@@ -163,6 +171,7 @@ pub async fn update(
     let api: Api<DynamicObject> =
         Api::namespaced_with(cluster.client.clone(), &cluster.namespace, &resource);
     let ns = &cluster.namespace;
+    let mut notes = Vec::new();
     for attempt in 1..=MAX_ATTEMPTS {
         let raw = api.get(name).await.map_err(|e| {
             if is_not_found(&e) {
@@ -178,7 +187,7 @@ pub async fn update(
             && let Some(phase) = current.status.as_ref().and_then(|s| s.phase)
             && phase.is_terminal()
         {
-            output::note(&format!(
+            notes.push(format!(
                 "TaskRun {name} has finished ({}); the change is recorded but no agent will see it",
                 phase.as_str()
             ));
@@ -189,7 +198,7 @@ pub async fn update(
         if changed {
             check_servers_in_pod(&current, &outcome.config.mcp_servers, catalog)?;
             if merge::nothing_enabled(&outcome.config) {
-                output::note(&format!(
+                notes.push(format!(
                     "TaskRun {name} is offered no MCP tool now (every tool revoked); its agent keeps \
                      its built-in tools"
                 ));
@@ -220,9 +229,7 @@ pub async fn update(
                 }
             }
         }
-        for n in &outcome.notes {
-            output::note(n);
-        }
+        notes.extend(outcome.notes.iter().cloned());
         return Ok(Report {
             name: name.to_string(),
             namespace: ns.clone(),
@@ -233,6 +240,7 @@ pub async fn update(
             servers: diff(before, &outcome.config, Some(catalog)),
             context_version: None,
             served_context_version: None,
+            notes,
         });
     }
     Err(Error::Cluster(format!(

@@ -159,6 +159,7 @@ fn report_marks_added_removed_and_kept_tools() {
         servers: diff(&before, &after, Some(&catalog)),
         context_version: Some(3),
         served_context_version: Some(3),
+        notes: vec![],
     };
     assert_eq!(
         render_report(&report),

@@ -240,6 +240,38 @@ pub async fn decide(global: &Global, args: &DecideArgs, decision: Decision) -> R
 
 /// [`decide`] on a cluster already connected to.
 pub async fn decide_on(cluster: &Cluster, args: &DecideArgs, decision: Decision) -> Result<()> {
+    match decide_quietly(cluster, args, decision).await? {
+        Decided::Recorded(text) => output::print(&format!("{text}\n")),
+        Decided::NotYetApplied(text) => {
+            output::note(&text);
+            Ok(())
+        }
+    }
+}
+
+/// What a decision came to, in words (the CLI prints it; the console shows it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decided {
+    /// The operator recorded it: `approved: request … by …`.
+    Recorded(String),
+    /// The ToolApproval is written, but the operator has not applied it yet.
+    NotYetApplied(String),
+}
+
+impl Decided {
+    pub fn text(&self) -> &str {
+        match self {
+            Decided::Recorded(t) | Decided::NotYetApplied(t) => t,
+        }
+    }
+}
+
+/// The checks, the ToolApproval, and the wait for the operator to record it; prints nothing.
+pub async fn decide_quietly(
+    cluster: &Cluster,
+    args: &DecideArgs,
+    decision: Decision,
+) -> Result<Decided> {
     let tr = super::resolve(cluster, &args.task()).await?;
     let task = tr.name_any();
     let approvals = approvals_of(&tr);
@@ -328,27 +360,24 @@ pub async fn decide_on(cluster: &Cluster, args: &DecideArgs, decision: Decision)
     let state = recorded(cluster, &task, &args.id).await?;
     let call = format!("{}/{}", approval.server, approval.tool);
     match state {
-        Some(ApprovalState::Approved) => output::print(&format!(
-            "approved: request {} ({call}) of TaskRun {task}, by {me}\n",
+        Some(ApprovalState::Approved) => Ok(Decided::Recorded(format!(
+            "approved: request {} ({call}) of TaskRun {task}, by {me}",
             args.id
-        )),
-        Some(ApprovalState::Rejected) => output::print(&format!(
-            "rejected: request {} ({call}) of TaskRun {task}, by {me}\n",
+        ))),
+        Some(ApprovalState::Rejected) => Ok(Decided::Recorded(format!(
+            "rejected: request {} ({call}) of TaskRun {task}, by {me}",
             args.id
-        )),
+        ))),
         Some(other) => Err(Error::Failed(format!(
             "request {} ({call}) of TaskRun {task} became {} before your decision counted",
             args.id,
             other.as_str()
         ))),
-        None => {
-            output::note(&format!(
-                "your decision is recorded (ToolApproval {}), but the operator has not applied it within {}s",
-                object_name(&task, &args.id),
-                RECORDED_WITHIN.as_secs()
-            ));
-            Ok(())
-        }
+        None => Ok(Decided::NotYetApplied(format!(
+            "your decision is recorded (ToolApproval {}), but the operator has not applied it within {}s",
+            object_name(&task, &args.id),
+            RECORDED_WITHIN.as_secs()
+        ))),
     }
 }
 

@@ -9,10 +9,11 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::args::{AuditArgs, Global};
-use crate::connect::connect;
+use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result};
 use crate::output::{self, Format, Table};
 use crate::portforward;
+use orchestrator_crds::taskrun::TaskRun;
 
 /// The proxy's container in a task pod.
 const PROXY_CONTAINER: &str = "mcp-proxy";
@@ -26,50 +27,11 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
     let cluster = connect(global).await?;
     let tr = super::resolve(&cluster, &args.task).await?;
     let name = tr.name_any();
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let job = tr
-        .status
-        .as_ref()
-        .and_then(|s| s.job_name.clone())
-        .unwrap_or_else(|| name.clone());
-    let list = pods
-        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
-        .await
-        .map_err(|e| {
-            Error::kube(
-                format!(
-                    "listing the pods of Job {job} in namespace {}",
-                    cluster.namespace
-                ),
-                e,
-            )
-        })?;
-    let pod = running_pod(&list.items).ok_or_else(|| no_running_pod(&name, &job, &list.items))?;
-    let pod_name = pod.name_any();
-    let port = proxy_port(pod);
-    let path = format!("/audit?{}", query(args));
-    let answer = portforward::get(&pods, &pod_name, port, &path).await?;
-    let body: Value = serde_json::from_slice(&answer.body).map_err(|e| {
-        Error::Cluster(format!(
-            "the proxy of pod {pod_name} answered HTTP {} with no JSON ({e}): {}",
-            answer.status,
-            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
-        ))
-    })?;
-    match answer.status {
-        200 => {}
-        400 => {
-            let message = body["error"].as_str().unwrap_or("bad request");
-            return Err(Error::Usage(format!(
-                "the proxy refused the query: {message}"
-            )));
-        }
-        status => {
-            return Err(Error::Cluster(format!(
-                "the proxy of pod {pod_name} answered HTTP {status}: {body}"
-            )));
-        }
-    }
+    let Read {
+        pod: pod_name,
+        body: answer_body,
+        value: body,
+    } = read(&cluster, &tr, &query(args)).await?;
     let records = body["records"].as_array().cloned().unwrap_or_default();
     let matched = body["matched"].as_u64().unwrap_or(records.len() as u64);
     let dropped = body["dropped"].as_u64().unwrap_or(0);
@@ -98,7 +60,7 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
         Format::Json => {
             // The records exactly as the proxy wrote them: parsed into numbers and printed again,
             // a duration such as 445.58079200000003 would come out changed.
-            let raw: RawAnswer = serde_json::from_slice(&answer.body)
+            let raw: RawAnswer = serde_json::from_slice(&answer_body)
                 .map_err(|e| Error::Cluster(format!("the proxy's answer: {e}")))?;
             let shown = Shown {
                 task: &name,
@@ -126,6 +88,68 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
 #[derive(serde::Deserialize)]
 struct RawAnswer {
     records: Vec<Box<RawValue>>,
+}
+
+/// What a task's proxy answered to `GET /audit?QUERY`: its pod, the body's bytes, parsed.
+pub struct Read {
+    pub pod: String,
+    pub body: Vec<u8>,
+    pub value: Value,
+}
+
+/// Reads the audit of the task's running pod's proxy through the API server
+/// (`pods/portforward`), as the caller: the records as the proxy wrote them.
+pub async fn read(cluster: &Cluster, tr: &TaskRun, query: &str) -> Result<Read> {
+    let name = tr.name_any();
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let job = tr
+        .status
+        .as_ref()
+        .and_then(|s| s.job_name.clone())
+        .unwrap_or_else(|| name.clone());
+    let list = pods
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+        .await
+        .map_err(|e| {
+            Error::kube(
+                format!(
+                    "listing the pods of Job {job} in namespace {}",
+                    cluster.namespace
+                ),
+                e,
+            )
+        })?;
+    let pod = running_pod(&list.items).ok_or_else(|| no_running_pod(&name, &job, &list.items))?;
+    let pod_name = pod.name_any();
+    let port = proxy_port(pod);
+    let path = format!("/audit?{query}");
+    let answer = portforward::get(&pods, &pod_name, port, &path).await?;
+    let body: Value = serde_json::from_slice(&answer.body).map_err(|e| {
+        Error::Cluster(format!(
+            "the proxy of pod {pod_name} answered HTTP {} with no JSON ({e}): {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+        ))
+    })?;
+    match answer.status {
+        200 => {}
+        400 => {
+            let message = body["error"].as_str().unwrap_or("bad request");
+            return Err(Error::Usage(format!(
+                "the proxy refused the query: {message}"
+            )));
+        }
+        status => {
+            return Err(Error::Cluster(format!(
+                "the proxy of pod {pod_name} answered HTTP {status}: {body}"
+            )));
+        }
+    }
+    Ok(Read {
+        pod: pod_name,
+        body: answer.body,
+        value: body,
+    })
 }
 
 /// What `-o json` prints.

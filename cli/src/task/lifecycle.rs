@@ -116,12 +116,21 @@ pub async fn cancel(global: &Global, args: &CancelArgs) -> Result<()> {
     Ok(())
 }
 
-enum Asked {
+/// What a cancel request came to.
+pub enum Asked {
+    /// This caller wrote the annotation (their name).
     ByMe(String),
+    /// Someone had asked already (their name); nothing was written.
     Already(String),
 }
 
-async fn request_cancel(cluster: &Cluster, api: &Api<TaskRun>, first: TaskRun) -> Result<Asked> {
+/// Writes the cancel annotation in the caller's name, unless the task has finished (an error)
+/// or someone asked already.
+pub async fn request_cancel(
+    cluster: &Cluster,
+    api: &Api<TaskRun>,
+    first: TaskRun,
+) -> Result<Asked> {
     let name = first.name_any();
     if let Some(who) = check_cancellable(&first)? {
         return Ok(Asked::Already(who));

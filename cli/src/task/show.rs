@@ -332,7 +332,7 @@ pub fn describe_text(
         out.push_str(&indent(&t.render()));
     }
 
-    out.push_str(&effective_text(tr, &status, catalog));
+    out.push_str(&effective_text(tr, catalog));
     out.push_str(&history_text(&status));
     if !status.approvals.is_empty() {
         let approvals: Vec<_> = status.approvals.iter().collect();
@@ -396,45 +396,62 @@ fn history_text(status: &TaskRunStatus) -> String {
 
 /// Effective tools: the operator's view (status) when it is current, else computed from the
 /// spec and the catalog, saying which.
-fn effective_text(tr: &TaskRun, status: &TaskRunStatus, catalog: Option<&Catalog>) -> String {
+fn effective_text(tr: &TaskRun, catalog: Option<&Catalog>) -> String {
+    let (source, lines) = effective_lines(tr, catalog);
+    let mut out = format!("Effective tools ({source}):\n");
+    for line in lines {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out
+}
+
+/// Where the effective tools come from, and one line per server (`server: tools`); what
+/// `task describe` and the console show.
+pub fn effective_lines(tr: &TaskRun, catalog: Option<&Catalog>) -> (&'static str, Vec<String>) {
+    let status = tr.status.clone().unwrap_or_default();
     let current = status.observed_generation.is_some()
         && status.observed_generation == tr.metadata.generation;
-    let mut out = String::new();
     if current && !status.tools.is_empty() {
-        out.push_str("Effective tools (reported by the operator):\n");
-        for t in &status.tools {
-            let line = match &t.exposed {
-                Some(names) if names.is_empty() => "none".to_string(),
-                Some(names) => names.join(", "),
-                None => patterns_summary(&t.allow, &t.deny),
-            };
-            out.push_str(&format!("  {}: {line}\n", t.server));
-        }
-        return out;
+        let lines = status
+            .tools
+            .iter()
+            .map(|t| {
+                let line = match &t.exposed {
+                    Some(names) if names.is_empty() => "none".to_string(),
+                    Some(names) => names.join(", "),
+                    None => patterns_summary(&t.allow, &t.deny),
+                };
+                format!("{}: {line}", t.server)
+            })
+            .collect();
+        return ("reported by the operator", lines);
     }
     let source = match (current, catalog.is_some()) {
         (false, true) => "computed from the spec and the catalog; the operator has not caught up",
         (true, true) => "computed from the spec and the catalog",
         (_, false) => "from the spec; catalog unavailable",
     };
-    out.push_str(&format!("Effective tools ({source}):\n"));
     let view = effective(&tr.spec.tool_config, catalog, &BTreeMap::new());
     if view.is_empty() {
-        out.push_str("  <none>\n");
+        return (source, vec!["<none>".into()]);
     }
-    for (server, tools) in view {
-        let line = match tools {
-            ServerTools::Off => "off".to_string(),
-            ServerTools::Tools { tools } if tools.is_empty() => "none".to_string(),
-            ServerTools::Tools { tools } => tools.into_iter().collect::<Vec<_>>().join(", "),
-            p @ ServerTools::Patterns { .. } => p.summary(),
-        };
-        out.push_str(&format!("  {server}: {line}\n"));
-    }
-    out
+    let lines = view
+        .into_iter()
+        .map(|(server, tools)| {
+            let line = match tools {
+                ServerTools::Off => "off".to_string(),
+                ServerTools::Tools { tools } if tools.is_empty() => "none".to_string(),
+                ServerTools::Tools { tools } => tools.into_iter().collect::<Vec<_>>().join(", "),
+                p @ ServerTools::Patterns { .. } => p.summary(),
+            };
+            format!("{server}: {line}")
+        })
+        .collect();
+    (source, lines)
 }
 
-fn task_summary(tr: &TaskRun) -> String {
+/// The task line of `task describe`: where the prompt is, and its first line.
+pub fn task_summary(tr: &TaskRun) -> String {
     let task = &tr.spec.task;
     if let Some(p) = &task.prompt {
         let first = p

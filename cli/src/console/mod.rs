@@ -1,0 +1,146 @@
+//! `orchestrator-cli console`: a web page for the people around a task, served on 127.0.0.1 by
+//! the CLI itself. Everything it shows and does goes through the caller's own Kubernetes
+//! credentials (kubeconfig, `--as`), so RBAC decides; nothing new runs in the cluster. The
+//! contract (API, events, the page's structure): docs/design/console.md.
+//!
+//! Children, in the order they may import each other: [`guard`] (Host, session and CSRF checks;
+//! pure), [`view`] (a TaskRun as the page sees it; pure), [`actions`] (approve, add-context,
+//! cancel, audit: the task commands' own functions), [`live`] (the watch as Server-Sent Events),
+//! [`routes`] (the HTTP surface), and `routes_tests` (the surface against a scripted API server).
+
+pub mod actions;
+pub mod guard;
+pub mod live;
+pub mod routes;
+#[cfg(test)]
+mod routes_tests;
+pub mod view;
+
+use std::io::Write as _;
+use std::sync::Arc;
+
+use kube::Api;
+use orchestrator_crds::taskrun::TaskRun;
+
+use crate::args::{ConsoleArgs, Global};
+use crate::connect::{Cluster, connect};
+use crate::error::{Error, Result};
+use crate::identity;
+use crate::output;
+
+/// What every request of one console shares.
+pub struct Console {
+    pub client: kube::Client,
+    /// `-n`'s namespace; `None` with `-A`.
+    namespace: Option<String>,
+    /// The namespace commands default to (the catalog's lookups use `global`).
+    default_namespace: String,
+    pub global: Global,
+    pub session: guard::Session,
+    /// Who the API server says the caller is.
+    pub user: Option<String>,
+}
+
+impl Console {
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// A [`Cluster`] for namespace `ns` (default: the console's).
+    pub fn cluster(&self, ns: Option<&str>) -> Cluster {
+        Cluster {
+            client: self.client.clone(),
+            namespace: ns.unwrap_or(&self.default_namespace).to_string(),
+        }
+    }
+
+    /// The cluster for one task, refusing what is not a name or not in the console's namespace.
+    pub fn task_cluster(&self, ns: &str, name: &str) -> Result<Cluster, actions::ApiError> {
+        actions::scoped(self, ns, name)
+    }
+
+    /// The TaskRuns the page watches.
+    pub fn taskruns(&self) -> Api<TaskRun> {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    pub fn scope_text(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("namespace {ns}"),
+            None => "all namespaces".into(),
+        }
+    }
+}
+
+/// `orchestrator-cli console`.
+pub async fn run(global: &Global, args: &ConsoleArgs) -> Result<()> {
+    let cluster = connect(global).await?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+        .await
+        .map_err(|e| {
+            Error::Usage(format!(
+                "cannot listen on 127.0.0.1:{} ({e}); choose another --port (0: any free port)",
+                args.port
+            ))
+        })?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::Cluster(format!("the console's address: {e}")))?
+        .port();
+    let session = guard::Session::new(port, &args.allow_host)
+        .map_err(|e| Error::Cluster(format!("making the console's session token: {e}")))?;
+    let user = identity::whoami(&cluster.client).await;
+    let url = format!("http://127.0.0.1:{port}/?token={}", session.token());
+    let console = Arc::new(Console {
+        client: cluster.client.clone(),
+        namespace: (!args.all_namespaces).then(|| cluster.namespace.clone()),
+        default_namespace: cluster.namespace.clone(),
+        global: global.clone(),
+        session,
+        user: user.clone(),
+    });
+    // One line on stdout, flushed at once: scripts and tests read it.
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "console: {url}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| Error::Output(e.to_string()))?;
+    output::note(&format!(
+        "serving TaskRuns of {} as {}; the URL carries this session's token, keep it to yourself; Ctrl-C stops",
+        console.scope_text(),
+        user.as_deref()
+            .unwrap_or("(the API server did not say who)")
+    ));
+    if !args.no_open {
+        open_browser(&url);
+    }
+    let app = routes::router(console);
+    tokio::select! {
+        served = axum::serve(listener, app) => {
+            served.map_err(|e| Error::Cluster(format!("serving the console: {e}")))
+        }
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+/// Opens `url` in the desktop's browser, if there is one; the URL is printed either way.
+fn open_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let spawned = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(e) = spawned {
+        output::note(&format!(
+            "could not open a browser ({opener}: {e}); open the URL above yourself"
+        ));
+    }
+}
