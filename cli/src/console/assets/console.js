@@ -32,7 +32,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c);
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c);
   return node;
 }
 
@@ -306,7 +306,7 @@ function buildDetail(t) {
   d.noApprovals = el('p', {class: 'empty'}, 'No calls asked for approval.');
   d.resultBox = el('div');
   d.cancellationBox = el('div');
-  d.toolsSource = el('p', {'data-testid': 'tools-source'});
+  d.toolsSource = el('span', {'data-testid': 'tools-source'});
   d.toolLines = el('ul', {class: 'tool-lines'});
   d.servers = el('div');
   d.history = el('div');
@@ -345,12 +345,12 @@ function buildDetail(t) {
   el('div', {class: 'row'}, d.cancel, d.cancelMessage),
   el('h3', null, 'Calls waiting for approval'), d.noApprovals, d.approvalList,
   d.resultBox, d.cancellationBox,
-  el('h3', null, 'Tools'), d.toolsSource, d.toolLines, d.servers,
+  el('h3', null, 'Tools'), el('p', null, 'Source: ', d.toolsSource), d.toolLines, d.servers,
   el('h3', null, 'Grant or take away tools'), form,
   el('h3', null, 'Context history'), d.history,
   el('h3', null, 'Conditions'), d.conditions,
   el('h3', null, 'Audit (the proxy\'s last 50 calls)'), el('div', {class: 'row'}, d.auditRefresh, d.auditMessage),
-  auditTable);
+  el('div', {class: 'scroll'}, auditTable));
   return d;
 }
 
@@ -379,7 +379,7 @@ function fillDetail(t) {
   d.resultBox.replaceChildren(...(t.result ? [el('h3', null, 'Result'), dl(t.result)] : []));
   d.cancellationBox.replaceChildren(...(t.cancellation ? [el('h3', null, 'Cancellation'), dl(t.cancellation)] : []));
   const tools = t.tools || {};
-  d.toolsSource.textContent = `Source: ${orDash(tools.source)}`;
+  d.toolsSource.textContent = orDash(tools.source);
   d.toolLines.replaceChildren(...(tools.lines || []).map((l) => el('li', {'data-testid': 'tool-line'}, visible(l))));
   d.servers.replaceChildren(table('Servers', ['Server', 'Enabled', 'Allow', 'Deny'],
     (t.servers || []).map((s) => el('tr', null, el('td', null, s.name), el('td', null, s.enabled === false ? 'no' : 'yes'),
