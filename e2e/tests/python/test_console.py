@@ -169,7 +169,7 @@ class Console:
                 conn.putheader("Content-Length", str(len(body)))
             conn.endheaders(body)
             r = conn.getresponse()
-            return r.status, dict(r.getheaders()), r.read().decode(errors="replace")
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode(errors="replace")
         finally:
             conn.close()
 
@@ -255,6 +255,7 @@ class Page:
         height = self.driver.execute_script(
             "return Math.max(document.documentElement.scrollHeight, document.body.scrollHeight);")
         self.driver.set_window_size(1280, max(900, height + 120))
+        self.driver.execute_script("window.scrollTo(0, 0);")
         path = self.shots / name
         try:
             self.wait(lambda d: d.execute_script("return document.readyState") == "complete", "the page to settle", 5)
@@ -367,6 +368,12 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
             assert re.fullmatch(r"expires in (\d+m)?\d+s", page.text(f"{call} [data-testid=approval-countdown]") or ""), \
                 page.text(f"{call} [data-testid=approval-countdown]")
             page.wait(lambda d: page.text(f"{row(TASK)} [data-field=pending]") == "1", "the row's pending count 1")
+            page.wait(lambda d: page.text("[data-testid=detail-phase]") == "Running", "the detail's phase Running")
+            assert page.texts("[data-testid=detail-result]"), "the detail has no detail-result"
+            # Readable at 1280 wide: nothing makes the page scroll sideways.
+            wide = page.driver.execute_script(
+                "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];")
+            assert wide[0] <= wide[1], f"the page is {wide[0]} px wide in a {wide[1]} px window"
             notice = f"Call waiting for approval: {ns}/{TASK} everything/echo"
             page.wait(lambda d: page.text("[data-testid=notice]") == notice, f"the notice {notice!r}")
             notes = page.driver.execute_script("return window.__notifications;")
@@ -464,6 +471,7 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
         approver.click("[data-testid=cancel-confirm]")
         approver.wait(lambda d: approver.text(f"{row(TASK)} [data-field=phase]") == "Cancelled",
                       "the row's phase Cancelled", timeout=90)
+        approver.wait(lambda d: approver.text("[data-testid=detail-phase]") == "Cancelled", "the detail's phase Cancelled")
         assert APPROVER in (approver.text("[data-testid=cancel-message]") or ""), approver.text("[data-testid=cancel-message]")
         cancelled = story.json("get", "taskrun", TASK, "-n", ns)["status"]
         assert cancelled["phase"] == "Cancelled" and cancelled["cancellation"]["requestedBy"] == APPROVER, cancelled
@@ -478,8 +486,10 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
         status, headers, body = console.request("GET", "/api/session", session)
         assert status == 200 and json.loads(body)["user"] == APPROVER, (status, body)
         assert json.loads(body)["namespace"] == ns, body
-        assert headers.get("Content-Security-Policy") == "default-src 'self'; frame-ancestors 'none'", headers
-        assert headers.get("X-Frame-Options") == "DENY" and headers.get("Cache-Control") == "no-store", headers
+        csp = [d.strip() for d in headers.get("content-security-policy", "").split(";")]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp, headers
+        assert (headers.get("x-frame-options"), headers.get("referrer-policy"), headers.get("x-content-type-options"),
+                headers.get("cache-control")) == ("DENY", "no-referrer", "nosniff", "no-store"), headers
         status, _, body = console.request("GET", "/api/session", {**session, "Host": f"evil.example:{console.port}"})
         assert status == 403, (status, body)
         status, _, body = console.request("GET", "/api/session", {})
