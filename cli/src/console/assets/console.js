@@ -410,7 +410,7 @@ function approvalNode(d, a) {
   }
   const pending = isPending(a);
   r.a = a;
-  r.article.dataset.state = a.state;
+  r.article.dataset.state = String(a.state).toLowerCase();
   r.call.textContent = `${a.server}/${a.tool}`;
   r.meta.textContent = `Requested ${orDash(a.requestedAt)} · context version ${orDash(a.contextVersion)} · `
     + `${orDash(a.paramsBytes)} bytes of params · state ${a.state}`;
