@@ -364,6 +364,11 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
             shown = page.texts(f"{call} [data-testid=approval-params]")
             assert shown == [held["params"]], f"the page shows {shown}, the status has {held['params']!r}"
             assert json.loads(shown[0])["arguments"]["message"] == LONG and END in shown[0]
+            # All of it on screen (a box that scrolls would still show it all; ~1 KB needs none).
+            box = page.driver.execute_script(
+                "const e = document.querySelector(arguments[0]); return [e.scrollHeight, e.clientHeight, "
+                "e.scrollWidth, e.clientWidth];", f"{call} [data-testid=approval-params]")
+            assert box[0] <= box[1] + 1 and box[2] <= box[3] + 1, f"the params box is clipped: {box}"
             assert held["digest"] in (page.text(f"{call} [data-testid=approval-digest]") or "")
             assert re.fullmatch(r"expires in (\d+m)?\d+s", page.text(f"{call} [data-testid=approval-countdown]") or ""), \
                 page.text(f"{call} [data-testid=approval-countdown]")
