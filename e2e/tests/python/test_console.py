@@ -52,6 +52,7 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
@@ -236,6 +237,19 @@ class Page:
                 continue
         raise AssertionError(f"{css} kept going stale")
 
+    def press_enter(self, css: str) -> None:
+        """Moves the keyboard focus to the element and presses Enter (no mouse)."""
+        for _ in range(20):
+            try:
+                element = self.driver.find_element(By.CSS_SELECTOR, css)
+                self.driver.execute_script("arguments[0].focus();", element)
+                assert self.driver.switch_to.active_element == element, f"{css} cannot take the focus"
+                element.send_keys(Keys.ENTER)
+                return
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{css} kept going stale")
+
     def type(self, css: str, value: str) -> None:
         for _ in range(20):
             try:
@@ -354,7 +368,8 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
         held = pending(story, LONG)
         call = article(held["id"])
         for page in (approver, viewer):
-            page.click(row(TASK))
+            # alice uses the mouse, mallory the keyboard.
+            page.click(row(TASK)) if page is approver else page.press_enter(row(TASK))
             page.wait_for(f"[data-testid=task-detail][data-name={TASK}][data-namespace={ns}]", "the task's detail")
             page.wait(lambda d: page.driver.execute_script("return location.hash") == f"#{ns}/{TASK}", "the hash #ns/name")
             page.wait_for(call, "the held call's approval", timeout=60)
@@ -370,6 +385,12 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
                 "e.scrollWidth, e.clientWidth];", f"{call} [data-testid=approval-params]")
             assert box[0] <= box[1] + 1 and box[2] <= box[3] + 1, f"the params box is clipped: {box}"
             assert held["digest"] in (page.text(f"{call} [data-testid=approval-digest]") or "")
+            # Every control has a name a screen reader says.
+            unnamed = page.driver.execute_script(
+                "return [...document.querySelectorAll('input, button, textarea')].filter(e => "
+                "!(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())"
+                ".map(e => e.outerHTML);")
+            assert unnamed == [], f"controls without a label: {unnamed}"
             assert re.fullmatch(r"expires in (\d+m)?\d+s", page.text(f"{call} [data-testid=approval-countdown]") or ""), \
                 page.text(f"{call} [data-testid=approval-countdown]")
             page.wait(lambda d: page.text(f"{row(TASK)} [data-field=pending]") == "1", "the row's pending count 1")
