@@ -3,7 +3,6 @@
 //! the proxy's JSON.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -107,19 +106,9 @@ pub async fn read(cluster: &Cluster, tr: &TaskRun, query: &str) -> Result<Read> 
         .as_ref()
         .and_then(|s| s.job_name.clone())
         .unwrap_or_else(|| name.clone());
-    let list = pods
-        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
-        .await
-        .map_err(|e| {
-            Error::kube(
-                format!(
-                    "listing the pods of Job {job} in namespace {}",
-                    cluster.namespace
-                ),
-                e,
-            )
-        })?;
-    let pod = running_pod(&list.items).ok_or_else(|| no_running_pod(&name, &job, &list.items))?;
+    // No Job yet: no pod, which the error below says.
+    let items = super::logs::job_pods(cluster, &pods, tr).await?;
+    let pod = running_pod(&items).ok_or_else(|| no_running_pod(&name, &job, &items))?;
     let pod_name = pod.name_any();
     let port = proxy_port(pod);
     let path = format!("/audit?{query}");

@@ -150,8 +150,8 @@ pub async fn run(global: &Global, args: &LogsArgs) -> Result<()> {
         .map_err(|e| Error::Cluster(format!("{action}: {e}")))
 }
 
-/// The pods of the TaskRun's Job (none without a Job).
-async fn job_pods(cluster: &Cluster, pods: &Api<Pod>, tr: &TaskRun) -> Result<Vec<Pod>> {
+/// The pods of the TaskRun's Job (none without a Job); also where `task audit` finds the proxy.
+pub async fn job_pods(cluster: &Cluster, pods: &Api<Pod>, tr: &TaskRun) -> Result<Vec<Pod>> {
     let Some(job) = tr.status.as_ref().and_then(|s| s.job_name.clone()) else {
         return Ok(Vec::new());
     };
