@@ -77,7 +77,10 @@ END = "<<END-OF-ARGUMENT-7f3a>>"
 # Longer than any preview would show, with a newline inside, and a marker at its very end.
 LONG = ("deploy the release notes, first line\nsecond line: " + " ".join(f"word{i:03d}" for i in range(75)) + " " + END)
 assert 550 <= len(LONG) <= 700 and "\n" in LONG
-HOLDS = [f"hold {i}: wait for the person" for i in range(4)]
+# The agent shapes its second call to mislead the person who approves: markup that would run if
+# the page built HTML from it, and characters that reverse or hide text on screen.
+HOSTILE = 'hold 0: <img src=x onerror="window.__pwned=1"> report\u202etxt.exe\u200b'
+HOLDS = [HOSTILE] + [f"hold {i}: wait for the person" for i in range(1, 4)]
 GRANT = "everything:get-sum"
 
 # Replaces window.Notification before any page script runs: permission is granted, and every
@@ -450,7 +453,15 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
 
         # 5. With the agent waiting on its next held call: audit, add-context, cancel.
         second = pending(story, HOLDS[0])
-        approver.wait_for(article(second["id"]), "the second held call")
+        hostile = article(second["id"])
+        approver.wait_for(f"{hostile} [data-testid=approval-params]", "the second held call")
+        # Its markup is text, and what would hide or reverse text is shown as `\u{…}`.
+        shown = approver.text(f"{hostile} [data-testid=approval-params]") or ""
+        assert '<img src=x onerror=\\"window.__pwned=1\\">' in shown, shown
+        assert "\u202e" not in shown and "\u200b" not in shown, ascii(shown)
+        assert "report\\u{202e}txt.exe\\u{200b}" in shown, ascii(shown)
+        assert approver.driver.execute_script(
+            "return [document.querySelectorAll('img').length, window.__pwned === undefined];") == [0, True]
         # The audit shows the approved call.
         audited = "[data-testid=audit-row][data-server=everything][data-decision=approved]"
         clicked = [0.0]
