@@ -197,4 +197,22 @@ mod tests {
         assert_eq!(view.tools.source, "from the spec; catalog unavailable");
         assert_eq!(view.tools.lines, ["everything: echo", "time: off"]);
     }
+
+    #[test]
+    fn a_finished_task_shows_its_result_in_one_line_and_whole() {
+        let tr = task(json!({
+            "phase": "Succeeded",
+            "result": {"subtype": "success", "isError": false, "text": "<done>", "turns": 27,
+                       "inputTokens": 111198, "outputTokens": 868, "costUsd": "0.462152"},
+        }));
+        let view = TaskView::new(&tr, None);
+        assert_eq!(view.phase, Some("Succeeded"));
+        assert_eq!(
+            view.result_line.as_deref(),
+            Some("success, 27 turns, $0.462152")
+        );
+        let json = serde_json::to_value(&view).expect("serializes");
+        assert_eq!(json["result"]["text"], "<done>");
+        assert_eq!(json["result"]["inputTokens"], 111198);
+    }
 }

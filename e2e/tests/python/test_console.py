@@ -529,6 +529,9 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
                 headers.get("cache-control")) == ("DENY", "no-referrer", "nosniff", "no-store"), headers
         status, _, body = console.request("GET", "/api/session", {**session, "Host": f"evil.example:{console.port}"})
         assert status == 403, (status, body)
+        # Behind a tunnel (ssh -L, a port-forward) the browser names another local port: still served.
+        status, _, body = console.request("GET", "/api/session", {**session, "Host": "localhost:18443"})
+        assert status == 200, (status, body)
         status, _, body = console.request("GET", "/api/session", {})
         assert status == 401, (status, body)
         status, _, body = console.request("GET", "/?token=" + "0" * len(console.token), {})
