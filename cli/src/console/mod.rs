@@ -20,6 +20,7 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 use kube::Api;
+use kube::api::ListParams;
 use orchestrator_crds::taskrun::TaskRun;
 
 use crate::args::{ConsoleArgs, Global};
@@ -92,11 +93,28 @@ pub async fn run(global: &Global, args: &ConsoleArgs) -> Result<()> {
         .port();
     let session = guard::Session::new(port, &args.allow_host)
         .map_err(|e| Error::Cluster(format!("making the console's session token: {e}")))?;
+    // What the page will watch: said now, in the API server's words, rather than as an empty
+    // page with a problem banner.
+    let namespace = match args.all_namespaces {
+        true => crate::task::inbox::all_or_current(&cluster, &ListParams::default()).await?,
+        false => Some(cluster.namespace.clone()),
+    };
+    if let Some(ns) = &namespace {
+        crate::task::api(&cluster)
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    format!("listing TaskRuns in namespace {ns} (the console shows the TaskRuns you may list; -n picks another namespace)"),
+                    e,
+                )
+            })?;
+    }
     let user = identity::whoami(&cluster.client).await;
     let url = format!("http://127.0.0.1:{port}/?token={}", session.token());
     let console = Arc::new(Console {
         client: cluster.client.clone(),
-        namespace: (!args.all_namespaces).then(|| cluster.namespace.clone()),
+        namespace,
         default_namespace: cluster.namespace.clone(),
         global: global.clone(),
         session,

@@ -29,18 +29,24 @@ const COLUMNS: [&str; 6] = ["NAMESPACE", "TASK", "ID", "TOOL", "AGE", "EXPIRES"]
 
 /// The TaskRuns to read: all namespaces, or (on 403) the current one, and in words.
 async fn scope(cluster: &Cluster, params: &ListParams) -> Result<(Api<TaskRun>, String)> {
+    Ok(match all_or_current(cluster, params).await? {
+        None => (Api::all(cluster.client.clone()), "all namespaces".into()),
+        Some(ns) => (super::api(cluster), format!("namespace {ns}")),
+    })
+}
+
+/// `None` when the caller may list TaskRuns in all namespaces; else (the API server answered
+/// 403, said on stderr) the current namespace. Also the console's `-A`.
+pub async fn all_or_current(cluster: &Cluster, params: &ListParams) -> Result<Option<String>> {
     let all: Api<TaskRun> = Api::all(cluster.client.clone());
     match all.list(&params.clone().limit(1)).await {
-        Ok(_) => Ok((all, "all namespaces".into())),
+        Ok(_) => Ok(None),
         Err(kube::Error::Api(s)) if s.code == 403 => {
             output::note(&format!(
                 "you may not list TaskRuns in all namespaces (the API server answered 403: {}); showing namespace {} only",
                 s.message, cluster.namespace
             ));
-            Ok((
-                super::api(cluster),
-                format!("namespace {}", cluster.namespace),
-            ))
+            Ok(Some(cluster.namespace.clone()))
         }
         Err(e) => Err(Error::kube("listing TaskRuns in all namespaces", e)),
     }

@@ -123,16 +123,20 @@ def story():
         yield story
 
 
+def console_argv(story: Story, user: str, *extra: str) -> list[str]:
+    return [str(story.binaries["orchestrator-cli"]), "--kubeconfig", str(story.kubeconfig),
+            "-n", story.work_ns, "--catalog-namespace", story.system_ns,
+            "--catalog-name", "orchestrator-catalog", "--as", user,
+            "console", "--no-open", "--port", "0", *extra]
+
+
 class Console:
     """`orchestrator-cli console` as one user, read until it prints its URL."""
 
-    def __init__(self, story: Story, user: str, cleanup: ExitStack):
+    def __init__(self, story: Story, user: str, cleanup: ExitStack, *extra: str):
         self.user = user
         self.stderr = story.workdir / f"console-{user}.stderr"
-        argv = [str(story.binaries["orchestrator-cli"]), "--kubeconfig", str(story.kubeconfig),
-                "-n", story.work_ns, "--catalog-namespace", story.system_ns,
-                "--catalog-name", "orchestrator-catalog", "--as", user,
-                "console", "--no-open", "--port", "0"]
+        argv = console_argv(story, user, *extra)
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.stderr.open("wb"),
                                      stdin=subprocess.DEVNULL, text=True)
         cleanup.callback(self.stop)
@@ -551,3 +555,28 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
         assert status not in (401, 403), f"a POST with the header and the page's origin: {status} {body}"
 
     print(f"console test: {time.monotonic() - started:.0f} s from the model's start to the guards; screenshots in {shots}")
+
+
+def test_the_console_says_at_start_what_the_caller_may_not_list(story: Story):
+    """-A for someone who may list TaskRuns in one namespace only shows that one and says why (as
+    `task approvals -A` does); someone who may list none gets the API server's refusal at once,
+    not an empty page."""
+    ns = story.work_ns
+    story.kubectl("create", "role", "console-lister", "-n", ns, "--verb=get,list,watch",
+                  "--resource=taskruns.orchestrator.io")
+    story.kubectl("create", "rolebinding", "nina-lists", "-n", ns, "--role=console-lister", "--user=nina")
+    with ExitStack() as cleanup:
+        console = Console(story, "nina", cleanup, "-A")
+        status, headers, _ = console.request("GET", f"/?token={console.token}", {})
+        assert status == 303, status
+        cookie = headers["set-cookie"].split(";")[0]
+        status, _, body = console.request("GET", "/api/session", {"Cookie": cookie})
+        assert status == 200, (status, body)
+        assert json.loads(body) == {"user": "nina", "namespace": ns, "allNamespaces": False}, body
+        said = console.stderr.read_text()
+        assert "you may not list TaskRuns in all namespaces" in said and f"showing namespace {ns} only" in said, said
+
+    refused = subprocess.run(console_argv(story, "nobody"), capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1, refused
+    assert refused.stdout == "", "no URL for a console that cannot show anything"
+    assert f"listing TaskRuns in namespace {ns}" in refused.stderr and "forbidden" in refused.stderr, refused.stderr
