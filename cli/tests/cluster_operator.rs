@@ -319,6 +319,22 @@ async fn failures_end_the_waits_with_exit_5() -> Result<()> {
         .into(),
     );
     cms.replace(CATALOG, &PostParams::default(), &cm).await?;
+    // The operator must hold the new catalog before the change reaches it: its watch of the
+    // ConfigMap and of the TaskRun race, and a reconcile that starts first renders the change
+    // with the old catalog, which knows `time` (seen once in CI).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !operator
+        .logs()
+        .lines()
+        .any(|l| l.contains("catalog loaded") && !l.contains("\"time\""))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the operator did not load the catalog without `time` within 30 s:\n{}",
+            operator.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let out = cluster_support::run(
         &ns.name,
         &[
