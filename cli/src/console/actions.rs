@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::merge::{self, Request};
 use crate::task::{add_context, approve, audit, lifecycle};
 use crate::toolspec::parse_specs;
-use crate::{catalog, identity, task};
+use crate::{catalog, task};
 
 /// An error as the page shows it: `{"error", "status", "reason"}` with that HTTP status.
 #[derive(Debug)]
@@ -211,9 +211,9 @@ pub async fn context(
     merge::check_contradictions(&request)?;
     let catalog = catalog::load(&console.global, Some(&cluster)).await?;
     let mut notes = add_context::check_request(&catalog, &request)?;
-    let user = identity::whoami(&cluster.client).await;
-    let report =
-        add_context::update(&cluster, &name, &request, &catalog, false, user.as_deref()).await?;
+    // Who the API server said the caller is, asked once when the console started.
+    let user = console.user.as_deref();
+    let report = add_context::update(&cluster, &name, &request, &catalog, false, user).await?;
     notes.extend(report.notes.iter().cloned());
     Ok(Json(json!({
         "message": add_context::render_report(&report).trim_end(),
