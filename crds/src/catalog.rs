@@ -101,6 +101,11 @@ pub struct CatalogHttp {
     /// Header name -> the `secretEnv` entry holding its value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers_from_env: BTreeMap<String, String>,
+    /// The server's tool list does not depend on the credential: tasks served by the shared
+    /// proxy that name this server share its tool-list cache and connection pool (each request
+    /// still carries its own task's credential). Default false: nothing is shared.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shareable: bool,
 }
 
 /// An env var a server needs from a Secret.

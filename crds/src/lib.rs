@@ -7,11 +7,13 @@
 //! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
 //! - [`approval`]: human approval of held calls (requests, decisions, verdicts, call digests).
 //! - [`digest`]: hashes over canonical JSON (definition pins, call digests).
+//! - [`shared`]: shared-service mode's names (the mode, the per-task ConfigMap, its annotations).
 
 pub mod approval;
 pub mod catalog;
 pub mod digest;
 pub mod policy;
 pub mod proxy;
+pub mod shared;
 pub mod taskrun;
 pub mod tools;

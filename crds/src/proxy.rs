@@ -65,6 +65,9 @@ pub struct TaskRef {
     pub name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
+    /// The TaskRun's uid. Set by the shared-mode render only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 /// How the proxy names the tools it exposes.
@@ -191,11 +194,27 @@ pub struct StdioSpec {
     pub socket: Option<String>,
 }
 
+/// A key of a Secret in the task's namespace.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretKey {
+    pub name: String,
+    pub key: String,
+}
+
 /// A streamable-HTTP upstream.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HttpSpec {
     pub url: String,
+    /// Shared mode: the catalog marks the server's tool list as independent of the credential
+    /// (tasks share the tool-list cache).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shareable: bool,
+    /// Shared mode: header name -> the Secret key in the task's namespace holding its value
+    /// (read by the shared proxy through the task's Role; never in its environment).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_from_secret: BTreeMap<String, SecretKey>,
     /// Header name -> name of the env var in the proxy's environment holding its value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers_from_env: BTreeMap<String, String>,

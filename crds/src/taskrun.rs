@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::{
     approval::Approval,
     policy::{RateLimits, ToolPolicy},
+    shared::ProxyMode,
     tools::Risk,
 };
 pub use history::ContextChange;
@@ -90,6 +91,13 @@ pub const MAX_SERVERS: usize = 32;
         type_ = "integer",
         description = "contextVersion the task pod's proxy serves",
         json_path = ".status.servedContextVersion"
+    ),
+    printcolumn(
+        name = "Proxy",
+        type_ = "string",
+        description = "Where the task's MCP proxy runs (sidecar or shared)",
+        json_path = ".status.proxyMode",
+        priority = 1
     ),
     printcolumn(
         name = "Result",
@@ -255,10 +263,19 @@ pub struct AgentSpec {
     pub resources: Option<ResourceRequirements>,
 }
 
-/// The MCP proxy sidecar container.
+/// The task's MCP proxy: where it runs, and the sidecar container's size.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!(has(self.mode) && self.mode == 'shared' && has(self.resources))", "message": "spec.proxy.resources sizes the sidecar; in shared mode the proxy is the chart's Deployment (sharedProxy.resources)", "fieldPath": ".resources"}
+]))]
 pub struct ProxyContainerSpec {
+    /// `sidecar` (a proxy in the task's pod) or `shared` (the chart's shared proxy Deployment,
+    /// docs/proxy.md "Shared mode"). Unset: the label `orchestrator.io/proxy-mode` on the
+    /// TaskRun's Namespace, else the operator's `--default-proxy-mode`. The operator records
+    /// the mode it chose in `status.proxyMode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ProxyMode>,
     /// Compute resources of the proxy container, which also runs the task's stdio MCP servers
     /// (node, python). Replaces the operator's default as a whole (requests cpu 100m, memory
     /// 128Mi; limit memory 1Gi).
@@ -329,8 +346,8 @@ mod tests {
         assert_eq!(
             columns,
             [
-                "Task", "Service", "Phase", "Tools", "Context", "Served", "Result", "Turns",
-                "Cost", "Age"
+                "Task", "Service", "Phase", "Tools", "Context", "Served", "Proxy", "Result",
+                "Turns", "Cost", "Age"
             ]
         );
     }

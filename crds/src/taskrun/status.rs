@@ -29,6 +29,11 @@ pub struct TaskRunStatus {
     /// Version of the rendered tool configuration; increments on each change (add-context).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_version: Option<i64>,
+    /// Where the task's MCP proxy runs, as the operator resolved it before creating the Job
+    /// (`spec.proxy.mode`, else the Namespace's label, else the operator's default). Written
+    /// once; never changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_mode: Option<super::ProxyMode>,
     /// The `contextVersion` the task pod's proxy reports it serves (from the task's Lease).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_context_version: Option<i64>,

@@ -63,6 +63,7 @@ impl Files {
                     http: s.entry.http.as_ref().map(|http| HttpSpec {
                         url: http.url.clone(),
                         headers_from_env: http.headers_from_env.clone(),
+                        ..HttpSpec::default()
                     }),
                     tools: ToolFilter {
                         allow: s.spec.tools.allow.clone(),
@@ -93,6 +94,7 @@ impl Files {
             task: TaskRef {
                 name: tr.name_any(),
                 namespace: namespace.to_string(),
+                uid: None,
             },
             listen: proxy_addr.to_string(),
             tool_prefix: ToolPrefix::Server,

@@ -423,6 +423,7 @@ fn what_the_operator_renders_round_trips() {
         task: TaskRef {
             name: "task-9".into(),
             namespace: "ns".into(),
+            uid: Some("0d1c1d2e-0000-4000-8000-000000000009".into()),
         },
         listen: "127.0.0.1:18080".into(),
         tool_prefix: ToolPrefix::Server,
