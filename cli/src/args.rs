@@ -225,9 +225,20 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
     pub timeout: Option<std::time::Duration>,
 
+    /// Where the task's MCP proxy runs: sidecar (in the task's pod) or shared (the shared
+    /// proxy Deployment the chart installs with sharedProxy.enabled). Default: the namespace's
+    /// label orchestrator.io/proxy-mode, else the operator's --default-proxy-mode.
+    #[arg(long, value_name = "MODE", value_parser = parse_proxy_mode)]
+    pub proxy_mode: Option<orchestrator_crds::shared::ProxyMode>,
+
     /// Print the TaskRun instead of creating it (with -o json|yaml: the whole object).
     #[arg(long)]
     pub dry_run: bool,
+}
+
+fn parse_proxy_mode(s: &str) -> Result<orchestrator_crds::shared::ProxyMode, String> {
+    orchestrator_crds::shared::ProxyMode::parse(s)
+        .ok_or_else(|| format!("{s:?} is not a proxy mode: use sidecar or shared"))
 }
 
 /// Change the tools of a task while it runs.

@@ -145,3 +145,38 @@ fn approvals_take_one_task_or_all_namespaces() {
     };
     assert_eq!(a.task().task_id, Some(3));
 }
+
+#[test]
+fn submit_takes_a_proxy_mode_by_its_name_only() {
+    let TaskCommand::Submit(args) = task(&[
+        "submit",
+        "--service",
+        "s",
+        "--tools",
+        "git:*",
+        "--prompt",
+        "p",
+        "--proxy-mode",
+        "shared",
+    ])
+    .expect("valid") else {
+        panic!("not submit");
+    };
+    assert_eq!(
+        args.proxy_mode,
+        Some(orchestrator_crds::shared::ProxyMode::Shared)
+    );
+    let err = task(&[
+        "submit",
+        "--service",
+        "s",
+        "--tools",
+        "git:*",
+        "--prompt",
+        "p",
+        "--proxy-mode",
+        "central",
+    ])
+    .expect_err("unknown mode");
+    assert!(err.to_string().contains("use sidecar or shared"), "{err}");
+}

@@ -100,6 +100,9 @@ pub struct Read {
 /// (`pods/portforward`), as the caller: the records as the proxy wrote them.
 pub async fn read(cluster: &Cluster, tr: &TaskRun, query: &str) -> Result<Read> {
     let name = tr.name_any();
+    if let Some(e) = super::logs::no_proxy_in_pod(tr, "the proxy's GET /audit") {
+        return Err(e);
+    }
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let job = tr
         .status

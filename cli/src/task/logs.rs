@@ -18,9 +18,9 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{ListParams, LogParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use orchestrator_crds::taskrun::{Phase, TaskRun};
+use orchestrator_crds::taskrun::{Phase, ProxyMode, TaskRun};
 
-use crate::args::{Global, LogsArgs};
+use crate::args::{Global, LogContainer, LogsArgs};
 use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result};
 use crate::output::visible;
@@ -110,12 +110,34 @@ pub fn where_logs(tr: &TaskRun, pods: &[Pod], container: &str) -> Where {
     }
 }
 
+/// In shared mode the task's pod has no proxy container: its proxy is the shared proxy
+/// Deployment, whose log holds the task's audit records (each with the task's uid). `what` is
+/// what the caller wanted (e.g. "the proxy's log").
+pub fn no_proxy_in_pod(tr: &TaskRun, what: &str) -> Option<Error> {
+    let status = tr.status.as_ref()?;
+    (status.proxy_mode == Some(ProxyMode::Shared)).then(|| {
+        let uid = tr.metadata.uid.as_deref().unwrap_or("?");
+        Error::NotFound(format!(
+            "TaskRun {} runs in shared mode (status.proxyMode: shared): its pod has no proxy, so \
+             {what} is not there; the shared proxy Deployment serves it, and its log holds this \
+             task's audit records (\"taskUid\":\"{uid}\"): kubectl logs -n <the chart's \
+             namespace> deploy/<release>-shared-proxy | grep {uid}",
+            tr.name_any()
+        ))
+    })
+}
+
 /// `task logs`.
 pub async fn run(global: &Global, args: &LogsArgs) -> Result<()> {
     let cluster = connect(global).await?;
     let tr = super::resolve(&cluster, &args.task).await?;
     let name = tr.name_any();
     let container = args.container.container_name();
+    if matches!(args.container, LogContainer::Proxy)
+        && let Some(e) = no_proxy_in_pod(&tr, "the proxy's log")
+    {
+        return Err(e);
+    }
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let pod = match where_logs(&tr, &job_pods(&cluster, &pods, &tr).await?, container) {
         Where::Pod(p) => p,
@@ -268,6 +290,22 @@ mod tests {
                     "ready": true, "restartCount": 0, "state": {"running": {}}}]},
         }))
         .expect("valid pod")
+    }
+
+    #[test]
+    fn a_shared_task_has_no_proxy_log_and_says_where_its_audit_is() {
+        let mut tr = taskrun(json!({"phase": "Running", "proxyMode": "shared"}));
+        tr.metadata.uid = Some("u-1".into());
+        let Some(Error::NotFound(msg)) = no_proxy_in_pod(&tr, "the proxy's log") else {
+            panic!("a shared task's proxy log must be refused");
+        };
+        assert!(msg.contains("TaskRun t runs in shared mode"), "{msg}");
+        assert!(msg.contains("the proxy's log is not there"), "{msg}");
+        assert!(msg.contains("\"taskUid\":\"u-1\""), "{msg}");
+        let sidecar = taskrun(json!({"phase": "Running", "proxyMode": "sidecar"}));
+        assert!(no_proxy_in_pod(&sidecar, "x").is_none());
+        // Before the operator resolved the mode: the pod is looked for as before.
+        assert!(no_proxy_in_pod(&taskrun(json!({})), "x").is_none());
     }
 
     fn agent(state: serde_json::Value) -> serde_json::Value {

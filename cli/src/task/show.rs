@@ -8,7 +8,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use orchestrator_crds::approval::ApprovalState;
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
+use orchestrator_crds::taskrun::{ProxyMode, TaskRun, TaskRunStatus};
 use serde_json::json;
 
 use crate::args::{DescribeArgs, GetArgs, Global, ListArgs};
@@ -270,8 +270,23 @@ pub fn describe_text(
         "Context",
         or_none(status.context_version.map(|v| format!("version {v}"))),
     ));
+    let shared = status.proxy_mode == Some(ProxyMode::Shared);
+    if let Some(mode) = status.proxy_mode {
+        fields.push((
+            "Proxy",
+            match mode {
+                ProxyMode::Shared => "shared (the shared proxy Deployment serves this task)".into(),
+                ProxyMode::Sidecar => "sidecar (in the task's pod)".into(),
+            },
+        ));
+    }
     if let Some(v) = status.served_context_version {
-        fields.push(("Served", format!("version {v} (the task pod's proxy)")));
+        let by = if shared {
+            "the shared proxy"
+        } else {
+            "the task pod's proxy"
+        };
+        fields.push(("Served", format!("version {v} ({by})")));
     }
     fields.push(("Job", or_none(status.job_name.clone())));
     fields.push(("ConfigMap", or_none(status.config_map_name.clone())));

@@ -171,3 +171,37 @@ fn describe_and_get_show_the_result_and_who_cancelled() {
         "{row}"
     );
 }
+
+#[test]
+fn describe_says_where_the_proxy_runs_and_who_reports_served() {
+    let shared = taskrun(
+        "task-3",
+        3,
+        "web",
+        json!({"phase": "Running", "proxyMode": "shared", "servedContextVersion": 2}),
+    );
+    let text = describe_text(&shared, None, &[], now());
+    assert!(
+        text.contains("Proxy:       shared (the shared proxy Deployment serves this task)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Served:      version 2 (the shared proxy)\n"),
+        "{text}"
+    );
+    let sidecar = taskrun(
+        "task-4",
+        4,
+        "web",
+        json!({"phase": "Running", "proxyMode": "sidecar", "servedContextVersion": 2}),
+    );
+    let text = describe_text(&sidecar, None, &[], now());
+    assert!(
+        text.contains("Proxy:       sidecar (in the task's pod)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Served:      version 2 (the task pod's proxy)\n"),
+        "{text}"
+    );
+}

@@ -6,8 +6,8 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
 use orchestrator_crds::taskrun::history::{REQUESTED_BY_ANNOTATION, RequestedBy};
 use orchestrator_crds::taskrun::{
-    AgentSpec, MAX_NAME_LEN, McpServer, Phase, TaskRun, TaskRunSpec, TaskSource, ToolConfig,
-    permission_rules,
+    AgentSpec, MAX_NAME_LEN, McpServer, Phase, ProxyContainerSpec, TaskRun, TaskRunSpec,
+    TaskSource, ToolConfig, permission_rules,
 };
 
 use crate::args::{Global, SubmitArgs};
@@ -81,7 +81,10 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
             image: Some(image.clone()),
             ..Default::default()
         }),
-        proxy: None,
+        proxy: args.proxy_mode.map(|mode| ProxyContainerSpec {
+            mode: Some(mode),
+            ..Default::default()
+        }),
         service_account_name: None,
         pod_template: None,
         active_deadline_seconds: args.active_deadline_seconds,
