@@ -25,7 +25,9 @@
 //!   MCP front: streamable HTTP at `/mcp`, or stdio, and the HTTP endpoints).
 //! - [`reload`] (hot reload of the mounted config), [`api`] (the task's ConfigMap watched
 //!   through the Kubernetes API, the served `contextVersion` reported on its Lease, approvals),
-//!   [`run`] (wiring and shutdown) and [`cli`] (the command line, for `main.rs`).
+//!   [`tenant`] (shared mode: many tasks in one process, each its own `Proxy`, chosen by the
+//!   pod its bearer token was issued to), [`run`] (wiring and shutdown) and [`cli`] (the command
+//!   line, for `main.rs`).
 
 pub mod api;
 pub mod apply;
@@ -48,6 +50,7 @@ pub mod server;
 pub mod session;
 mod sync;
 pub mod telemetry;
+pub mod tenant;
 pub mod upstream;
 pub mod zone;
 
