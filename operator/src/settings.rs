@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
+use orchestrator_crds::shared::{DEFAULT_AUDIENCE, ProxyMode};
 
 use crate::namespaces::Watched;
-use crate::render::{DEFAULT_SIDECAR_PORT, RenderSettings};
+use crate::render::{DEFAULT_SIDECAR_PORT, RenderSettings, SharedProxy};
 
 /// Kubernetes operator for orchestrator TaskRuns: renders each TaskRun into a ConfigMap and a Job
 /// whose pod runs the agent with the MCP proxy as a native sidecar.
@@ -72,6 +73,33 @@ pub struct Settings {
     #[arg(long, env = "ORCH_SIDECAR_METRICS_PORT",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub sidecar_metrics_port: Option<u16>,
+    /// Where a TaskRun's MCP proxy runs when neither its `spec.proxy.mode` nor the label
+    /// `orchestrator.io/proxy-mode` on its Namespace says: `sidecar` (one proxy in each task
+    /// pod) or `shared` (the chart's shared proxy Deployment, `--shared-proxy-url`).
+    #[arg(long, env = "ORCH_DEFAULT_PROXY_MODE", default_value = "sidecar",
+          value_parser = proxy_mode)]
+    pub default_proxy_mode: ProxyMode,
+    /// The shared proxy's MCP URL as task pods reach it (its Service:
+    /// `http://<service>.<namespace>.svc:8080/mcp`). Unset: shared mode is off, and a TaskRun in
+    /// shared mode is refused (`SharedProxyUnavailable`).
+    #[arg(
+        long,
+        env = "ORCH_SHARED_PROXY_URL",
+        requires = "shared_proxy_service_account"
+    )]
+    pub shared_proxy_url: Option<String>,
+    /// The shared proxy's namespace, where the operator writes each shared task's ConfigMap
+    /// (`task.<namespace>.<taskrun>`). Default: `--lease-namespace` (the release namespace).
+    #[arg(long, env = "ORCH_SHARED_PROXY_NAMESPACE", value_parser = namespace_name)]
+    pub shared_proxy_namespace: Option<String>,
+    /// The shared proxy's ServiceAccount (in `--shared-proxy-namespace`): each shared task's Role
+    /// is bound to it (`<taskrun>-shared-proxy`), and only it may write a shared task's Lease.
+    #[arg(long, env = "ORCH_SHARED_PROXY_SERVICE_ACCOUNT")]
+    pub shared_proxy_service_account: Option<String>,
+    /// The audience of the token each shared task's agent presents to the shared proxy (not
+    /// one the API server accepts).
+    #[arg(long, env = "ORCH_SHARED_PROXY_AUDIENCE", default_value = DEFAULT_AUDIENCE)]
+    pub shared_proxy_audience: String,
     /// URL the operator POSTs to when a call starts waiting for approval (a Slack incoming
     /// webhook, or any receiver of CloudEvents). A secret: give it through the environment from a
     /// Secret; it is never logged. Off when unset.
@@ -151,7 +179,21 @@ impl Settings {
             sidecar_api_watch: self.sidecar_api_watch,
             sidecar_kubernetes_service: self.sidecar_kubernetes_service.clone(),
             sidecar_metrics_port: self.sidecar_metrics_port,
+            shared_proxy: self.shared_proxy(),
         }
+    }
+
+    /// The shared proxy, when `--shared-proxy-url` is set.
+    pub fn shared_proxy(&self) -> Option<SharedProxy> {
+        Some(SharedProxy {
+            url: self.shared_proxy_url.clone()?,
+            namespace: self
+                .shared_proxy_namespace
+                .clone()
+                .unwrap_or_else(|| self.lease_namespace.clone()),
+            service_account: self.shared_proxy_service_account.clone()?,
+            audience: self.shared_proxy_audience.clone(),
+        })
     }
 
     /// The namespaces whose TaskRuns are reconciled.
@@ -172,6 +214,12 @@ impl Settings {
             format!("{host}-{}", std::process::id())
         })
     }
+}
+
+/// `sidecar` or `shared`.
+fn proxy_mode(value: &str) -> Result<ProxyMode, String> {
+    ProxyMode::parse(value.trim())
+        .ok_or_else(|| format!("{value:?} is not a proxy mode (sidecar or shared)"))
 }
 
 /// A namespace's name (a DNS-1123 label), or empty (the chart's unset value: all namespaces).
@@ -195,6 +243,41 @@ fn namespace_name(value: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Settings, clap::Error> {
+        Settings::from_args(std::iter::once("orchestrator-operator").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn shared_mode_needs_a_url_and_a_service_account_and_defaults_to_sidecar() {
+        let plain = parse(&[]).expect("no flags");
+        assert_eq!(plain.default_proxy_mode, ProxyMode::Sidecar);
+        assert_eq!(plain.shared_proxy(), None);
+        let shared = parse(&[
+            "--default-proxy-mode",
+            "shared",
+            "--shared-proxy-url",
+            "http://p.orchestrator-system.svc:8080/mcp",
+            "--shared-proxy-service-account",
+            "p",
+        ])
+        .expect("shared");
+        assert_eq!(shared.default_proxy_mode, ProxyMode::Shared);
+        let proxy = shared.shared_proxy().expect("configured");
+        assert_eq!(
+            (proxy.namespace.as_str(), proxy.audience.as_str()),
+            ("orchestrator-system", DEFAULT_AUDIENCE)
+        );
+        let no_account = parse(&["--shared-proxy-url", "http://p/mcp"]).expect_err("no SA");
+        assert!(
+            no_account
+                .to_string()
+                .contains("--shared-proxy-service-account"),
+            "{no_account}"
+        );
+        let bad = parse(&["--default-proxy-mode", "Shared"]).expect_err("case matters");
+        assert!(bad.to_string().contains("is not a proxy mode"), "{bad}");
+    }
 
     fn watched(args: &[&str]) -> Result<Watched, clap::Error> {
         let args = std::iter::once("orchestrator-operator").chain(args.iter().copied());

@@ -151,6 +151,7 @@ mod tests {
             sidecar_api_watch: true,
             sidecar_kubernetes_service: None,
             sidecar_metrics_port: None,
+            shared_proxy: None,
         };
         render(&tr, &catalog, &settings).expect("renders")
     }

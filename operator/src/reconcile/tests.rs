@@ -290,6 +290,7 @@ impl Harness {
                 sidecar_api_watch: true,
                 sidecar_kubernetes_service: None,
                 sidecar_metrics_port: None,
+                shared_proxy: None,
             },
             catalog: CatalogStore::with(catalog()),
             metrics: Arc::new(Metrics::default()),

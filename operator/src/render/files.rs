@@ -34,6 +34,8 @@ pub struct Files {
     mcp_config: String,
     settings: String,
     task: Option<String>,
+    /// Shared mode: the proxy config is not the pod's (it goes to the shared proxy's ConfigMap).
+    shared: bool,
 }
 
 impl Files {
@@ -118,7 +120,20 @@ impl Files {
             mcp_config: pretty(&mcp_config(proxy_addr)),
             settings: pretty(&settings(tr)),
             task: tr.spec.task.prompt.clone(),
+            shared: false,
         }
+    }
+
+    /// The proxy config as rendered for the sidecar (`contextVersion` 0).
+    pub fn proxy(&self) -> &ProxyConfig {
+        &self.proxy
+    }
+
+    /// Shared mode: the agent's MCP config names the shared proxy at `url` with the header
+    /// helper (see [`shared_mcp_config`]), and the task's ConfigMap holds the agent's files only.
+    pub fn use_shared_proxy(&mut self, url: &str) {
+        self.mcp_config = pretty(&shared_mcp_config(url));
+        self.shared = true;
     }
 
     /// The ConfigMap data with `contextVersion` set.
@@ -132,10 +147,12 @@ impl Files {
             Err(e) => format!("# render error: {e}\n"),
         };
         let mut data = BTreeMap::from([
-            (PROXY_CONFIG_FILE.to_string(), proxy_yaml),
             (MCP_CONFIG_FILE.to_string(), self.mcp_config.clone()),
             (SETTINGS_FILE.to_string(), self.settings.clone()),
         ]);
+        if !self.shared {
+            data.insert(PROXY_CONFIG_FILE.to_string(), proxy_yaml);
+        }
         if let Some(task) = &self.task {
             data.insert(TASK_FILE.to_string(), task.clone());
         }
@@ -205,6 +222,32 @@ fn mcp_config(proxy_addr: &str) -> serde_json::Value {
             }
         }
     })
+}
+
+/// Shared mode: the agent reaches the shared proxy at `url` with its pod's token (audience the
+/// shared proxy's, not the API server's). Claude Code runs `headersHelper` (a shell command
+/// printing a JSON object of headers) when it connects and reconnects, so a token the kubelet
+/// renewed in the file is the one sent after a reconnect.
+fn shared_mcp_config(url: &str) -> serde_json::Value {
+    json!({
+        "mcpServers": {
+            PROXY_SERVER_NAME: {
+                "type": "http",
+                "url": url,
+                "headersHelper": headers_helper(),
+            }
+        }
+    })
+}
+
+/// The shell command printing `{"Authorization":"Bearer <token>"}` from the projected token
+/// file (a JWT: base64url and dots, nothing to escape in JSON).
+pub fn headers_helper() -> String {
+    format!(
+        "printf '{{\"Authorization\":\"Bearer %s\"}}' \"$(cat {}/{})\"",
+        orchestrator_crds::shared::TOKEN_DIR,
+        orchestrator_crds::shared::TOKEN_FILE
+    )
 }
 
 /// Claude Code permission settings for the built-in tools. `*` in `allow` (the default) means

@@ -11,6 +11,12 @@
 //! [`LEASE_LABEL`], which puts it under the chart's admission policy: of the pods running the
 //! ServiceAccount, only the task pod's proxy may write it. The token is mounted into the proxy container only
 //! (`automountServiceAccountToken: false` for the pod, so the agent never gets one).
+//!
+//! In shared mode ([`SharedIdentity`]) the task's proxy is the shared proxy's ServiceAccount: a
+//! second RoleBinding `<taskrun>-shared-proxy` binds the same Role to it, the Role may also `get`
+//! the task's Secrets by name (the HTTP servers' headers, the masked values), and the Lease
+//! carries [`LEASE_MODE_ANNOTATION`] so the admission policy admits the shared proxy's writes
+//! instead of a pod's. Nothing in the task's pod talks to the API.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +25,10 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use orchestrator_crds::approval::LEASE_LABEL;
+use orchestrator_crds::shared::{LEASE_MODE_ANNOTATION, ProxyMode};
+
+/// The suffix of the shared proxy's RoleBinding (`<taskrun>-shared-proxy`).
+pub const SHARED_BINDING_SUFFIX: &str = "-shared-proxy";
 
 /// The objects that make up a task pod's identity.
 #[derive(Clone, Debug)]
@@ -27,8 +37,10 @@ pub struct Identity {
     pub service_account: Option<ServiceAccount>,
     pub role: Role,
     pub role_binding: RoleBinding,
-    /// Where the proxy reports what it serves (with the API watch on).
+    /// Where the proxy reports what it serves (with the API watch on, or in shared mode).
     pub lease: Option<Lease>,
+    /// Shared mode: the Role bound to the shared proxy's ServiceAccount.
+    pub shared_binding: Option<RoleBinding>,
 }
 
 impl Identity {
@@ -53,6 +65,16 @@ pub struct IdentityInput<'a> {
     pub config_map_name: &'a str,
     /// The proxy watches its ConfigMap and reports to the Lease.
     pub api_watch: bool,
+    /// Shared mode: the shared proxy's account and the task's Secrets it may read.
+    pub shared: Option<SharedIdentity<'a>>,
+}
+
+/// Who serves a shared task, and what it may read of it.
+pub struct SharedIdentity<'a> {
+    pub namespace: &'a str,
+    pub service_account: &'a str,
+    /// The task's Secrets, by name.
+    pub secrets: Vec<String>,
 }
 
 pub fn render(input: IdentityInput<'_>) -> Identity {
@@ -80,7 +102,9 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         resource_names: Some(vec![input.config_map_name.to_string()]),
         ..Default::default()
     }];
-    if input.api_watch {
+    // In shared mode the shared proxy reports to the Lease (it has no API watch to turn off).
+    let reports = input.api_watch || input.shared.is_some();
+    if reports {
         rules.push(PolicyRule {
             api_groups: Some(vec!["coordination.k8s.io".into()]),
             resources: Some(vec!["leases".into()]),
@@ -97,25 +121,41 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
             ..Default::default()
         });
     }
+    // An empty resourceNames would grant every Secret: only with names.
+    if let Some(shared) = input.shared.as_ref().filter(|s| !s.secrets.is_empty()) {
+        rules.push(PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["secrets".into()]),
+            verbs: vec!["get".into()],
+            resource_names: Some(shared.secrets.clone()),
+            ..Default::default()
+        });
+    }
     let role = Role {
         metadata: meta(input.name),
         rules: Some(rules),
     };
     // Labelled so the chart's admission policy guards it: only the task pod's proxy may write
     // it (the pod the operator binds it to, see `reconcile/binding.rs`).
-    let lease = input.api_watch.then(|| {
+    let lease = reports.then(|| {
         let mut metadata = meta(input.name);
         metadata
             .labels
             .get_or_insert_default()
             .insert(LEASE_LABEL.into(), "true".into());
+        if input.shared.is_some() {
+            metadata.annotations = Some(BTreeMap::from([(
+                LEASE_MODE_ANNOTATION.to_string(),
+                ProxyMode::Shared.as_str().to_string(),
+            )]));
+        }
         Lease {
             metadata,
             ..Default::default()
         }
     });
-    let role_binding = RoleBinding {
-        metadata: meta(input.name),
+    let binding = |name: &str, account: &str, namespace: &str| RoleBinding {
+        metadata: meta(name),
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".into(),
             kind: "Role".into(),
@@ -124,14 +164,23 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".into(),
             name: account.to_string(),
-            namespace: Some(input.namespace.to_string()),
+            namespace: Some(namespace.to_string()),
             ..Default::default()
         }]),
     };
+    let role_binding = binding(input.name, account, input.namespace);
+    let shared_binding = input.shared.as_ref().map(|s| {
+        binding(
+            &format!("{}{SHARED_BINDING_SUFFIX}", input.name),
+            s.service_account,
+            s.namespace,
+        )
+    });
     Identity {
         service_account,
         role,
         role_binding,
         lease,
+        shared_binding,
     }
 }

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
+use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::agent::DEFAULT_AGENT_SCRIPT;
@@ -37,8 +38,9 @@ use super::pod::{
     mount, quantities, restricted, restricted_as, secret_env,
 };
 use super::resolve::{MaskKey, Resolved, mask_keys};
+use super::shared::{TOKEN_VOLUME, token_volume};
 use super::zone::{ZONES_DIR, zone_container, zones};
-use super::{RenderSettings, config_map_name};
+use super::{RenderSettings, SharedProxy, config_map_name};
 
 /// Name of the proxy container (the e2e kubelet stand-in looks it up by this name).
 pub const PROXY_CONTAINER: &str = "mcp-proxy";
@@ -77,6 +79,9 @@ pub struct JobInput<'a> {
     pub resolved: &'a Resolved<'a>,
     /// The pod's ServiceAccount (see [`super::identity`]).
     pub service_account_name: &'a str,
+    /// Shared mode: the proxy is the shared one, not a container of the pod (see
+    /// [`super::shared`]); no server has a container either (stdio servers are refused).
+    pub shared: Option<&'a SharedProxy>,
 }
 
 pub fn render(input: JobInput<'_>) -> Job {
@@ -131,14 +136,14 @@ pub fn render(input: JobInput<'_>) -> Job {
                     }),
                     // The proxy first: it is ready before the servers' containers start, and
                     // the agent starts after all of them (native sidecars start in order).
-                    init_containers: Some(
+                    init_containers: input.shared.is_none().then(|| {
                         std::iter::once(proxy_container(&input))
                             .chain(
                                 zones(input.resolved)
                                     .map(|z| zone_container(input.settings, input.resolved, &z)),
                             )
-                            .collect(),
-                    ),
+                            .collect()
+                    }),
                     containers: vec![agent_container(&input)],
                     volumes: Some(volumes(&input)),
                     ..Default::default()
@@ -309,7 +314,10 @@ fn agent_container(input: &JobInput<'_>) -> Container {
         env("ORCHESTRATOR_TASK_FILE", &format!("{TASK_DIR}/{TASK_FILE}")),
         env(
             "ORCHESTRATOR_MCP_URL",
-            &format!("http://{}/mcp", input.settings.proxy_addr()),
+            &input.shared.map_or_else(
+                || format!("http://{}/mcp", input.settings.proxy_addr()),
+                |p| p.url.clone(),
+            ),
         ),
         env(
             "ORCHESTRATOR_MCP_CONFIG",
@@ -320,6 +328,20 @@ fn agent_container(input: &JobInput<'_>) -> Container {
             &format!("{TOOLS_DIR}/{SETTINGS_FILE}"),
         ),
     ];
+    let mut mounts = vec![
+        mount(TOOLS_VOLUME, TOOLS_DIR, true),
+        mount(TASK_VOLUME, TASK_DIR, true),
+        mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+        mount(AGENT_TMP_VOLUME, "/tmp", false),
+    ];
+    if input.shared.is_some() {
+        // The token the agent presents to the shared proxy, in this container only.
+        vars.push(env(
+            "ORCHESTRATOR_MCP_TOKEN_FILE",
+            &format!("{TOKEN_DIR}/{TOKEN_FILE}"),
+        ));
+        mounts.push(mount(TOKEN_VOLUME, TOKEN_DIR, true));
+    }
     // The user's env comes last and replaces ours of the same name.
     vars.retain(|e| !agent.env.iter().any(|u| u.name == e.name));
     vars.extend(agent.env.iter().cloned());
@@ -341,12 +363,7 @@ fn agent_container(input: &JobInput<'_>) -> Container {
         args,
         working_dir: Some(WORKSPACE_DIR.into()),
         env: Some(vars),
-        volume_mounts: Some(vec![
-            mount(TOOLS_VOLUME, TOOLS_DIR, true),
-            mount(TASK_VOLUME, TASK_DIR, true),
-            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
-            mount(AGENT_TMP_VOLUME, "/tmp", false),
-        ]),
+        volume_mounts: Some(mounts),
         resources: agent.resources,
         security_context: Some(restricted()),
         ..Default::default()
@@ -389,15 +406,26 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
             ..Default::default()
         }
     };
-    let mut volumes = vec![
-        Volume {
-            name: TOOLS_VOLUME.into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: config_map_name(&name),
-                ..Default::default()
-            }),
+    let tools_volume = Volume {
+        name: TOOLS_VOLUME.into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map_name(&name),
             ..Default::default()
-        },
+        }),
+        ..Default::default()
+    };
+    if let Some(proxy) = input.shared {
+        // Only the agent's: no proxy, no server container, no API token, no mask volume.
+        return vec![
+            tools_volume,
+            task_volume,
+            empty_dir(WORKSPACE_VOLUME),
+            empty_dir(AGENT_TMP_VOLUME),
+            token_volume(proxy, tr.spec.active_deadline_seconds),
+        ];
+    }
+    let mut volumes = vec![
+        tools_volume,
         task_volume,
         empty_dir(WORKSPACE_VOLUME),
         empty_dir(PROXY_TMP_VOLUME),

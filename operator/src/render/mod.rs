@@ -10,6 +10,8 @@
 //! - [`zone`]: a stdio server's container (its name, its socket, the container), for `job`
 //!   and `files`; [`pod`]: the containers' building blocks (uids, security context, mounts).
 //! - [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
+//! - [`shared`]: shared-service mode (docs/design/shared-mode.md): the task's ConfigMap in the
+//!   shared proxy's namespace, the agent's token for it, and what such a task cannot have.
 
 pub mod agent;
 pub mod files;
@@ -17,6 +19,7 @@ pub mod identity;
 pub mod job;
 pub mod pod;
 pub mod resolve;
+pub mod shared;
 pub mod zone;
 
 use std::collections::BTreeMap;
@@ -26,6 +29,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
+use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{CONFIG_MAP_SUFFIX, EffectiveTools, TaskRun};
 use sha2::{Digest, Sha256};
 
@@ -65,6 +70,21 @@ pub struct RenderSettings {
     pub sidecar_kubernetes_service: Option<String>,
     /// Port of the proxy's metrics listener on the pod IP (`--metrics-listen`), if any.
     pub sidecar_metrics_port: Option<u16>,
+    /// The shared proxy (`--shared-proxy-*`), when shared mode is on.
+    pub shared_proxy: Option<SharedProxy>,
+}
+
+/// The chart's shared proxy, as the operator's flags name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedProxy {
+    /// Its MCP URL as task pods reach it (`--shared-proxy-url`).
+    pub url: String,
+    /// Its namespace: where each shared task's ConfigMap goes.
+    pub namespace: String,
+    /// Its ServiceAccount (in `namespace`).
+    pub service_account: String,
+    /// The audience of the agents' tokens.
+    pub audience: String,
 }
 
 impl RenderSettings {
@@ -94,6 +114,10 @@ pub struct Plan {
     pub secrets: Vec<SecretBinding>,
     /// The stdio servers the TaskRun lists (enabled or not): each has its own container.
     zoned: Vec<String>,
+    /// Where the task's proxy runs (an input of the render, see `reconcile/mode.rs`).
+    mode: ProxyMode,
+    /// In shared mode: the task's ConfigMap in the shared proxy's namespace.
+    shared: Option<shared::SharedConfig>,
 }
 
 impl Plan {
@@ -153,6 +177,16 @@ impl Plan {
     pub fn zoned_servers(&self) -> impl Iterator<Item = &str> {
         self.zoned.iter().map(String::as_str)
     }
+
+    /// Where the task's proxy runs.
+    pub fn mode(&self) -> ProxyMode {
+        self.mode
+    }
+
+    /// In shared mode: the task's ConfigMap in the shared proxy's namespace.
+    pub fn shared(&self) -> Option<&shared::SharedConfig> {
+        self.shared.as_ref()
+    }
 }
 
 /// `<taskrun>-tools`.
@@ -160,12 +194,23 @@ pub fn config_map_name(taskrun: &str) -> String {
     format!("{taskrun}{CONFIG_MAP_SUFFIX}")
 }
 
-/// Renders a TaskRun. Fails with every problem the operator can judge (unknown servers, env
-/// without a Secret, bad globs, ...); the API server has already refused what CEL can judge.
+/// Renders a TaskRun in sidecar mode (see [`render_mode`]).
 pub fn render(
     tr: &TaskRun,
     catalog: &Catalog,
     settings: &RenderSettings,
+) -> Result<Plan, Vec<Problem>> {
+    render_mode(tr, catalog, settings, ProxyMode::Sidecar)
+}
+
+/// Renders a TaskRun whose proxy runs in `mode`. Fails with every problem the operator can
+/// judge (unknown servers, env without a Secret, bad globs, in shared mode no shared proxy or a
+/// stdio server, ...); the API server has already refused what CEL can judge.
+pub fn render_mode(
+    tr: &TaskRun,
+    catalog: &Catalog,
+    settings: &RenderSettings,
+    mode: ProxyMode,
 ) -> Result<Plan, Vec<Problem>> {
     let (Some(namespace), Some(owner)) = (tr.namespace(), tr.controller_owner_ref(&())) else {
         return Err(vec![Problem {
@@ -176,10 +221,24 @@ pub fn render(
     };
     let name = tr.name_any();
     let resolved = resolve::resolve(&tr.spec, catalog)?;
+    let proxy = match mode {
+        ProxyMode::Sidecar => None,
+        ProxyMode::Shared => Some(shared::check(settings, &resolved)?),
+    };
     let labels = labels(tr);
 
-    let files = files::Files::render(tr, &namespace, &resolved, &settings.proxy_addr());
-    let config_hash = digest(&files.data(0));
+    let mut files = files::Files::render(tr, &namespace, &resolved, &settings.proxy_addr());
+    let shared = proxy.map(|p| {
+        let config = shared::SharedConfig::render(tr, &namespace, files.proxy(), &resolved, p);
+        files.use_shared_proxy(&p.url);
+        config
+    });
+    // The digest of everything the task's proxy and agent read, wherever it is kept.
+    let mut hashed = files.data(0);
+    if let Some(shared) = &shared {
+        hashed.insert(PROXY_CONFIG_FILE.to_string(), shared.proxy_yaml(0));
+    }
+    let config_hash = digest(&hashed);
 
     let mut tools = Vec::new();
     let mut enabled_tool_count = 0;
@@ -202,6 +261,11 @@ pub fn render(
         service_account_name: tr.spec.service_account_name.as_deref(),
         config_map_name: &config_map_name(&name),
         api_watch: settings.sidecar_api_watch,
+        shared: proxy.map(|p| identity::SharedIdentity {
+            namespace: &p.namespace,
+            service_account: &p.service_account,
+            secrets: shared::secret_names(tr, &resolved),
+        }),
     });
     let job = job::render(job::JobInput {
         taskrun: tr,
@@ -211,8 +275,11 @@ pub fn render(
         settings,
         resolved: &resolved,
         service_account_name: identity.service_account_name(),
+        shared: proxy,
     });
+    // In shared mode no server has a container (stdio servers are refused: `shared::check`).
     let zoned = zone::zones(&resolved)
+        .filter(|_| proxy.is_none())
         .map(|z| z.server.spec.name.clone())
         .collect();
 
@@ -229,6 +296,8 @@ pub fn render(
         enabled_tool_count,
         secrets: resolved.secrets,
         zoned,
+        mode,
+        shared,
     })
 }
 
@@ -279,5 +348,7 @@ pub fn short_hex(hash: &[u8]) -> String {
     hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+#[cfg(test)]
+mod shared_tests;
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,7 @@ fn settings() -> RenderSettings {
         sidecar_api_watch: true,
         sidecar_kubernetes_service: None,
         sidecar_metrics_port: None,
+        shared_proxy: None,
     }
 }
 
@@ -897,6 +898,7 @@ fn only_the_proxy_container_gets_the_task_identitys_token() {
     let there = RenderSettings {
         sidecar_kubernetes_service: Some("127.0.0.1:6443".into()),
         sidecar_metrics_port: None,
+        shared_proxy: None,
         ..settings()
     };
     let there = render(&task_1001(), &catalog(), &there).expect("renders");
