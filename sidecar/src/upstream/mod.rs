@@ -4,8 +4,8 @@
 //!
 //! Submodules: `connection` (one live connection: its peer, process and call routes), `stdio`
 //! (child processes), `zoned` (processes a server's own container starts
-//! for us), `http` (streamable-HTTP client), `handler` (what the
-//! upstream may send us), `routes` (which session a call belongs to), `cache` (tool lists on
+//! for us), `zone_tcp` (a zone over TCP, for `zoned`), `http` (streamable-HTTP client),
+//! `handler` (what the upstream may send us), `routes` (which session a call belongs to), `cache` (tool lists on
 //! disk), `shared` (capabilities and logging level all upstreams share), `pool` (all upstreams,
 //! their tool lists, reconciliation and shutdown).
 // Logging and resources/subscribe are deprecated by SEP-2577 but still part of the legacy
@@ -26,7 +26,8 @@ pub mod routes;
 mod shared;
 pub mod stderr;
 pub mod stdio;
-mod zoned;
+mod zone_tcp;
+pub mod zoned;
 
 pub use connection::Connection;
 pub use revision::Revision;

@@ -1,23 +1,69 @@
 //! The proxy's end of a zone: a stdio server whose process runs in its own container, started
-//! there by `orchestrator-mcp-proxy zone` (see `crate::zone`). Connects to the zone's socket,
-//! asks for a process, receives its three pipe ends, and from then on the connection carries
-//! the signals the proxy asks for one way and the exit status the other.
+//! there by `orchestrator-mcp-proxy zone` (see `crate::zone`). Connects to the zone (a
+//! [`ZoneTarget`]), asks for a process, and gets its stdin, stdout and stderr; from then on the
+//! connection carries the signals the proxy asks for one way and the exit status the other.
+//! Over the unix socket the zone hands over the process's pipe ends themselves; over TCP
+//! (`zone_tcp`, shared mode) the pipes travel as frames and come out as in-memory pipes.
 
-use std::{os::fd::OwnedFd, path::Path, time::Duration};
+use std::{
+    fmt,
+    net::SocketAddr,
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
-use tokio::{net::UnixStream, sync::mpsc};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{UnixStream, unix::pipe},
+    sync::mpsc,
+};
 
+use super::zone_tcp;
 use crate::{
     error::{Error, Result},
     names::ServerName,
-    zone::protocol::{self, Event, FDS, Lines, Request, SignalName, VERSION},
+    zone::{
+        auth::ZoneKey,
+        protocol::{self, Event, FDS, Lines, Request, SignalName, VERSION},
+    },
 };
 
 /// How long the zone may take to accept the connection, and then to start the process.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A process the zone started for us: its pipes, and the connection that controls it.
+/// Where a server's zone listens.
+#[derive(Clone, Debug)]
+pub enum ZoneTarget {
+    /// The zone's unix socket, in a volume the proxy's container shares (sidecar mode).
+    Unix(PathBuf),
+    /// The zone's TCP address in the task's pod, and its key (shared mode).
+    Tcp { addr: SocketAddr, key: ZoneKey },
+}
+
+impl fmt::Display for ZoneTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ZoneTarget::Unix(path) => write!(f, "{}", path.display()),
+            ZoneTarget::Tcp { addr, .. } => write!(f, "{addr}"),
+        }
+    }
+}
+
+/// A process the zone started for us, whatever the transport: the streams `stdio` speaks over
+/// (as a child's pipes), and the connection that controls it.
+pub struct Streams {
+    /// Its pid in the zone's PID namespace (for logs and `/tools`).
+    pub pid: u32,
+    pub stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    pub stdout: Box<dyn AsyncRead + Send + Unpin>,
+    pub stderr: Box<dyn AsyncRead + Send + Unpin>,
+    pub control: Control,
+}
+
+/// A process the zone started for us over its socket: its pipes, and the connection that
+/// controls it.
 pub struct Started {
     /// Its pid in the zone's PID namespace (for logs and `/tools`).
     pub pid: u32,
@@ -28,10 +74,78 @@ pub struct Started {
 }
 
 /// The connection a process was started on.
-pub struct Control {
-    pid: u32,
-    stream: UnixStream,
-    lines: Lines,
+pub struct Control(Transport);
+
+enum Transport {
+    Socket {
+        pid: u32,
+        stream: UnixStream,
+        lines: Lines,
+    },
+    Tcp(zone_tcp::Control),
+}
+
+/// Connects to the zone at `target` and has it start the server's process (`pod` names this
+/// pod in what a failure says).
+pub async fn connect(
+    server: &ServerName,
+    target: &ZoneTarget,
+    pod: Option<&str>,
+) -> Result<Streams> {
+    let failed = |what: String| Error::StartFailed {
+        server: server.clone(),
+        reason: format!("{what}; {}", its_log(server, pod)),
+    };
+    match target {
+        ZoneTarget::Unix(socket) => {
+            let Started {
+                pid,
+                stdin,
+                stdout,
+                stderr,
+                control,
+            } = start(server, socket, pod).await?;
+            let pipes = |e: std::io::Error| {
+                failed(format!(
+                    "server {server}'s container handed over unusable pipes: {e}"
+                ))
+            };
+            Ok(Streams {
+                pid,
+                stdin: Box::new(pipe::Sender::from_owned_fd(stdin).map_err(pipes)?),
+                stdout: Box::new(pipe::Receiver::from_owned_fd(stdout).map_err(pipes)?),
+                stderr: Box::new(pipe::Receiver::from_owned_fd(stderr).map_err(pipes)?),
+                control,
+            })
+        }
+        ZoneTarget::Tcp { addr, key } => {
+            let started = tokio::time::timeout(
+                CONNECT_TIMEOUT + REPLY_TIMEOUT,
+                zone_tcp::start(server.as_str(), *addr, key, CONNECT_TIMEOUT),
+            )
+            .await;
+            match started {
+                Ok(Ok(started)) => Ok(Streams {
+                    pid: started.pid,
+                    stdin: Box::new(started.stdin),
+                    stdout: Box::new(started.stdout),
+                    stderr: Box::new(started.stderr),
+                    control: Control(Transport::Tcp(started.control)),
+                }),
+                Ok(Err(zone_tcp::Failure::Unreachable(why))) => Err(failed(format!(
+                    "server {server}'s container is not accepting connections on {addr} ({})",
+                    plain_text(&why)
+                ))),
+                Ok(Err(zone_tcp::Failure::Refused(why))) => {
+                    Err(failed(format!("server {server}'s container {why}")))
+                }
+                Err(_) => Err(failed(format!(
+                    "server {server}'s container at {addr} did not start the process within {}s",
+                    (CONNECT_TIMEOUT + REPLY_TIMEOUT).as_secs()
+                ))),
+            }
+        }
+    }
 }
 
 /// Where the zone's own log is, for error messages.
@@ -42,10 +156,13 @@ fn its_log(server: &ServerName, pod: Option<&str>) -> String {
 
 /// An OS error without its "(os error N)" suffix.
 fn plain(e: &std::io::Error) -> String {
-    let text = e.to_string();
+    plain_text(&e.to_string())
+}
+
+fn plain_text(text: &str) -> String {
     match text.split_once(" (os error ") {
         Some((plain, _)) => plain.to_string(),
-        None => text,
+        None => text.to_string(),
     }
 }
 
@@ -109,11 +226,11 @@ async fn request(control: UnixStream) -> std::result::Result<Started, String> {
                 stdin,
                 stdout,
                 stderr,
-                control: Control {
+                control: Control(Transport::Socket {
                     pid,
                     stream: control,
                     lines,
-                },
+                }),
             })
         }
         Ok(Event::Error { message }) => Err(format!("did not start the process: {message}")),
@@ -132,11 +249,12 @@ impl Control {
         mut signals: mpsc::UnboundedReceiver<SignalName>,
         exited: impl FnOnce(String) + Send + 'static,
     ) {
-        let Control {
-            pid,
-            stream,
-            mut lines,
-        } = self;
+        let (pid, stream, mut lines) = match self.0 {
+            Transport::Socket { pid, stream, lines } => (pid, stream, lines),
+            Transport::Tcp(control) => {
+                return control.supervise(server.to_string(), signals, exited);
+            }
+        };
         tokio::spawn(async move {
             let status = loop {
                 tokio::select! {
@@ -166,6 +284,9 @@ impl Control {
 }
 
 #[cfg(test)]
+mod tcp_tests;
+
+#[cfg(test)]
 mod tests {
     use std::{path::PathBuf, sync::Arc};
 
@@ -188,7 +309,7 @@ mod tests {
         let socket = dir.join("mcp.sock");
         let listener = zone::bind(&socket).expect("the socket binds");
         let options = ZoneOptions {
-            socket: socket.clone(),
+            listen: zone::Listen::Socket(socket.clone()),
             peer_uid,
             grace: Duration::from_secs(1),
             command: "sh".into(),

@@ -16,7 +16,7 @@ use super::{
 /// How long a peer may take to send its start request.
 const REQUEST_WAIT: Duration = Duration::from_secs(10);
 /// How long a peer may leave the zone's answer unread.
-const LAST_WORD_WAIT: Duration = Duration::from_secs(5);
+pub(super) const LAST_WORD_WAIT: Duration = Duration::from_secs(5);
 
 /// Serves one connection to its end. `_alive` is dropped when everything it started has ended.
 pub async fn serve(
@@ -106,7 +106,7 @@ async fn tell(stream: &UnixStream, event: Event) {
 }
 
 /// Starts the command in its own process group, with the zone's environment and directory.
-fn spawn(options: &ZoneOptions) -> std::io::Result<(Child, u32)> {
+pub(super) fn spawn(options: &ZoneOptions) -> std::io::Result<(Child, u32)> {
     let child = tokio::process::Command::new(&options.command)
         .args(&options.args)
         .stdin(Stdio::piped())
@@ -187,7 +187,7 @@ async fn supervise(
 }
 
 /// SIGTERM to the group, SIGKILL after `grace`; the leader's exit status.
-async fn stop(child: &mut Child, pid: u32, grace: Duration) -> String {
+pub(super) async fn stop(child: &mut Child, pid: u32, grace: Duration) -> String {
     signal_group(pid, Signal::TERM);
     match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => status_text(status),
@@ -199,21 +199,21 @@ async fn stop(child: &mut Child, pid: u32, grace: Duration) -> String {
     }
 }
 
-fn status_text(status: std::io::Result<std::process::ExitStatus>) -> String {
+pub(super) fn status_text(status: std::io::Result<std::process::ExitStatus>) -> String {
     match status {
         Ok(status) => status.to_string(),
         Err(e) => format!("unknown status ({e})"),
     }
 }
 
-fn signal_of(signal: SignalName) -> Signal {
+pub(super) fn signal_of(signal: SignalName) -> Signal {
     match signal {
         SignalName::Term => Signal::TERM,
         SignalName::Kill => Signal::KILL,
     }
 }
 
-fn signal_group(pid: u32, signal: Signal) {
+pub(super) fn signal_group(pid: u32, signal: Signal) {
     if let Some(pgid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
         // ESRCH (the group is gone) is the normal case after an exit.
         let _ = kill_process_group(pgid, signal);

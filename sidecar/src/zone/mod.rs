@@ -16,12 +16,25 @@
 //!
 //! With `--peer-uid`, only a peer of that uid (the proxy's) may start the process: what the
 //! server itself runs (a planted hook, say) shares the zone's uid, not the proxy's.
+//!
+//! With `--listen IP:PORT --key-file FILE --server NAME` instead of `--socket`, the zone listens
+//! on TCP for a proxy in another pod (shared mode): the peer proves it holds the zone's key
+//! instead of showing its uid, and the pipes travel as frames instead of descriptors (`tcp`).
+//!
+//! Submodules: `protocol` (the socket's lines, `v: 1`), `connection` (one socket connection),
+//! `auth` (the key and its proofs), `frames` (the TCP protocol, `v: 2`), `pumps` (the tasks
+//! that move frames), `tcp` (one TCP connection).
 
+pub mod auth;
 mod connection;
+pub mod frames;
 pub mod protocol;
+pub mod pumps;
+pub mod tcp;
 
 use std::{
     ffi::OsString,
+    net::SocketAddr,
     os::unix::fs::{FileTypeExt, PermissionsExt},
     path::{Path, PathBuf},
     process::ExitCode,
@@ -38,11 +51,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::LogFormat;
 
+/// Where the zone listens.
+#[derive(Clone, Debug)]
+pub enum Listen {
+    /// A unix socket (its directory exists: an emptyDir shared with the proxy).
+    Socket(PathBuf),
+    /// A TCP address, for a proxy in another pod: peers must prove they hold the key in
+    /// `key_file` for `server` (this zone's server name).
+    Tcp {
+        addr: SocketAddr,
+        key_file: PathBuf,
+        server: String,
+    },
+}
+
 /// What `zone` is told on its command line.
 #[derive(Clone, Debug)]
 pub struct ZoneOptions {
-    /// The socket to listen on (its directory exists: an emptyDir shared with the proxy).
-    pub socket: PathBuf,
+    /// Where to listen.
+    pub listen: Listen,
     /// The only peer uid allowed to start the process (none: any peer that can connect).
     pub peer_uid: Option<u32>,
     /// SIGTERM to SIGKILL for the process group.
@@ -101,23 +128,46 @@ pub async fn run(options: ZoneOptions) -> anyhow::Result<()> {
     crate::reaper::start();
     let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
-    let listener = bind(&options.socket)?;
-    tracing::info!(
-        socket = %options.socket.display(),
-        peer_uid = ?options.peer_uid,
-        command = ?options.command,
-        args = ?options.args,
-        "zone listening"
-    );
     let stop = async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
     };
-    let socket = options.socket.clone();
-    serve(listener, Arc::new(options), stop).await;
-    let _ = std::fs::remove_file(&socket);
+    match options.listen.clone() {
+        Listen::Socket(socket) => {
+            let listener = bind(&socket)?;
+            tracing::info!(
+                socket = %socket.display(),
+                peer_uid = ?options.peer_uid,
+                command = ?options.command,
+                args = ?options.args,
+                "zone listening"
+            );
+            serve(listener, Arc::new(options), stop).await;
+            let _ = std::fs::remove_file(&socket);
+        }
+        Listen::Tcp {
+            addr,
+            key_file,
+            server,
+        } => {
+            if server.is_empty() {
+                anyhow::bail!("--server: the zone's server name is empty");
+            }
+            let key = auth::ZoneKey::from_file("--key-file", &key_file)?;
+            let listener = tcp::bind(addr).await?;
+            tracing::info!(
+                listen = %listener.local_addr().unwrap_or(addr),
+                %server,
+                command = ?options.command,
+                args = ?options.args,
+                "zone listening"
+            );
+            let auth = Arc::new(tcp::TcpAuth { key, server });
+            tcp::serve(listener, Arc::new(options), auth, stop).await;
+        }
+    }
     tracing::info!("zone stopped");
     Ok(())
 }

@@ -15,7 +15,8 @@
 //! The proxy closing the connection (it stopped the server, or it died) makes the zone end the
 //! process group: SIGTERM, SIGKILL after the zone's grace. A line that is too long, not JSON, of
 //! another protocol version or not a message of the protocol ends the connection. `v` is the
-//! protocol version: a start of another version is refused with an `error` naming both.
+//! protocol version: a start of another version is refused with an `error` naming both. Over
+//! TCP the zone speaks `v: 2` instead (`frames`).
 
 use std::{
     io::{self, IoSlice, IoSliceMut},
@@ -133,6 +134,32 @@ impl Lines {
         }
     }
 
+    /// The next line from any reader (a TCP connection's read half); `None` at the end of the
+    /// stream. Reads no further than a line allows, so little beyond it is buffered.
+    pub async fn next_from(
+        &mut self,
+        reader: &mut (impl tokio::io::AsyncRead + Unpin),
+    ) -> io::Result<Option<Vec<u8>>> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if let Some(line) = self.take()? {
+                return Ok(Some(line));
+            }
+            let mut chunk = [0u8; 1024];
+            let room = self.room().min(chunk.len());
+            match reader.read(&mut chunk[..room]).await? {
+                0 if self.buf.is_empty() => return Ok(None),
+                0 => return Err(invalid("the stream ended inside a line".into())),
+                n => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// The bytes read beyond the last line taken (the first frames, over TCP).
+    pub fn into_rest(self) -> Vec<u8> {
+        self.buf
+    }
+
     /// The next line and the descriptors that came with its bytes (`recvmsg`); `None` at the end
     /// of the stream. More than [`FDS`] descriptors is an error (the kernel closes the excess).
     pub async fn next_with_fds(
@@ -188,7 +215,8 @@ fn too_long() -> io::Error {
     invalid(format!("a line longer than {MAX_LINE} bytes"))
 }
 
-fn line_of(message: &impl Serialize) -> io::Result<Vec<u8>> {
+/// A message as a line, newline included.
+pub fn line_of(message: &impl Serialize) -> io::Result<Vec<u8>> {
     let mut line = serde_json::to_vec(message).map_err(io::Error::other)?;
     line.push(b'\n');
     Ok(line)
