@@ -176,6 +176,28 @@ pub struct Audit {
     stream: Stream,
     /// Each record also as an OTLP log record (`--audit-otlp`).
     otlp: Option<Arc<otlp::AuditExport>>,
+    /// Added to every line (shared mode: which task, served how).
+    stamp: Option<Arc<Stamp>>,
+}
+
+/// Fields a shared proxy adds to every line of one task's records: the lines of many tasks go
+/// to one stream, and `task`/`namespace` (from the config) are joined by the TaskRun's uid.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Stamp {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_uid: Option<String>,
+    /// `shared` (a sidecar's lines have no stamp).
+    pub proxy_mode: &'static str,
+}
+
+/// A record with its stamp, as one JSON object.
+#[derive(Serialize)]
+struct Stamped<'a, 'r> {
+    #[serde(flatten)]
+    record: &'a Record<'r>,
+    #[serde(flatten)]
+    stamp: &'a Stamp,
 }
 
 /// Where one queued line goes.
@@ -240,6 +262,15 @@ impl Audit {
             ring: Arc::new(ring),
             stream: Stream::Stderr,
             otlp: None,
+            stamp: None,
+        }
+    }
+
+    /// The same writer and ring, with `stamp` added to every line written through the copy.
+    pub fn stamped(&self, stamp: Stamp) -> Self {
+        Self {
+            stamp: Some(Arc::new(stamp)),
+            ..self.clone()
         }
     }
 
@@ -254,7 +285,11 @@ impl Audit {
         if let Some(otlp) = &self.otlp {
             otlp.export(record);
         }
-        let mut line = match serde_json::to_vec(record) {
+        let line = match &self.stamp {
+            Some(stamp) => serde_json::to_vec(&Stamped { record, stamp }),
+            None => serde_json::to_vec(record),
+        };
+        let mut line = match line {
             Ok(line) => line,
             Err(e) => {
                 tracing::error!(error = %e, "cannot serialize an audit record");

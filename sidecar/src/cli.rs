@@ -12,6 +12,8 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
+mod shared;
+
 use crate::{
     Options,
     api::ApiOptions,
@@ -123,6 +125,10 @@ pub enum Command {
     /// Health probe for exec probes: GET the URL (e.g. http://127.0.0.1:8080/readyz), exit 0 on
     /// a 2xx answer within 2 s, 1 otherwise. Lets kubelet probe a proxy bound to loopback.
     Probe { url: String },
+    /// Serve many tasks from one process (shared mode): each task's ConfigMap (labelled
+    /// orchestrator.io/shared-proxy-config=true in --namespace) is a task, and a request is
+    /// served for the task whose pod its bearer token was issued to.
+    Shared(shared::SharedArgs),
     /// Check a config file: print every problem with its code, exit non-zero on errors.
     Validate {
         file: PathBuf,
@@ -153,6 +159,7 @@ impl Command {
     pub fn run(&self, log_format: telemetry::LogFormat) -> ExitCode {
         match self {
             Command::Probe { url } => probe(url),
+            Command::Shared(args) => args.run(log_format),
             Command::Validate { file, json } => validate(file, *json),
             Command::ExecUpstream { parent, command } => guard::exec_upstream(*parent, command),
             Command::Guard => guard::guard_main(),

@@ -1,5 +1,6 @@
 //! Wiring: load the config, start the front (HTTP or stdio), the reload watcher and the upstream
-//! event loop; on SIGTERM/SIGINT stop accepting, drain calls, stop every child.
+//! event loop; on SIGTERM/SIGINT stop accepting, drain calls, stop every child. [`run_shared`]:
+//! the same for shared mode (many tasks, `crate::tenant`).
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -212,4 +213,111 @@ async fn shutdown_signal() -> &'static str {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     }
+}
+
+/// Shared mode's options (`orchestrator-mcp-proxy shared`).
+#[derive(Clone, Debug)]
+pub struct SharedOptions {
+    pub listen: SocketAddr,
+    /// Where the tasks' ConfigMaps are (the proxy's own namespace).
+    pub namespace: String,
+    /// The audience the agents' tokens must be for.
+    pub audience: String,
+    /// The connection must come from the task pod's IP.
+    pub check_peer: bool,
+    pub metrics_listen: Option<SocketAddr>,
+    pub pod_name: Option<String>,
+    pub shutdown_grace: Duration,
+    pub kill_grace: Duration,
+    pub start_timeout: Duration,
+    pub session_idle: Duration,
+    /// Initialize-era sessions per task.
+    pub max_sessions: usize,
+    pub header_read_timeout: Duration,
+    pub audit_otlp: bool,
+}
+
+/// Serves every task whose ConfigMap is labelled for the shared proxy in `opts.namespace`.
+pub async fn run_shared(opts: SharedOptions) -> anyhow::Result<()> {
+    use crate::tenant::{auth, dispatch, registry, watch};
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot configure a Kubernetes API client (in-cluster config or $KUBECONFIG): {e}"
+        )
+    })?;
+    let metrics = Arc::new(Metrics::new());
+    let audit = Audit::to_stream(audit::Stream::Stdout);
+    let audit = if opts.audit_otlp {
+        audit.with_otlp(Some(AuditExport::from_env(metrics.clone())?))
+    } else {
+        audit
+    };
+    let tenants = registry::Tenants::new(registry::Settings {
+        client: client.clone(),
+        metrics: metrics.clone(),
+        audit: audit.clone(),
+        http: http::Settings {
+            listen: opts.listen,
+            session_idle: opts.session_idle,
+            max_sessions: opts.max_sessions,
+        },
+        start_timeout: opts.start_timeout,
+        kill_grace: opts.kill_grace,
+        pod_name: opts.pod_name.clone(),
+    });
+    let (listed_tx, listed) = tokio::sync::watch::channel(false);
+    let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), &opts.namespace);
+    let watch = tokio::spawn(watch::follow(configmaps, tenants.clone(), listed_tx));
+    let front = Arc::new(dispatch::Front {
+        auth: auth::Authenticator::new(
+            Arc::new(auth::KubeReviewer(client)),
+            opts.audience.clone(),
+            auth::MAX_ENTRIES,
+        ),
+        tenants: tenants.clone(),
+        check_peer: opts.check_peer,
+        listed,
+    });
+
+    let accept_cancel = CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {} (--listen): {e}", opts.listen))?;
+    tracing::info!(listen = %opts.listen, namespace = %opts.namespace, audience = %opts.audience, check_peer = opts.check_peer, "serving the tasks' MCP at http://{}/mcp", opts.listen);
+    tokio::spawn(listener::serve(
+        listener,
+        dispatch::app(front),
+        opts.header_read_timeout,
+        accept_cancel.clone(),
+    ));
+    if let Some(addr) = opts.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {addr} (--metrics-listen, MCP_PROXY_METRICS_LISTEN): {e}"
+            )
+        })?;
+        tracing::info!(%addr, "serving metrics at http://{addr}/metrics");
+        tokio::spawn(listener::serve(
+            listener,
+            http::shared_metrics_app(metrics),
+            opts.header_read_timeout,
+            accept_cancel.clone(),
+        ));
+    }
+
+    let signal = shutdown_signal().await;
+    tracing::info!(%signal, "shutting down");
+    watch.abort();
+    accept_cancel.cancel();
+    tenants.stop_all(opts.shutdown_grace).await;
+    audit.flush();
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(otlp) = audit.otlp() {
+            otlp.shutdown();
+        }
+    })
+    .await;
+    tracing::info!("every task's upstreams stopped; bye");
+    Ok(())
 }

@@ -79,6 +79,13 @@ pub struct Connected {
     namespace: String,
 }
 
+impl Connected {
+    /// `client`, for the objects in `namespace` (shared mode: the task's namespace).
+    pub fn new(client: kube::Client, namespace: String) -> Self {
+        Self { client, namespace }
+    }
+}
+
 /// The client `opts` asks for, if any. A client that cannot be configured (no in-cluster config,
 /// no kubeconfig) is logged, and the proxy goes on with the mounted file alone.
 pub async fn connect(opts: &ApiOptions) -> Option<Connected> {

@@ -35,34 +35,7 @@ pub struct Settings {
 /// Builds the whole HTTP app.
 pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) -> Router {
     let listen = settings.listen;
-    let mut sessions = LocalSessionManager::default();
-    // rmcp closes a session when no message went either way for this long; zero: never.
-    sessions.session_config.keep_alive =
-        (!settings.session_idle.is_zero()).then_some(settings.session_idle);
-    let sessions = Arc::new(sessions);
-    let config = StreamableHttpServerConfig::default()
-        // The Host check is done by `hosts::check_host` so it follows config reloads.
-        .disable_allowed_hosts()
-        .with_max_request_body_bytes(limits::MAX_BODY)
-        // A 2026-07-28 request answered by its result alone (no progress, no question back)
-        // gets it as one JSON body: one write instead of an SSE stream's several, measured
-        // 10 µs of CPU and 0.03-0.05 ms p50 less per call (docs/benchmarks.md). Initialize-era
-        // sessions keep rmcp's SSE answers.
-        .with_json_response(true)
-        .with_cancellation_token(cancel.clone());
-    let cap = Arc::new(sessions::SessionCap::new(
-        sessions.clone(),
-        settings.max_sessions,
-    ));
-    let mcp = {
-        let proxy = proxy.clone();
-        StreamableHttpService::new(move || Ok(Front::new(proxy.clone())), sessions, config)
-    };
-    let mcp = Router::new()
-        .nest_service("/mcp", mcp)
-        .layer(middleware::from_fn(session_delete_status))
-        .layer(middleware::from_fn_with_state(cap, sessions::session_cap))
-        .layer(middleware::from_fn(limits::read_body));
+    let mcp = mcp(proxy.clone(), settings, cancel);
     // What the task runs, its rules and pids, its calls and its metrics are not for other web
     // pages.
     let audit = Router::new()
@@ -83,6 +56,64 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         .route("/readyz", get(readyz))
         .with_state(proxy)
         .merge(revealing)
+}
+
+/// MCP at `/mcp` for one proxy: its own session manager (so a session id means nothing to
+/// another proxy's), with the body and session limits; no Host check (the caller adds it). Shared
+/// mode builds one per task.
+pub fn mcp(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) -> Router {
+    let mut sessions = LocalSessionManager::default();
+    // rmcp closes a session when no message went either way for this long; zero: never.
+    sessions.session_config.keep_alive =
+        (!settings.session_idle.is_zero()).then_some(settings.session_idle);
+    let sessions = Arc::new(sessions);
+    let config = StreamableHttpServerConfig::default()
+        // The Host check is done by `hosts::check_host` so it follows config reloads.
+        .disable_allowed_hosts()
+        .with_max_request_body_bytes(limits::MAX_BODY)
+        // A 2026-07-28 request answered by its result alone (no progress, no question back)
+        // gets it as one JSON body: one write instead of an SSE stream's several, measured
+        // 10 µs of CPU and 0.03-0.05 ms p50 less per call (docs/benchmarks.md). Initialize-era
+        // sessions keep rmcp's SSE answers.
+        .with_json_response(true)
+        .with_cancellation_token(cancel);
+    let cap = Arc::new(sessions::SessionCap::new(
+        sessions.clone(),
+        settings.max_sessions,
+    ));
+    let mcp = StreamableHttpService::new(move || Ok(Front::new(proxy.clone())), sessions, config);
+    Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn(session_delete_status))
+        .layer(middleware::from_fn_with_state(cap, sessions::session_cap))
+        .layer(middleware::from_fn(limits::read_body))
+}
+
+/// `GET /metrics` of every task the process serves (shared mode's `--metrics-listen`), and
+/// nothing else (404).
+pub fn shared_metrics_app(metrics: Arc<crate::metrics::Metrics>) -> Router {
+    let not_found = || async { (StatusCode::NOT_FOUND, "Not Found\n") };
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move { openmetrics(metrics.encode()) }
+            }),
+        )
+        .method_not_allowed_fallback(not_found)
+        .fallback(not_found)
+}
+
+fn openmetrics(text: String) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 /// The metrics listener's app (`--metrics-listen`): `GET /metrics` and nothing else (404), so
@@ -109,14 +140,7 @@ async fn readyz(State(proxy): State<Arc<Proxy>>) -> Response {
 }
 
 async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        proxy.metrics.encode(),
-    )
-        .into_response()
+    openmetrics(proxy.metrics.encode())
 }
 
 /// Every upstream tool known so far with its verdict, per server.

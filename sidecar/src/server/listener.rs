@@ -21,6 +21,11 @@ pub const MAX_CONNECTIONS: usize = 256;
 #[derive(Clone, Debug)]
 pub struct ConnAbort(pub CancellationToken);
 
+/// In every request's extensions: the address of the connection's peer (shared mode's peer
+/// check).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
 /// Serves `app` on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
@@ -57,6 +62,7 @@ pub async fn serve(
         let service = TowerToHyperService::new(app.clone().map_request(
             move |mut request: http::Request<hyper::body::Incoming>| {
                 request.extensions_mut().insert(tagged.clone());
+                request.extensions_mut().insert(Peer(peer));
                 request
             },
         ));

@@ -1,5 +1,13 @@
 //! Shared mode (`orchestrator-mcp-proxy shared`): one process serves many tasks, each isolated
-//! in its own [`crate::proxy::Proxy`]. Children, in the order they may import each other:
-//! [`auth`] (bearer token -> TokenReview -> the pod the token was issued to, cached).
+//! in its own [`crate::proxy::Proxy`] (sessions, limits, approvals, upstreams, audit), chosen only
+//! by the pod its caller's bearer token was issued to. Children, in the order they may import
+//! each other: [`auth`] (bearer token -> TokenReview -> the pod the token was issued to,
+//! cached), [`registry`] (one tenant per labelled ConfigMap, indexed by the task's pod uid),
+//! [`watch`] (the label-selected ConfigMap watch feeding the registry) and [`dispatch`] (the
+//! HTTP front: authenticate, map, check the peer, hand the request to the tenant's own MCP
+//! service).
 
 pub mod auth;
+pub mod dispatch;
+pub mod registry;
+pub mod watch;
