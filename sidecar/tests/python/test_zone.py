@@ -8,22 +8,32 @@ zone's environment and nothing of the proxy's; a server that exits shows its std
 in the proxy's error; a proxy killed with SIGKILL leaves no process in the zone; SIGTERM ends the
 zone and its processes; a peer of another uid starts nothing; a zone that is not there is named
 with where to look; bytes that are not the protocol are cut off while the proxy is served; the
-protocol itself, spoken by hand."""
+protocol itself, spoken by hand.
+
+Over TCP (shared mode, `zone --listen`), spoken by hand here (an independent implementation of
+the documented protocol): MCP through the frames, the process group gone with the connection; a
+wrong key, a replayed answer, another zone's key and a silent peer start nothing; a short key
+file is refused naming the flag."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import signal
 import socket
+import struct
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from mcp import Client
 
-from conftest import alive, descendants, faulty, raw_exchange, raw_session, recorded_pids, tool_call, wait_for
+from conftest import alive, descendants, faulty, free_port, raw_exchange, raw_session, recorded_pids, tool_call, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("kill_recorded")]
 
@@ -291,3 +301,235 @@ def test_the_protocol_by_hand(make_zone, tools):
         assert json.loads(rest) == {"event": "exit", "status": "signal: 9 (SIGKILL)"}
         assert s.recv(4096) == b"", "the zone closes after the exit"
     wait_for(lambda: zone.children() == [], timeout=5, what="the killed process to be reaped")
+
+
+# Over TCP (docs/proxy.md "Zones", "Over TCP (shared mode)").
+
+STDIN, STDOUT, STDERR, CONTROL = 0, 1, 2, 3
+
+
+@dataclass
+class TcpZone:
+    process: subprocess.Popen
+    addr: tuple[str, int]
+    key: bytes
+    log_path: Path
+
+    def children(self) -> list[int]:
+        return [p for p in descendants(self.process.pid) if alive(p)]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def make_tcp_zone(proxy_bin, tmp_path):
+    """Starts `zone --listen 127.0.0.1:<free port> --key-file ... --server NAME` processes."""
+    zones: list[TcpZone] = []
+
+    def make(name: str, stdio: dict, key: bytes | None = None) -> TcpZone:
+        directory = tmp_path / "tcp-zones" / name
+        directory.mkdir(parents=True)
+        key = key or secrets.token_bytes(32)
+        key_file, log_path = directory / "key", directory / "zone.log"
+        key_file.write_text(key.hex() + "\n")
+        port = free_port()
+        command = [
+            str(proxy_bin), "zone", "--listen", f"127.0.0.1:{port}", "--key-file", str(key_file), "--server", name,
+            "--grace-seconds", "1", "--", stdio["command"], *stdio.get("args", []),
+        ]  # fmt: skip
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(command, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}, stdout=log, stderr=log)
+        zone = TcpZone(process, ("127.0.0.1", port), key, log_path)
+        zones.append(zone)
+        wait_for(lambda: "zone listening" in zone.log() or process.poll() is not None, what="the zone to listen")
+        assert process.poll() is None, zone.log()
+        return zone
+
+    yield make
+    for zone in zones:
+        left = descendants(zone.process.pid)
+        if zone.process.poll() is None:
+            zone.process.kill()
+            zone.process.wait()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def proof(key: bytes, nonce: bytes, label: bytes, server: str) -> str:
+    return hmac.new(key, nonce + label + server.encode(), hashlib.sha256).hexdigest()
+
+
+class Conn:
+    """One connection to a TCP zone, spoken by hand."""
+
+    def __init__(self, addr):
+        self.sock = socket.create_connection(addr, timeout=10)
+        self.buf = b""
+
+    def line(self) -> bytes:
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise EOFError(self.buf)
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+    def exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError(self.buf)
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def frame(self) -> tuple[int, bytes]:
+        chan, length = struct.unpack(">BI", self.exact(5))
+        return chan, self.exact(length)
+
+    def send_frame(self, chan: int, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">BI", chan, len(payload)) + payload)
+
+    def rest(self) -> bytes:
+        """What the zone sends until it closes."""
+        data = self.buf
+        while chunk := self.sock.recv(65536):
+            data += chunk
+        return data
+
+
+def start_line(key: bytes, nonce_hex: str, server: str) -> tuple[bytes, bytes]:
+    ours = secrets.token_bytes(32)
+    answer = {"op": "start", "v": 2, "nonce": ours.hex(), "proof": proof(key, bytes.fromhex(nonce_hex), b"orchestrator-zone/v1", server)}
+    return json.dumps(answer).encode() + b"\n", ours
+
+
+def group_gone(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return False
+    return True
+
+
+def test_over_tcp_by_hand_mcp_through_frames_and_the_group_ends_with_the_connection(make_tcp_zone, tools):
+    zone = make_tcp_zone("every", tools.everything_stdio())
+    conn = Conn(zone.addr)
+    hello = json.loads(conn.line())
+    assert hello["event"] == "hello" and hello["v"] == 2 and hello["server"] == "every" and len(hello["nonce"]) == 64, hello
+    line, ours = start_line(zone.key, hello["nonce"], "every")
+    conn.sock.sendall(line)
+    started = json.loads(conn.line())
+    assert started["event"] == "started" and started["v"] == 2, started
+    # The zone proves it holds the key too: over our nonce, under its own label.
+    assert hmac.compare_digest(started["proof"], proof(zone.key, ours, b"orchestrator-zone/v1 zone", "every"))
+    pid = started["pid"]
+    assert zone.children() == [pid]
+
+    stdout = b""
+
+    def request(message: dict) -> dict | None:
+        nonlocal stdout
+        conn.send_frame(STDIN, json.dumps(message).encode() + b"\n")
+        if "id" not in message:
+            return None
+        while True:
+            while b"\n" in stdout:
+                line, _, stdout = stdout.partition(b"\n")
+                answer = json.loads(line)
+                if answer.get("id") == message["id"]:
+                    return answer
+            chan, payload = conn.frame()
+            if chan == STDOUT:
+                assert payload, "stdout ended"
+                stdout += payload
+            else:
+                assert chan in (STDERR, CONTROL), chan
+
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "1"}}
+    assert "serverInfo" in request({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})["result"]
+    request({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    listed = request({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})["result"]["tools"]
+    assert "echo" in [t["name"] for t in listed]
+    called = request({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "over tcp"}}})
+    assert called["result"]["content"][0]["text"] == "Echo: over tcp", called
+    assert not group_gone(pid)
+
+    conn.sock.close()
+    wait_for(lambda: group_gone(pid) and zone.children() == [], timeout=10, what="the process group to end with the connection")
+    assert "the proxy closed the connection; stopping the server" in zone.log()
+    assert zone.process.poll() is None, "the zone serves on"
+
+
+def test_over_tcp_a_wrong_key_a_replay_another_zones_key_and_a_silent_peer_start_nothing(make_tcp_zone, tools):
+    git = make_tcp_zone("git", tools.everything_stdio())
+    memory = make_tcp_zone("memory", tools.everything_stdio())
+    refused = b'{"event":"error","message":"refused: authentication failed"}\n'
+
+    conn = Conn(git.addr)
+    nonce = json.loads(conn.line())["nonce"]
+    conn.sock.sendall(start_line(secrets.token_bytes(32), nonce, "git")[0])
+    assert conn.rest() == refused
+
+    # git's key (a hostile server in zone git has it) does not open zone memory.
+    conn = Conn(memory.addr)
+    nonce = json.loads(conn.line())["nonce"]
+    conn.sock.sendall(start_line(git.key, nonce, "memory")[0])
+    assert conn.rest() == refused
+
+    # A captured answer is worth nothing on the next connection: its nonce is new.
+    first = Conn(git.addr)
+    nonce = json.loads(first.line())["nonce"]
+    captured = start_line(git.key, nonce, "git")[0]
+    first.sock.sendall(captured)
+    assert json.loads(first.line())["event"] == "started"
+    replay = Conn(git.addr)
+    assert json.loads(replay.line())["nonce"] != nonce
+    replay.sock.sendall(captured)
+    assert replay.rest() == refused
+    assert len(git.children()) == 1, "only the first connection started a process"
+    first.sock.close()
+    wait_for(lambda: git.children() == [], timeout=10, what="the first process to end")
+
+    # A peer that says nothing is closed after 5 seconds.
+    silent = Conn(git.addr)
+    silent.line()
+    began = time.monotonic()
+    assert b"no start request within 5s" in silent.rest()
+    assert 4 <= time.monotonic() - began < 8
+    assert git.children() == [] and memory.children() == []
+    log = git.log()
+    assert log.count("refused a connection") >= 3, log
+    assert "its proof does not match this zone's key" in log
+    assert git.key.hex() not in log and memory.key.hex() not in log + memory.log()
+
+
+def test_a_short_or_missing_key_is_refused_naming_the_flag(proxy_bin, tmp_path):
+    short = tmp_path / "short"
+    short.write_text(secrets.token_bytes(16).hex())
+    port = str(free_port())
+    run = subprocess.run(
+        [str(proxy_bin), "zone", "--listen", f"127.0.0.1:{port}", "--key-file", str(short), "--server", "git", "--", "true"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert run.returncode == 1, run
+    assert (
+        f"--key-file {short}: the key is 16 bytes; a zone key is at least 32 random bytes, written as 64 hex digits "
+        "(e.g. `openssl rand -hex 32`)"
+    ) in run.stderr, run.stderr
+    missing = subprocess.run([str(proxy_bin), "zone", "--listen", f"127.0.0.1:{port}", "--", "true"], capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 2 and "--key-file" in missing.stderr and "--server" in missing.stderr, missing.stderr
+    both = subprocess.run(
+        [str(proxy_bin), "zone", "--socket", str(tmp_path / "s"), "--listen", f"127.0.0.1:{port}", "--key-file", str(short), "--server", "g", "--", "true"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert both.returncode == 2 and "cannot be used with" in both.stderr, both.stderr
