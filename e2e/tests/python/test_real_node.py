@@ -1,7 +1,7 @@
 """The operator's pod spec, proven by a real kubelet (the e2e cluster's real node): the rendered
 pod starts under the restricted security context, its proxy passes its probes and writes only
-to its volumes, a Secret reaches only the container meant to get it, the pod's network holds
-loopback addresses only, a failing agent fails the TaskRun with its exit code and reason, and
+to its volumes, a Secret reaches only the container meant to get it, the pod's network reaches
+nothing of the machine's, a failing agent fails the TaskRun with its exit code and reason, and
 `orchestrator-cli task audit` reads a running task's proxy records through the API server.
 
 What a container runs as is read where the kernel says it: /proc/<pid>/status, environ and
@@ -11,6 +11,7 @@ container IDs to pids). Needs the cluster with its real node (`./test` provides 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -28,13 +30,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 
 from scripted_agent import CLIENT  # noqa: E402
 from story import (  # noqa: E402
+    NODE_SOCK,
     REAL_NODE,
+    REPO,
     Story,
     descendants,
     wait_until,
 )
 
 UID = 65532
+# The real node's pod network (e2e/node: a bridge in the node's own network namespace).
+POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +220,9 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     config_maps = story.kubectl("get", "configmaps", "-n", story.work_ns, "-o", "json")
     assert token not in config_maps and api_key not in config_maps
 
-    # The pod's network: loopback-range addresses only, and nothing outside 127.0.0.0/8 is
-    # reachable (here: this machine's own non-loopback address, if it has one).
+    # The pod's network: loopback and its pod IP on the node's own bridge (10.244.0.0/24, in the
+    # node's network namespace), and nothing of this machine's is reachable (here: its own
+    # non-loopback address, if it has one).
     probe = in_pod_netns(pids["agent"], f"""
         import json, subprocess
         addrs = subprocess.run([{shutil.which("ip")!r}, "-j", "addr"], capture_output=True, text=True).stdout
@@ -223,7 +230,9 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     """)
     assert probe.returncode == 0, probe.stderr
     addresses = json.loads(probe.stdout)
-    assert addresses and all(a.startswith("127.") or a == "::1" for a in addresses), addresses
+    pod_ip = pod["status"]["podIP"]
+    assert ipaddress.ip_address(pod_ip) in POD_NETWORK, pod_ip
+    assert addresses and all(a.startswith("127.") or a in ("::1", pod_ip) for a in addresses), addresses
     host_addrs = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
     for address in [a for a in host_addrs if ":" not in a and not a.startswith("127.")][:1]:
         reach = in_pod_netns(pids["agent"], f"""
@@ -418,3 +427,198 @@ def test_task_audit_reads_the_running_proxys_records_through_the_api_server(clus
     assert gone.returncode == 3, (gone.returncode, gone.stderr)
     assert "task audited has no running pod" in gone.stderr and "kubectl logs" in gone.stderr, gone.stderr
     story.kubectl("delete", "taskrun", "audited", "-n", story.work_ns)
+
+
+# --- The pod network (e2e/node: a bridge and kube-proxy in the node's own network namespace) ---
+
+# A backend: answers every GET with its pod's name and the peer address it sees, as JSON.
+ECHO_SERVER = r"""
+import http.server, json, os
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"backend": os.environ["HOSTNAME"], "peer": self.client_address[0]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8080), Echo).serve_forever()
+"""
+
+# A client run in a pod: GETs URL (argv[1]) argv[2] times, one after another; prints one JSON
+# line per request (the answer, or the error).
+REPEAT_GET = r"""
+import json, sys, urllib.request
+for _ in range(int(sys.argv[2])):
+    try:
+        print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode(), flush=True)
+    except Exception as e:
+        print(json.dumps({"error": repr(e)}), flush=True)
+"""
+
+# A client run in a pod while a backend goes: GETs URL (argv[1]) one request after another, for at
+# most argv[2] seconds, and stops once backend argv[3] has answered and then not answered for
+# argv[4] seconds; prints "started", then one JSON line per request (its time, the answer or the
+# error).
+WATCH_BACKEND_GO = r"""
+import json, sys, time, urllib.request
+url, budget, gone, quiet = sys.argv[1], float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+start = time.time()
+print(json.dumps({"started": start}), flush=True)
+last_gone = None
+while time.time() - start < budget:
+    t = time.time()
+    try:
+        answer = json.loads(urllib.request.urlopen(url, timeout=1).read())
+    except Exception as e:
+        answer = {"error": repr(e)}
+    answer["t"] = t
+    print(json.dumps(answer), flush=True)
+    if answer.get("backend") == gone:
+        last_gone = t
+    elif last_gone is not None and t - last_gone > quiet:
+        break
+"""
+
+# Connects to each address in argv[1:] (port 80, 2 s timeout); prints address -> outcome.
+EGRESS_PROBE = r"""
+import json, socket, sys, time
+out = {}
+for address in sys.argv[1:]:
+    s = socket.socket()
+    s.settimeout(2)
+    t = time.monotonic()
+    try:
+        s.connect((address, 80))
+        out[address] = {"connected": True}
+    except OSError as e:
+        out[address] = {"connected": False, "error": repr(e), "seconds": round(time.monotonic() - t, 3)}
+    finally:
+        s.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def net_ns():
+    """A namespace of this test's own on the real node's cluster, and the agent image (Debian with
+    Python 3: the backends' and the client's runtime), without the chart or the operator."""
+    story = Story(say=lambda *_: None)
+    built = subprocess.run([str(REPO / "e2e/images/build"), "import", "--address", str(NODE_SOCK), "agent"],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    image = next(line.split()[1] for line in built.stdout.splitlines() if line.startswith("agent "))
+    ns = f"pod-net-{secrets.token_hex(3)}"
+    story.kubectl("create", "namespace", ns)
+    try:
+        yield story, ns, image
+    finally:
+        story.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def real_node_pod_spec(image: str, command: list[str]) -> dict:
+    return {
+        "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+        "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}],
+    }
+
+
+def exec_python(story: Story, ns: str, pod: str, script: str, *args: str) -> str:
+    return story.kubectl("exec", "-n", ns, pod, "--", "python3", "-c", script, *args)
+
+
+def test_pods_reach_a_cluster_ip_service_and_nothing_outside_the_node(net_ns):
+    """A 2-pod Deployment behind a ClusterIP Service answers a third pod, and each answer shows the
+    client's pod IP (no masquerade between pods); a pod reaches another pod directly and itself
+    through the Service (hairpin); deleting a backend moves all traffic to the remaining ones within
+    2 s; and no pod reaches an address outside the node (the machine's gateway, the Internet)."""
+    story, ns, image = net_ns
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "echo", "namespace": ns},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "echo"}},
+                 "template": {"metadata": {"labels": {"app": "echo"}},
+                              "spec": real_node_pod_spec(image, ["python3", "-c", ECHO_SERVER])}},
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": ns},
+        "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    client = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": ns},
+        "spec": real_node_pod_spec(image, ["sleep", "3600"]),
+    }
+    story.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                         "items": [deployment, service, client]}))
+    story.kubectl("rollout", "status", "-n", ns, "deployment/echo", "--timeout=120s")
+    story.kubectl("wait", "-n", ns, "--for=condition=Ready", "pod/client", "--timeout=120s")
+    pods = story.json("get", "pods", "-n", ns)["items"]
+    ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+    backends = sorted(n for n in ips if n.startswith("echo-"))
+    assert len(backends) == 2, ips
+    assert all(ipaddress.ip_address(ip) in POD_NETWORK for ip in ips.values()), ips
+    assert len(set(ips.values())) == len(ips), f"two pods share an address: {ips}"
+    cluster_ip = story.json("get", "service", "echo", "-n", ns)["spec"]["clusterIP"]
+    assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network("10.96.0.0/16"), cluster_ip
+
+    def answers(pod: str, url: str, requests: int) -> list[dict]:
+        return [json.loads(line) for line in exec_python(story, ns, pod, REPEAT_GET, url, str(requests)).splitlines()]
+
+    # Pod to pod, directly.
+    direct = json.loads(exec_python(story, ns, "client", "import urllib.request,sys; print(urllib.request.urlopen("
+                                    "sys.argv[1], timeout=5).read().decode())", f"http://{ips[backends[0]]}:8080/"))
+    assert direct == {"backend": backends[0], "peer": ips["client"]}, direct
+
+    # Through the Service: kube-proxy may need a moment for the Service's rules; then every answer
+    # comes from a backend, shows the client's own address, and both backends answer.
+    wait_until("the Service to answer the client", lambda: all(
+        "backend" in a for a in answers("client", f"http://{cluster_ip}/", 4)), timeout=30, interval=0.5)
+    got = answers("client", f"http://{cluster_ip}/", 40)
+    assert {a.get("backend") for a in got} == set(backends), got
+    assert {a["peer"] for a in got} == {ips["client"]}, f"the backends saw another source than the client's pod IP: {got}"
+
+    # Hairpin: a backend reaches the Service, itself included (the reply comes back over the bridge).
+    hairpin = answers(backends[0], f"http://{cluster_ip}/", 30)
+    assert {a.get("backend") for a in hairpin} == set(backends), hairpin
+
+    # Deleting a backend: the client keeps asking (one request after another) while the pod goes;
+    # within 2 s of the delete no answer comes from it, and every request after that succeeds.
+    gone = backends[0]
+    loop = subprocess.Popen(
+        [str(story.bins / "kubectl"), "--kubeconfig", str(story.kubeconfig), "exec", "-n", ns, "client", "--",
+         "python3", "-c", WATCH_BACKEND_GO, f"http://{cluster_ip}/", "60", gone, "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert loop.stdout is not None
+    started = loop.stdout.readline()
+    assert started.startswith('{"started"'), started + (loop.stderr.read() if loop.stderr else "")
+    # The delete goes out once the client has had an answer from the backend it deletes.
+    before = []
+    while not before or before[-1].get("backend") != gone:
+        line = loop.stdout.readline()
+        assert line, f"the client stopped before {gone} answered: {before[-5:]}"
+        before.append(json.loads(line))
+    deleted_at = time.time()
+    story.kubectl("delete", "pod", "-n", ns, gone, "--wait=false")
+    rest, err = loop.communicate(timeout=90)
+    assert loop.returncode == 0, err
+    moved = before + [json.loads(line) for line in rest.splitlines()]
+    from_gone = [a["t"] - deleted_at for a in moved if a.get("backend") == gone]
+    assert from_gone, f"the deleted backend never answered before its delete: {moved[:5]}"
+    assert max(from_gone) < 2.0, f"{gone} still answered {max(from_gone):.2f} s after its delete"
+    after = [a for a in moved if a["t"] > deleted_at + 2.0]
+    assert after, "the client stopped asking before the traffic had moved"
+    assert all(a.get("backend") not in (None, gone) for a in after), [a for a in after if a.get("backend") in (None, gone)][:5]
+    assert backends[1] in {a["backend"] for a in after}, after[:5]
+    assert {a["peer"] for a in after} == {ips["client"]}, after[:5]
+    print(f"pod network: {len(moved)} requests while {gone} went; its last answer {max(from_gone):.2f} s after the "
+          f"delete; {len(after)} answers after 2 s, all from {sorted({a['backend'] for a in after})}")
+
+    # Nothing outside the node: not the machine's gateway, not the Internet. The node's namespace
+    # has no route off it, so the connect fails at once rather than timing out.
+    probe = json.loads(exec_python(story, ns, "client", EGRESS_PROBE, "192.0.2.1", "1.1.1.1"))
+    for address, outcome in probe.items():
+        assert not outcome["connected"], f"a pod reached {address}"
+        assert outcome["seconds"] < 2.5, outcome
