@@ -20,6 +20,7 @@ pub use approval::{ApprovalPattern, ApprovalPolicy};
 use orchestrator_crds::proxy::{OnChange, ProxyConfig, RateLimits, Risk, ToolMode, ToolPrefix};
 pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::{filter::ToolFilter, names::ServerName};
 
@@ -129,11 +130,49 @@ pub struct HttpTransport {
     pub url: String,
     /// Header name -> env var holding the value.
     pub headers_from_env: BTreeMap<String, String>,
+    /// Header name -> the task's Secret and key holding the value (shared mode: read through
+    /// the API into `upstream::Shared::secrets`).
+    pub headers_from_secret: BTreeMap<String, orchestrator_crds::proxy::SecretKey>,
 }
 
 /// Hex SHA-256 (truncated) of a server's transport spec.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SpecHash(pub String);
+
+impl SpecHash {
+    /// Hash of what decides which process (or endpoint) a server is. Secrets are not in the spec
+    /// (only the names of the variables that carry them), so they never reach the hash either.
+    pub(crate) fn of(transport: &Transport) -> SpecHash {
+        let canonical = match transport {
+            Transport::Stdio(s) => {
+                let mut stdio = serde_json::json!({
+                    "command": s.command,
+                    "args": s.args,
+                    "env": s.env,
+                    "passEnv": s.pass_env,
+                    "cwd": s.cwd,
+                });
+                // Only when set: the hashes (and caches) of servers without one stay as they were.
+                if let Some(socket) = &s.socket {
+                    stdio["socket"] = serde_json::json!(socket);
+                }
+                serde_json::json!({ "stdio": stdio })
+            }
+            Transport::Http(h) => {
+                let mut http =
+                    serde_json::json!({"url": h.url, "headersFromEnv": h.headers_from_env});
+                // Only when set, as `socket`: the Secrets' names and keys, never their values.
+                if !h.headers_from_secret.is_empty() {
+                    http["headersFromSecret"] = serde_json::json!(h.headers_from_secret);
+                }
+                serde_json::json!({ "http": http })
+            }
+        };
+        let digest = Sha256::digest(canonical.to_string().as_bytes());
+        let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        SpecHash(hex)
+    }
+}
 
 impl std::fmt::Display for SpecHash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -7,7 +7,6 @@ use orchestrator_crds::{
     policy::is_pin,
     proxy::{PREFIX_SEPARATOR, ProxyConfig, ServerSpec, ToolPrefix},
 };
-use sha2::{Digest, Sha256};
 
 use super::{
     ApprovalPolicy, AuditConfig, Code, Config, DEFAULT_CALL_TIMEOUT, HttpTransport, Loaded,
@@ -282,8 +281,16 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
         }
         (None, Some(http)) => {
             check_url(&http.url, &format!("{at}.http.url"), problems);
-            for (header, var) in &http.headers_from_env {
-                let path = format!("{at}.http.headersFromEnv.{header}");
+            let from_secret = http
+                .headers_from_secret
+                .keys()
+                .map(|h| (h, "headersFromSecret", None));
+            let from_env = http
+                .headers_from_env
+                .iter()
+                .map(|(h, v)| (h, "headersFromEnv", Some(v)));
+            for (header, field, var) in from_env.chain(from_secret) {
+                let path = format!("{at}.http.{field}.{header}");
                 if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
                     problems.push(Problem::new(
                         Code::BadHeader,
@@ -291,11 +298,12 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
                         format!("{header:?} is not a valid HTTP header name"),
                     ));
                 }
-                check_env_name(var, &path, problems);
+                var.inspect(|var| check_env_name(var, &path, problems));
             }
             Transport::Http(HttpTransport {
                 url: http.url.clone(),
                 headers_from_env: http.headers_from_env.clone(),
+                headers_from_secret: http.headers_from_secret.clone(),
             })
         }
         (None, None) => {
@@ -342,7 +350,7 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
     if after > before {
         return None;
     }
-    let spec_hash = spec_hash(&transport);
+    let spec_hash = SpecHash::of(&transport);
     Some(Server {
         name: ServerName::new(spec.name.as_str()),
         enabled: spec.enabled,
@@ -570,31 +578,4 @@ fn looks_secret(name: &str) -> bool {
     ]
     .iter()
     .any(|w| upper.contains(w))
-}
-
-/// Hash of what decides which process (or endpoint) a server is. Secrets are not in the spec
-/// (only the names of the variables that carry them), so they never reach the hash either.
-fn spec_hash(transport: &Transport) -> SpecHash {
-    let canonical = match transport {
-        Transport::Stdio(s) => {
-            let mut stdio = serde_json::json!({
-                "command": s.command,
-                "args": s.args,
-                "env": s.env,
-                "passEnv": s.pass_env,
-                "cwd": s.cwd,
-            });
-            // Only when set: the hashes (and caches) of servers without one stay as they were.
-            if let Some(socket) = &s.socket {
-                stdio["socket"] = serde_json::json!(socket);
-            }
-            serde_json::json!({ "stdio": stdio })
-        }
-        Transport::Http(h) => serde_json::json!({
-            "http": {"url": h.url, "headersFromEnv": h.headers_from_env}
-        }),
-    };
-    let digest = Sha256::digest(canonical.to_string().as_bytes());
-    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    SpecHash(hex)
 }

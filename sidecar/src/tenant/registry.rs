@@ -22,6 +22,7 @@ use orchestrator_crds::{
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+use super::secrets;
 use crate::{
     api::{self, ApiOptions, ApiTasks, Connected},
     apply::{Applier, Source},
@@ -196,7 +197,7 @@ impl Tenants {
         }
         if config_new {
             match config {
-                Some(text) => offer(&tenant.applier, &origin, text.as_bytes()).await,
+                Some(text) => self.offer(&tenant, &origin, text.as_bytes()).await,
                 None => tenant.applier.reject(
                     Source::Api,
                     &origin,
@@ -310,30 +311,37 @@ impl Tenants {
     }
 }
 
-/// Offers a config to the tenant's applier, unless it names a stdio server: those need zones
-/// over TCP in shared mode, not built yet, so the change is refused (the last good config stays).
-async fn offer(applier: &Applier, origin: &str, bytes: &[u8]) {
-    if let Some(config) = config::load_bytes(bytes).config {
-        let stdio: Vec<&str> = config
-            .servers
-            .iter()
-            .filter(|s| s.enabled && matches!(s.transport, Transport::Stdio(_)))
-            .map(|s| s.name.as_str())
-            .collect();
-        if !stdio.is_empty() {
-            tracing::error!(code = "SHARED_MODE_STDIO_UNSUPPORTED", servers = ?stdio, "servers[].stdio: a shared proxy cannot run stdio servers (they need zones over TCP, not built yet); set spec.proxy.mode: sidecar, or enable only HTTP servers");
-            applier.reject(
-                Source::Api,
-                origin,
-                &format!(
-                    "stdio servers {} are not served in shared mode",
-                    stdio.join(", ")
-                ),
-            );
-            return;
+impl Tenants {
+    /// Offers a config to the tenant's applier, unless it names a stdio server: those need
+    /// zones over TCP in shared mode, not built yet, so the change is refused (the last good
+    /// config stays). The Secret keys its HTTP headers name are read first.
+    async fn offer(&self, tenant: &Tenant, origin: &str, bytes: &[u8]) {
+        let applier = &tenant.applier;
+        if let Some(config) = config::load_bytes(bytes).config {
+            let stdio: Vec<&str> = config
+                .servers
+                .iter()
+                .filter(|s| s.enabled && matches!(s.transport, Transport::Stdio(_)))
+                .map(|s| s.name.as_str())
+                .collect();
+            if !stdio.is_empty() {
+                tracing::error!(code = "SHARED_MODE_STDIO_UNSUPPORTED", servers = ?stdio, "servers[].stdio: a shared proxy cannot run stdio servers (they need zones over TCP, not built yet); set spec.proxy.mode: sidecar, or enable only HTTP servers");
+                applier.reject(
+                    Source::Api,
+                    origin,
+                    &format!(
+                        "stdio servers {} are not served in shared mode",
+                        stdio.join(", ")
+                    ),
+                );
+                return;
+            }
+            let api = kube::Api::namespaced(self.settings.client.clone(), &tenant.task.namespace);
+            let values = secrets::read(&api, &config).await;
+            tenant.proxy.pool.deps().shared.secrets().replace(values);
         }
+        applier.offer(Source::Api, origin, bytes).await;
     }
-    applier.offer(Source::Api, origin, bytes).await;
 }
 
 /// The task of a ConfigMap: `task` of its `proxy.yaml` (name, namespace, uid), else its name

@@ -26,28 +26,41 @@ use crate::{
     sync::lock,
 };
 
-/// Builds the transport; fails when a header's variable is not set or not a valid header value.
+/// Builds the transport; fails when a header's variable (or Secret key) is not set or not a
+/// valid header value.
 pub fn transport(
     server: &ServerName,
     spec: &HttpTransport,
+    secrets: &super::shared::SecretValues,
     routes: Arc<CallRoutes>,
 ) -> Result<StreamableHttpClientTransport<Watched>> {
     let mut headers = HashMap::new();
-    for (name, var) in &spec.headers_from_env {
-        let fail = |reason: String| Error::StartFailed {
-            server: server.clone(),
-            reason,
-        };
-        let value = std::env::var(var).map_err(|_| {
-            fail(format!(
-                "header {name}: environment variable {var} is not set"
-            ))
-        })?;
+    let fail = |reason: String| Error::StartFailed {
+        server: server.clone(),
+        reason,
+    };
+    let from_env = spec.headers_from_env.iter().map(|(name, var)| {
+        let value = std::env::var(var)
+            .map_err(|_| format!("header {name}: environment variable {var} is not set"));
+        (name, format!("the value of {var}"), value)
+    });
+    let from_secret = spec.headers_from_secret.iter().map(|(name, at)| {
+        // A value written from a file often ends with a newline, which no header carries.
+        let value = secrets.get(&at.name, &at.key).map(|v| v.trim_end_matches(['\r', '\n']).to_string()).ok_or_else(|| {
+            format!(
+                "header {name}: key {} of the task's Secret {} could not be read (does it exist, and may the task's Role get it?)",
+                at.key, at.name
+            )
+        });
+        (name, format!("key {} of Secret {}", at.key, at.name), value)
+    });
+    for (name, source, value) in from_env.chain(from_secret) {
+        let value = value.map_err(fail)?;
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| fail(format!("{name:?} is not a valid header name")))?;
         let mut value = HeaderValue::from_str(&value).map_err(|_| {
             fail(format!(
-                "header {name}: the value of {var} is not a valid header value"
+                "header {name}: {source} is not a valid header value"
             ))
         })?;
         // Keeps the value out of debug output.

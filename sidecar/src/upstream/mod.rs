@@ -453,10 +453,11 @@ impl Upstream {
             }
             Transport::Http(spec) => {
                 let transport = Tap::new(
-                    http::transport(name, spec, routes.clone()).map_err(|error| StartFailure {
-                        error,
-                        answered: false,
-                    })?,
+                    http::transport(name, spec, self.deps.shared.secrets(), routes.clone())
+                        .map_err(|error| StartFailure {
+                            error,
+                            answered: false,
+                        })?,
                     forward_tx.clone(),
                     closed.clone(),
                 );

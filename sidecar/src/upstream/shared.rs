@@ -19,6 +19,26 @@ pub struct Shared {
     capabilities: Mutex<HashMap<SpecHash, ServerCapabilities>>,
     log_level: Mutex<Option<LoggingLevel>>,
     baseline: Baseline,
+    secrets: SecretValues,
+}
+
+/// The values of the task's Secret keys its HTTP servers' headers name (`headersFromSecret`),
+/// as last read through the API (shared mode); never logged.
+#[derive(Default)]
+pub struct SecretValues(Mutex<HashMap<(String, String), String>>);
+
+impl SecretValues {
+    /// The value of `key` in Secret `secret`, when read.
+    pub fn get(&self, secret: &str, key: &str) -> Option<String> {
+        lock(&self.0)
+            .get(&(secret.to_string(), key.to_string()))
+            .cloned()
+    }
+
+    /// Replaces every value with `values`.
+    pub fn replace(&self, values: HashMap<(String, String), String>) {
+        *lock(&self.0) = values;
+    }
 }
 
 impl Shared {
@@ -27,6 +47,11 @@ impl Shared {
             cache,
             ..Default::default()
         }
+    }
+
+    /// The Secret values for `headersFromSecret`.
+    pub fn secrets(&self) -> &SecretValues {
+        &self.secrets
     }
 
     pub fn cache(&self) -> Option<&cache::DiskCache> {

@@ -397,3 +397,26 @@ def test_a_stdio_server_is_refused_in_shared_mode(shared, start_shared):
     listed = a.result("tools/list")
     assert "error" in listed or listed["result"]["tools"] == [], listed
     assert shared.served("task-a") is None
+
+
+def test_each_task_reaches_its_http_upstream_with_its_own_secret(shared, upstream, start_shared, tmp_path):
+    ns = shared.ns
+    relays = {t: Recorder(("127.0.0.1", upstream)) for t in ("task-a", "task-b")}
+    for task, pod in (("task-a", "pod-a"), ("task-b", "pod-b")):
+        shared.pod(pod)
+        shared.lease(task)
+        # Written from a file: a trailing newline, which no header carries.
+        shared.kube.ok("POST", f"/api/v1/namespaces/{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{task}-api"}, "stringData": {"token": f"Bearer secret-of-{task}\n"}})
+        config = json.loads(Shared.config(task, ns, 1, "api", relays[task].url))
+        config["servers"][0]["http"]["headersFromSecret"] = {"Authorization": {"name": f"{task}-api", "key": "token"}}
+        shared.configmap(task, pod, json.dumps(config))
+    port, _ = start_shared(ns)
+    for task, pod in (("task-a", "pod-a"), ("task-b", "pod-b")):
+        client = Mcp(port, shared.token(pod))
+        assert client.initialize() == 200
+        assert client.tools(), task
+    for task, other in (("task-a", "task-b"), ("task-b", "task-a")):
+        sent = relays[task].text().lower()
+        assert f"authorization: bearer secret-of-{task}\r\n" in sent, sent[:2000]
+        assert f"secret-of-{other}" not in sent
+    assert "secret-of-" not in (tmp_path / "shared.log").read_text()
