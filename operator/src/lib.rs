@@ -28,6 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -36,10 +37,11 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use orchestrator_crds::approval::ToolApproval;
+use orchestrator_crds::shared::CONFIG_LABEL;
 use orchestrator_crds::taskrun::TaskRun;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 pub use error::{Error, Result};
 pub use settings::Settings;
@@ -168,11 +170,33 @@ pub async fn run_with(
             reconcile::approvals::decision_facts,
         )
         .touched_objects();
+        // With a shared proxy: the shared tasks' ConfigMaps in its namespace (a change or
+        // deletion reconciles the task it names; see reconcile::shared).
+        let shared_config_maps = Index::default();
+        let shared_events: BoxStream<'static, watcher::Result<ConfigMap>> =
+            match settings.shared_proxy() {
+                Some(proxy) => children::reflect(
+                    watcher::watcher(
+                        Api::<ConfigMap>::namespaced(client.clone(), &proxy.namespace),
+                        watcher::Config::default()
+                            .labels(&format!("{CONFIG_LABEL}=true"))
+                            .page_size(LIST_PAGE_SIZE),
+                    )
+                    .default_backoff(),
+                    shared_config_maps.clone(),
+                    reconcile::shared::facts,
+                )
+                .touched_objects()
+                .boxed(),
+                None => futures::stream::pending().boxed(),
+            };
         let ctx = Arc::new(Context {
             jobs,
             config_maps,
             leases,
             decisions,
+            shared_config_maps: shared_config_maps.clone(),
+            default_proxy_mode: settings.default_proxy_mode,
             client: client.clone(),
             render: settings.render(),
             catalog,
@@ -185,6 +209,28 @@ pub async fn run_with(
             notifier,
         });
         let (taskruns, taskruns_writer) = reflector::store();
+        // A deleted TaskRun's shared ConfigMap goes at once (no finalizer: the sweep, told).
+        let taskrun_deleted = Arc::new(Notify::new());
+        let shared_sweep = {
+            let (taskruns, client) = (taskruns.clone(), client.clone());
+            let (watched, kick) = (settings.watched(), taskrun_deleted.clone());
+            let proxy = settings.shared_proxy();
+            async move {
+                match proxy {
+                    Some(proxy) => {
+                        reconcile::retention::sweep_shared(
+                            taskruns,
+                            client,
+                            shared_config_maps,
+                            (proxy.namespace, watched),
+                            kick,
+                        )
+                        .await
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+        };
         let sweep = {
             let (taskruns, client) = (taskruns.clone(), client.clone());
             async move {
@@ -198,15 +244,16 @@ pub async fn run_with(
             client.clone(),
             &settings,
             ctx,
-            changed_rx,
+            (changed_rx, taskrun_deleted),
             (taskruns, taskruns_writer),
             (job_events, config_map_events, lease_events),
-            decision_events,
+            (decision_events, shared_events),
         );
         let controller = async {
             tokio::select! {
                 () = controller => {},
                 () = sweep => {},
+                () = shared_sweep => {},
             }
         };
         let hold = async {
@@ -242,10 +289,13 @@ fn controller<J, C, L>(
     client: Client,
     settings: &Settings,
     ctx: Arc<Context>,
-    catalog_changed: mpsc::Receiver<()>,
+    (catalog_changed, taskrun_deleted): (mpsc::Receiver<()>, Arc<Notify>),
     (taskruns, writer): (Store<TaskRun>, reflector::store::Writer<TaskRun>),
     (jobs, config_maps, leases): (J, C, L),
-    decisions: impl futures::Stream<Item = Result<ToolApproval, watcher::Error>> + Send + 'static,
+    (decisions, shared): (
+        impl futures::Stream<Item = Result<ToolApproval, watcher::Error>> + Send + 'static,
+        BoxStream<'static, watcher::Result<ConfigMap>>,
+    ),
 ) -> impl Future<Output = ()>
 where
     J: futures::Stream<Item = Result<CachedJob, watcher::Error>> + Send + 'static,
@@ -268,6 +318,12 @@ where
     })
     .modify(reconcile::trim_taskrun)
     .reflect(writer)
+    // After the cache dropped it: the sweep then finds its shared ConfigMap orphaned.
+    .inspect_ok(move |event| {
+        if let watcher::Event::Delete(_) = event {
+            taskrun_deleted.notify_one();
+        }
+    })
     .touched_objects();
     Controller::for_stream(taskrun_events, taskruns)
         .owns_stream(config_maps)
@@ -276,6 +332,9 @@ where
         .watches_stream(decisions, |a: ToolApproval| {
             a.namespace()
                 .map(|ns| ObjectRef::new(&a.spec.task_run).within(&ns))
+        })
+        .watches_stream(shared, |cm: ConfigMap| {
+            reconcile::shared::task_of(&cm).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
         })
         .reconcile_all_on(catalog::changes(catalog_changed))
         // A short debounce folds the burst of child events that follows each write into one

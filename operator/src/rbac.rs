@@ -22,6 +22,9 @@ pub enum Scope {
     /// Only the catalog ConfigMap, by name, in `--catalog-namespace` (the release namespace):
     /// the chart's local Role.
     Catalog,
+    /// Only `--shared-proxy-namespace` (the release namespace), with a shared proxy
+    /// (`sharedProxy.enabled`): the chart's shared-proxy Role.
+    SharedProxy,
 }
 
 /// How the chart installs the operator.
@@ -41,6 +44,9 @@ impl Scope {
             (Scope::Tasks, Install::Namespaced) => "Role in each watched namespace",
             (Scope::LeaseNamespace, _) => "release namespace's Role",
             (Scope::Catalog, _) => "release namespace's Role, by name",
+            (Scope::SharedProxy, _) => {
+                "release namespace's shared-proxy Role (sharedProxy.enabled)"
+            }
         }
     }
 }
@@ -115,14 +121,14 @@ pub const RULES: &[Rule] = &[
         group: "rbac.authorization.k8s.io",
         resource: "roles",
         verbs: &["create", "patch"],
-        why: "each task's Role: read only its own ConfigMap (the operator holds that permission itself, so the API server lets it grant it); the same dry-run check first",
+        why: "each task's Role: read only its own ConfigMap, and in shared mode get the task's Secrets by name (the operator holds those permissions itself, so the API server lets it grant them); the same dry-run check first",
         scope: Scope::Tasks,
     },
     Rule {
         group: "rbac.authorization.k8s.io",
         resource: "rolebindings",
         verbs: &["create", "patch"],
-        why: "binds the task's Role to the task pod's ServiceAccount; the same dry-run check first",
+        why: "binds the task's Role to the task pod's ServiceAccount, and in shared mode (`<taskrun>-shared-proxy`) to the shared proxy's; the same dry-run check first",
         scope: Scope::Tasks,
     },
     Rule {
@@ -136,7 +142,14 @@ pub const RULES: &[Rule] = &[
         group: "",
         resource: "secrets",
         verbs: &["get"],
-        why: "check that the Secret keys a new pod needs exist (key names only; values are never used)",
+        why: "check that the Secret keys a new pod needs exist (key names only; values are never used); in shared mode the task's Role grants get on them by name",
+        scope: Scope::Tasks,
+    },
+    Rule {
+        group: "",
+        resource: "namespaces",
+        verbs: &["get"],
+        why: "the label orchestrator.io/proxy-mode on a TaskRun's Namespace, read once per task before its mode is recorded (status.proxyMode); with watchNamespaces the Role in each namespace grants get on that Namespace object itself (nothing cluster-wide)",
         scope: Scope::Tasks,
     },
     Rule {
@@ -159,6 +172,13 @@ pub const RULES: &[Rule] = &[
         verbs: &["get", "list", "watch"],
         why: "the catalog ConfigMap (watch by name, `--catalog-namespace`; a change reconciles every TaskRun)",
         scope: Scope::Catalog,
+    },
+    Rule {
+        group: "",
+        resource: "configmaps",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+        why: "shared mode: each shared task's ConfigMap task.<namespace>.<taskrun> in the shared proxy's namespace (watch of the labelled ones, server-side apply, the approval verdicts, the pod binding annotations; delete when the task ends, and the sweep of those whose TaskRun is gone)",
+        scope: Scope::SharedProxy,
     },
 ];
 

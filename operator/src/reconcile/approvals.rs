@@ -263,9 +263,10 @@ pub fn next_expiry(approvals: &[Approval], now: Timestamp) -> Option<Duration> {
         .min()
 }
 
-/// Where the verdicts go: the task's ConfigMap (when it is this TaskRun's), with the verdicts
-/// it holds.
+/// Where the verdicts go: the task's ConfigMap (when it is this TaskRun's; in shared mode, the
+/// one in the shared proxy's namespace), with the verdicts it holds.
 pub struct Target<'a> {
+    pub namespace: &'a str,
     pub config_map: &'a str,
     pub written: Option<&'a str>,
 }
@@ -306,6 +307,7 @@ pub async fn reconcile(
     let verdicts = verdicts(&approvals);
     let text = serde_json::to_string(&verdicts).unwrap_or_else(|_| "[]".into());
     if let Some(Target {
+        namespace,
         config_map,
         written,
     }) = target
@@ -315,10 +317,10 @@ pub async fn reconcile(
         let patch = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": config_map, "namespace": ns},
+            "metadata": {"name": config_map, "namespace": namespace},
             "data": {VERDICTS_KEY: text},
         });
-        Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
             .patch(
                 config_map,
                 &PatchParams::apply(APPROVALS_MANAGER).force(),

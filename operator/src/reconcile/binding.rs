@@ -25,6 +25,7 @@ use serde_json::json;
 use super::children::JobFacts;
 use super::{Context, events};
 use crate::error::Result;
+use crate::render::shared::TaskPod;
 
 /// The pods' label naming their Job's uid (set by the Job controller).
 const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
@@ -37,6 +38,8 @@ pub enum Candidate {
     One {
         name: String,
         uid: String,
+        /// `status.podIP`, once it has one.
+        ip: Option<String>,
     },
     /// Several: none is bound.
     Ambiguous(Vec<String>),
@@ -45,7 +48,7 @@ pub enum Candidate {
 /// The pod of the Job with `job_uid` whose proxy may write the Lease: the one pod that is not
 /// finished (nor going) and whose controller is that Job.
 pub fn candidate(pods: &[Pod], job_uid: &str) -> Candidate {
-    let mut found: Vec<(String, String)> = pods
+    let mut found: Vec<(String, String, Option<String>)> = pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| {
@@ -60,46 +63,75 @@ pub fn candidate(pods: &[Pod], job_uid: &str) -> Candidate {
                     && o.uid == job_uid
             })
         })
-        .filter_map(|p| Some((p.name_any(), p.metadata.uid.clone()?)))
+        .filter_map(|p| {
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+            Some((p.name_any(), p.metadata.uid.clone()?, ip))
+        })
         .collect();
     match found.len() {
         0 => Candidate::None,
         1 => {
-            let (name, uid) = found.remove(0);
-            Candidate::One { name, uid }
+            let (name, uid, ip) = found.remove(0);
+            Candidate::One { name, uid, ip }
         }
-        _ => Candidate::Ambiguous(found.into_iter().map(|(name, _)| name).collect()),
+        _ => Candidate::Ambiguous(found.into_iter().map(|(name, ..)| name).collect()),
     }
 }
 
 /// Binds the Lease of a running task that is not bound yet to its Job's pod (see the module).
-/// A failure is logged, not returned: the rest of the reconcile goes on, the Lease stays unbound
-/// (its proxy cannot write it) and the next reconcile tries again.
-pub async fn reconcile(ctx: &Context, tr: &TaskRun, job: &JobFacts) {
-    if let Err(error) = bind(ctx, tr, job).await {
-        tracing::warn!(taskrun = %tr.name_any(), %error, "could not bind the task's Lease to its pod");
+/// In shared mode (`shared`), when the shared proxy's ConfigMap does not name the pod with its
+/// IP yet (`need_pod`), returns that pod: the same one the Lease is bound to, or none (fails
+/// closed: the shared proxy serves no token for the task). A failure is logged, not returned:
+/// the rest of the reconcile goes on, the Lease stays unbound (its proxy cannot write it) and
+/// the next reconcile tries again.
+pub async fn reconcile(
+    ctx: &Context,
+    tr: &TaskRun,
+    job: &JobFacts,
+    (shared, need_pod): (bool, bool),
+) -> Option<TaskPod> {
+    match bind(ctx, tr, job, shared, need_pod).await {
+        Ok(pod) => pod,
+        Err(error) => {
+            tracing::warn!(taskrun = %tr.name_any(), %error, "could not bind the task's Lease to its pod");
+            None
+        }
     }
 }
 
-async fn bind(ctx: &Context, tr: &TaskRun, job: &JobFacts) -> Result<()> {
+async fn bind(
+    ctx: &Context,
+    tr: &TaskRun,
+    job: &JobFacts,
+    shared: bool,
+    need_pod: bool,
+) -> Result<Option<TaskPod>> {
     let (ns, name) = (tr.namespace().unwrap_or_default(), tr.name_any());
-    let bound = ctx
-        .leases
-        .get(&ns, &name)
-        .is_some_and(|f| f.bound_uid.is_some());
+    let bound_uid = ctx.leases.get(&ns, &name).and_then(|f| f.bound_uid.clone());
     let Some(job_uid) = job.uid.as_deref() else {
-        return Ok(());
+        return Ok(None);
     };
-    if bound || !ctx.render.sidecar_api_watch {
-        return Ok(());
+    // Only a task with a Lease has one to bind (the API watch on, or shared mode).
+    let has_lease = ctx.render.sidecar_api_watch || shared;
+    let bind_lease = bound_uid.is_none() && has_lease;
+    if !bind_lease && !need_pod {
+        return Ok(None);
     }
     let selector = format!("{CONTROLLER_UID_LABEL}={job_uid}");
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
         .list(&ListParams::default().labels(&selector))
         .await?;
     match candidate(&pods.items, job_uid) {
-        Candidate::None => Ok(()),
-        Candidate::One { name: pod, uid } => {
+        Candidate::None => Ok(None),
+        Candidate::One { uid, ip, .. } if !bind_lease => {
+            // Bound before: only that pod, never another.
+            let same = bound_uid.as_deref().is_none_or(|b| b == uid);
+            if !same {
+                tracing::warn!(lease = %name, %uid, "the Job's pod is not the one its Lease is bound to; the shared proxy serves none");
+            }
+            Ok(same.then_some(TaskPod { uid, ip }))
+        }
+        Candidate::One { name: pod, uid, ip } => {
             // A merge patch, not an apply: a Lease that is gone is not created again here.
             let patch = json!({"metadata": {
                 "labels": {LEASE_LABEL: "true"},
@@ -112,11 +144,11 @@ async fn bind(ctx: &Context, tr: &TaskRun, job: &JobFacts) -> Result<()> {
             {
                 Ok(_) => {
                     tracing::info!(lease = %name, %pod, %uid, "bound the task's Lease to its pod");
-                    Ok(())
+                    Ok(Some(TaskPod { uid, ip }))
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     tracing::warn!(lease = %name, "the task's Lease is gone; nothing to bind");
-                    Ok(())
+                    Ok(None)
                 }
                 Err(e) => Err(e.into()),
             }
@@ -137,7 +169,7 @@ async fn bind(ctx: &Context, tr: &TaskRun, job: &JobFacts) -> Result<()> {
                 note,
             )
             .await;
-            Ok(())
+            Ok(None)
         }
     }
 }
@@ -175,7 +207,8 @@ mod tests {
             candidate(std::slice::from_ref(&own), JOB),
             Candidate::One {
                 name: "t-abcde".into(),
-                uid: "uid-1".into()
+                uid: "uid-1".into(),
+                ip: None
             }
         );
         // Finished pods, pods going away and pods of another controller do not count.
@@ -197,7 +230,8 @@ mod tests {
             ),
             Candidate::One {
                 name: "t-abcde".into(),
-                uid: "uid-1".into()
+                uid: "uid-1".into(),
+                ip: None
             }
         );
         // A pod forged with the Job as its controller: neither is bound (fails closed).

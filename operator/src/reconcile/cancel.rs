@@ -5,21 +5,23 @@
 //! `Succeeded=False` (reason `Cancelled`, "cancelled by USER"); the status write publishes the
 //! event `Cancelled`. The recorded phase is terminal, so no Job is ever created for it again,
 //! and retention counts from its completion time. A task that already finished (its Job says
-//! so, or its status) is left as it is.
+//! so, or its status) is left as it is. A shared task's ConfigMap in the shared proxy's
+//! namespace is marked `Terminating` and deleted first (see `shared.rs`).
 
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
+use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{
     CancelRequest, Cancellation, Phase, TaskRun, TaskRunStatus, conditions as ct,
     result::CANCEL_ANNOTATION,
 };
 
-use super::Context;
 use super::cached_job::CachedJob;
 use super::observe::Observed;
 use super::status::{self, Cond};
 use super::status_write::{Tools, write_status};
+use super::{Context, mode, shared};
 use crate::error::Result;
 
 /// Who asked to cancel the task, when its annotation is set.
@@ -39,6 +41,11 @@ pub async fn reconcile(
     request: CancelRequest,
 ) -> Result<Action> {
     let job_existed = seen.job.is_some();
+    // A shared task: the shared proxy stops serving its token first (its ConfigMap says
+    // `Terminating`, then goes), before the pod is stopped.
+    if mode::recorded(&seen.previous, seen.job.as_deref()) == Some(ProxyMode::Shared) {
+        shared::delete(ctx, &seen.ns, &seen.name, true).await?;
+    }
     if let Some(job) = &seen.job {
         let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &seen.ns);
         let mut params = DeleteParams::background();

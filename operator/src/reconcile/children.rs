@@ -206,6 +206,16 @@ impl<F> Index<F> {
         state.by_name.get(&key(ns, name)).cloned()
     }
 
+    /// Every object's facts, with its `namespace/name`.
+    pub fn entries(&self) -> Vec<(Box<str>, Arc<F>)> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        state
+            .by_name
+            .iter()
+            .map(|(k, f)| (k.clone(), f.clone()))
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         state.by_name.len()

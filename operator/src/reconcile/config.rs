@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 use orchestrator_crds::approval::VERDICTS_KEY;
+use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::children::ConfigMapFacts;
@@ -81,6 +82,19 @@ pub async fn prepare(tr: &TaskRun, ctx: &Context, seen: &Observed, plan: &Plan) 
             .chain(verdicts.map(|v| (VERDICTS_KEY, v.len())));
         problems.extend(files::too_large(ns, &cm_name, values));
     }
+    // The shared proxy's ConfigMap holds the proxy config (the verdicts beside it, counted too).
+    if let Some(shared) = plan.shared() {
+        let data = shared
+            .config_map(version, plan.config_hash(), "Running", None)
+            .data;
+        let written = super::shared::verdicts_target(ctx, ns, &seen.name).and_then(|t| t.2);
+        let values = data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.len()))
+            .chain(written.as_deref().map(|v| (VERDICTS_KEY, v.len())));
+        problems.extend(files::too_large(shared.namespace(), shared.name(), values));
+    }
     Ok(Config {
         version,
         existing,
@@ -101,8 +115,10 @@ pub async fn apply_config(ctx: &Context, seen: &Observed, config: &Config) -> Re
         &config.desired,
     )
     .await?;
-    // Tell the kubelet now rather than at its next periodic sync (see nudge.rs).
-    if seen.job.is_some() && !seen.finished {
+    // Tell the kubelet now rather than at its next periodic sync (see nudge.rs). Not in shared
+    // mode: the shared proxy reads its config from the API only, and the agent's files in the
+    // pod are read once, at start.
+    if seen.job.is_some() && !seen.finished && seen.mode != Some(ProxyMode::Shared) {
         let annotated = nudge::pods(&ctx.client, ns, &seen.name, config.version).await;
         tracing::debug!(
             annotated,

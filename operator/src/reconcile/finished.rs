@@ -8,13 +8,14 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use orchestrator_crds::approval::ApprovalState;
+use orchestrator_crds::shared::config_map_name;
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 
 use super::job::expire_job;
 use super::status;
 use super::status_write::{Tools, write_status};
 use super::ttl::{self, Ttl};
-use super::{Context, approvals, retention};
+use super::{Context, approvals, retention, shared};
 use crate::error::{Error, Result};
 
 /// Reconciles a TaskRun whose recorded phase is terminal and whose `observedGeneration` is its
@@ -42,6 +43,16 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
         return Ok(Action::await_change()); // shutting down: the Job watch is gone
     }
     let uid = tr.uid().unwrap_or_default();
+    // A shared task's ConfigMap still there (the operator stopped between recording the outcome
+    // and deleting it): it goes now.
+    if let Some(proxy) = &ctx.render.shared_proxy
+        && ctx
+            .shared_config_maps
+            .get(&proxy.namespace, &config_map_name(&ns, &name))
+            .is_some()
+    {
+        shared::delete(ctx, &ns, &name, false).await?;
+    }
     let job = ctx.jobs.get(&ns, &name).filter(|j| j.controlled_by(&uid));
     let state = job.as_ref().map(|j| j.state.clone());
     let (wait, deleted) = expire_job(tr, ctx, &ns, state.as_ref(), previous, &now).await?;

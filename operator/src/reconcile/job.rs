@@ -51,7 +51,8 @@ pub async fn create_if_missing(
     Ok(())
 }
 
-/// The task pod's ServiceAccount (unless the TaskRun names its own), Role and RoleBinding.
+/// The task pod's ServiceAccount (unless the TaskRun names its own), Role and RoleBinding (and
+/// in shared mode the shared proxy's RoleBinding), and Lease.
 async fn apply_identity(
     client: &Client,
     ns: &str,
@@ -61,11 +62,11 @@ async fn apply_identity(
         apply(&Api::<ServiceAccount>::namespaced(client.clone(), ns), sa).await?;
     }
     apply(&Api::<Role>::namespaced(client.clone(), ns), &identity.role).await?;
-    apply(
-        &Api::<RoleBinding>::namespaced(client.clone(), ns),
-        &identity.role_binding,
-    )
-    .await?;
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
+    apply(&bindings, &identity.role_binding).await?;
+    if let Some(binding) = &identity.shared_binding {
+        apply(&bindings, binding).await?;
+    }
     if let Some(lease) = &identity.lease {
         apply(&Api::<Lease>::namespaced(client.clone(), ns), lease).await?;
     }

@@ -10,9 +10,10 @@
 //! `cached_job` (the Job as read) and `trim` (the TaskRun as cached); `events` (on a TaskRun);
 //! `nudge` (running pods told of a new config); `status` (its parts, pure); `children` (facts of
 //! the children kept between reconciles); `taken` (a child's name taken by an object that is not
-//! the TaskRun's: the operator adopts nothing); `ttl`, `version`, `inputs` (what a pod needs) and
-//! `served` (what the proxy reports on the Lease); `approvals`, `binding` (which pod's proxy may
-//! write the Lease), `history`
+//! the TaskRun's: the operator adopts nothing); `ttl`, `version`, `inputs` (what a pod needs),
+//! `mode` (where the task's proxy runs) and `served` (what the proxy reports on the Lease);
+//! `approvals`, `binding` (which pod's proxy may write the Lease), `shared` (a shared task's
+//! ConfigMap in the shared proxy's namespace), `history`
 //! (`status.contextHistory`) and `retention`; the steps of a reconcile (`reconcile_inner` takes
 //! them in another order): `observe` (the TaskRun, its recorded status and its Job), `config`
 //! (the ConfigMap: prepared, checked, applied), `job` (the pod's identity and the Job; its TTL),
@@ -31,11 +32,13 @@ mod finished;
 mod history;
 mod inputs;
 mod job;
+pub mod mode;
 mod nudge;
 mod observe;
 mod refuse;
 pub mod retention;
 pub mod served;
+pub mod shared;
 pub mod status;
 mod status_write;
 mod taken;
@@ -58,6 +61,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
 use kube::{Api, Client, Resource, ResourceExt};
+use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{Phase, TaskRun};
 use tracing::{Instrument, field};
 
@@ -74,6 +78,9 @@ pub const MANAGER: &str = "orchestrator-operator";
 const RESYNC: Duration = Duration::from_secs(60);
 /// How soon a TaskRun waiting for a Secret (which the operator does not watch) is looked at again.
 const SECRET_RETRY: Duration = Duration::from_secs(10);
+/// How soon a shared task whose pod the shared proxy's ConfigMap does not name yet (with its IP)
+/// is looked at again: until then the shared proxy serves the agent nothing.
+const POD_RETRY: Duration = Duration::from_secs(2);
 
 /// What every reconcile shares.
 pub struct Context {
@@ -82,6 +89,11 @@ pub struct Context {
     pub jobs: Index<JobFacts>,
     /// What reconcile reads of the operator's ConfigMaps.
     pub config_maps: Index<ConfigMapFacts>,
+    /// What reconcile reads of the shared tasks' ConfigMaps in the shared proxy's namespace
+    /// (empty without a shared proxy; see `shared.rs`).
+    pub shared_config_maps: Index<shared::SharedFacts>,
+    /// The mode of a TaskRun whose spec and Namespace say none (`--default-proxy-mode`).
+    pub default_proxy_mode: ProxyMode,
     /// What each task's proxy reports on its Lease: the version it serves (see `served.rs`)
     /// and the calls it holds for approval (see `approvals.rs`).
     pub leases: Index<served::LeaseFacts>,
@@ -148,7 +160,11 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         return cancel::reconcile(tr, ctx, &seen, request).await;
     }
 
-    let plan = match refuse::render(tr, ctx, &seen).await? {
+    let mode = match refuse::mode(tr, ctx, &mut seen).await? {
+        ControlFlow::Continue(mode) => mode,
+        ControlFlow::Break(action) => return Ok(action),
+    };
+    let plan = match refuse::render(tr, ctx, &seen, mode).await? {
         ControlFlow::Continue(plan) => plan,
         ControlFlow::Break(action) => return Ok(action),
     };
@@ -168,19 +184,48 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let (ttl_wait, ttl_deleted) =
         job::expire_job(tr, ctx, &seen.ns, job_state, &seen.previous, &status::now()).await?;
 
+    // A shared task's ConfigMap goes in the same reconcile that records its outcome.
+    let shared = plan.mode() == ProxyMode::Shared;
+    if shared && seen.finished {
+        shared::delete(ctx, &seen.ns, &seen.name, false).await?;
+    }
     status_write::write_rendered(tr, ctx, &seen, &plan, config.version, ttl_deleted).await?;
+    let known = shared::known_pod(ctx, &plan);
+    let mut pod = None;
     if let Some(job) = seen.job.as_deref().filter(|_| !seen.finished) {
-        binding::reconcile(ctx, tr, job).await;
+        pod = binding::reconcile(ctx, tr, job, (shared, shared && known.is_none())).await;
+    }
+    let pod = pod.or(known);
+    if shared && !seen.finished {
+        let phase = seen.job_state.as_ref().map(|s| s.phase);
+        shared::apply_config(ctx, &plan, config.version, phase, pod.as_ref()).await?;
     }
     let cm_name = plan.config_map_name();
-    let target = approvals::Target {
-        config_map: &cm_name,
-        written: config.existing.as_ref().and_then(|c| c.verdicts.as_deref()),
+    let shared_target = shared::verdicts_target(ctx, &seen.ns, &seen.name);
+    let target = match (&shared_target, shared) {
+        (_, false) => Some(approvals::Target {
+            namespace: &seen.ns,
+            config_map: &cm_name,
+            written: config.existing.as_ref().and_then(|c| c.verdicts.as_deref()),
+        }),
+        // The ConfigMap applied above (the watch may not show it yet: no verdict is lost, the
+        // next reconcile writes them), none once the task ended.
+        (Some((namespace, name, written)), true) if !seen.finished => Some(approvals::Target {
+            namespace,
+            config_map: name,
+            written: written.as_deref(),
+        }),
+        (_, true) => None,
     };
-    let expiry =
-        approvals::reconcile(ctx, tr, &seen.previous, Some(target), !seen.finished).await?;
+    let expiry = approvals::reconcile(ctx, tr, &seen.previous, target, !seen.finished).await?;
+    let waiting_for_pod = shared
+        && !seen.finished
+        && seen.job.is_some()
+        && pod.as_ref().is_none_or(|p| p.ip.is_none());
     let requeue = if seen.finished {
         ttl_wait
+    } else if waiting_for_pod {
+        Some(POD_RETRY)
     } else {
         Some(RESYNC)
     };

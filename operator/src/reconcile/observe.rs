@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{Phase, TaskResult, TaskRun, TaskRunStatus, conditions as ct};
 
 use super::Context;
@@ -35,6 +36,8 @@ pub struct Observed {
     /// What the agent reported (its termination message), read when the Job's outcome is first
     /// recorded; `None` otherwise (the recorded one is kept).
     pub result: Option<TaskResult>,
+    /// Where the task's proxy runs, once resolved (`mode.rs`): every status written records it.
+    pub mode: Option<ProxyMode>,
 }
 
 /// A finished task whose spec changed is rendered as before, from a fresh read when the cache
@@ -99,6 +102,7 @@ pub async fn observe(
         finished,
         job_taken,
         result,
+        mode: None,
     })
 }
 

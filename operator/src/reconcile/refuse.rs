@@ -10,23 +10,45 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
 
 use super::config::Config;
 use super::observe::Observed;
 use super::status::{self, Cond};
 use super::status_write::{Tools, write_status};
-use super::{Context, SECRET_RETRY, approvals, events, inputs, soonest, taken};
+use super::{Context, SECRET_RETRY, approvals, events, inputs, mode, shared, soonest, taken};
 use crate::error::Result;
 use crate::render::files::CONFIG_TOO_LARGE;
 use crate::render::{self, Plan, Problem};
 
-/// Renders the TaskRun with the last valid catalog. Without a catalog (looked at again soon) or
-/// with problems (looked at again when the TaskRun changes), the TaskRun is blocked instead.
+/// Where the task's proxy runs (`mode.rs`), recorded in `seen`; a Namespace label naming no
+/// mode blocks the TaskRun (looked at again soon: the operator does not watch Namespaces).
+pub async fn mode(
+    tr: &TaskRun,
+    ctx: &Context,
+    seen: &mut Observed,
+) -> Result<ControlFlow<Action, ProxyMode>> {
+    match mode::resolve(ctx, tr, &seen.previous, seen.job.as_deref()).await? {
+        Ok(mode) => {
+            seen.mode = Some(mode);
+            Ok(ControlFlow::Continue(mode))
+        }
+        Err(problem) => Ok(ControlFlow::Break(
+            blocked(tr, ctx, seen, vec![problem], Some(SECRET_RETRY)).await?,
+        )),
+    }
+}
+
+/// Renders the TaskRun with the last valid catalog, its proxy in `mode`. Without a catalog
+/// (looked at again soon) or with problems (looked at again when the TaskRun changes; in shared
+/// mode without a shared proxy, when the operator restarts with one), the TaskRun is blocked
+/// instead.
 pub async fn render(
     tr: &TaskRun,
     ctx: &Context,
     seen: &Observed,
+    mode: ProxyMode,
 ) -> Result<ControlFlow<Action, Plan>> {
     let Some(catalog) = ctx.catalog.get() else {
         let problem = Problem {
@@ -36,7 +58,7 @@ pub async fn render(
         let action = blocked(tr, ctx, seen, vec![problem], Some(SECRET_RETRY)).await?;
         return Ok(ControlFlow::Break(action));
     };
-    match render::render(tr, &catalog, &ctx.render) {
+    match render::render_mode(tr, &catalog, &ctx.render, mode) {
         Ok(plan) => Ok(ControlFlow::Continue(plan)),
         Err(problems) => Ok(ControlFlow::Break(
             blocked(tr, ctx, seen, problems, None).await?,
@@ -125,6 +147,7 @@ async fn blocked(
     // Keep what the last good reconcile recorded about the children.
     let mut status = TaskRunStatus {
         observed_generation: tr.metadata.generation,
+        proxy_mode: seen.mode.or(previous.proxy_mode),
         conditions: Vec::new(),
         // Written on their own, under their own field manager (`approvals.rs`): never here,
         // where a lagging cache could put a decided approval back to pending.
@@ -161,17 +184,30 @@ async fn blocked(
         &status::now(),
     );
     write_status(tr, ctx, previous, status, Tools::Carried).await?;
-    // The verdicts go to the ConfigMap only when it is this TaskRun's (its name may be taken).
+    // The verdicts go to the ConfigMap only when it is this TaskRun's (its name may be taken);
+    // a shared task's, to its ConfigMap in the shared proxy's namespace while it runs.
     let cm_name = render::config_map_name(&seen.name);
     let uid = tr.uid().unwrap_or_default();
     let cm = ctx.config_maps.get(&seen.ns, &cm_name);
-    let target = cm
-        .as_ref()
-        .filter(|c| c.controlled_by(&uid))
-        .map(|c| approvals::Target {
-            config_map: &cm_name,
-            written: c.verdicts.as_deref(),
-        });
+    let shared_target = shared::verdicts_target(ctx, &seen.ns, &seen.name);
+    let target = match (&shared_target, seen.mode) {
+        (Some((namespace, name, written)), Some(ProxyMode::Shared)) if !seen.finished => {
+            Some(approvals::Target {
+                namespace,
+                config_map: name,
+                written: written.as_deref(),
+            })
+        }
+        (_, Some(ProxyMode::Shared)) => None,
+        _ => cm
+            .as_ref()
+            .filter(|c| c.controlled_by(&uid))
+            .map(|c| approvals::Target {
+                namespace: &seen.ns,
+                config_map: &cm_name,
+                written: c.verdicts.as_deref(),
+            }),
+    };
     let expiry = approvals::reconcile(ctx, tr, previous, target, !seen.finished).await?;
     Ok(soonest(retry, expiry).map_or_else(Action::await_change, Action::requeue))
 }

@@ -4,6 +4,10 @@
 //! `--max-finished-per-namespace` finished TaskRuns: a sweep over the TaskRun cache deletes the
 //! ones that finished first. Its ConfigMap and Job go with a TaskRun (owner references, the
 //! garbage collector). Only TaskRuns whose outcome is recorded in their status are counted.
+//!
+//! With a shared proxy, [`sweep_shared`] deletes the shared tasks' ConfigMaps in its namespace
+//! (`shared.rs`) that no live, unfinished TaskRun owns (they have no owner reference): at start,
+//! whenever a TaskRun is deleted, and every minute.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,9 +19,12 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use orchestrator_crds::taskrun::TaskRun;
 
+use super::children::Index;
+use super::shared::{self, SharedFacts};
 use super::ttl;
 use crate::error::Result;
 use crate::metrics::Metrics;
+use crate::namespaces::Watched;
 
 /// How often the per-namespace limit is enforced.
 const SWEEP: Duration = Duration::from_secs(10);
@@ -88,6 +95,82 @@ pub async fn sweep(store: Store<TaskRun>, client: Client, metrics: Arc<Metrics>,
             if let Err(e) = delete(&client, &tr, MAX_FINISHED, &metrics).await {
                 tracing::warn!(taskrun = %tr.name_any(), error = %e, "could not delete a finished TaskRun beyond --max-finished-per-namespace; retrying at the next sweep");
             }
+        }
+    }
+}
+
+/// How often the shared ConfigMaps are swept without a TaskRun deleted.
+const SHARED_SWEEP: Duration = Duration::from_secs(60);
+
+/// The shared ConfigMaps (`namespace/name` with their facts) whose task is gone: no TaskRun of
+/// the cache has their task uid, or that TaskRun's outcome is recorded (the reconcile that
+/// recorded it deleted the ConfigMap, unless the operator stopped in between). A ConfigMap of a
+/// task in a namespace this operator does not watch is another operator's: left alone.
+pub fn orphaned_shared(
+    config_maps: &[(Box<str>, Arc<SharedFacts>)],
+    taskruns: &[Arc<TaskRun>],
+    watched: &Watched,
+) -> Vec<(String, Option<String>)> {
+    let live = |uid: &str| {
+        taskruns.iter().any(|tr| {
+            tr.uid().as_deref() == Some(uid)
+                && !tr
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .is_some_and(|p| p.is_terminal())
+        })
+    };
+    config_maps
+        .iter()
+        .filter_map(|(key, facts)| {
+            let name = key.split_once('/').map_or(&**key, |(_, n)| n);
+            let ours = match orchestrator_crds::shared::task_of_config_map(name) {
+                Some((ns, _)) => match watched {
+                    Watched::All => true,
+                    Watched::Only(list) => list.iter().any(|w| w == ns),
+                },
+                None => false,
+            };
+            let gone = facts.task_uid.as_deref().is_none_or(|uid| !live(uid));
+            (ours && gone).then(|| {
+                (
+                    name.to_string(),
+                    facts.resource_version.as_deref().map(str::to_string),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Deletes the orphaned shared ConfigMaps (see [`orphaned_shared`]) once both caches hold their
+/// first list, then whenever `kick` is notified (a TaskRun was deleted) and every
+/// [`SHARED_SWEEP`].
+pub async fn sweep_shared(
+    store: Store<TaskRun>,
+    client: Client,
+    config_maps: Index<SharedFacts>,
+    (namespace, watched): (String, Watched),
+    kick: Arc<tokio::sync::Notify>,
+) {
+    if store.wait_until_ready().await.is_err() || config_maps.wait_until_ready().await.is_err() {
+        return;
+    }
+    loop {
+        for (name, version) in orphaned_shared(&config_maps.entries(), &store.state(), &watched) {
+            match shared::delete_orphan(&client, &namespace, &name, version.as_deref()).await {
+                Ok(true) => {
+                    tracing::info!(config_map = %format!("{namespace}/{name}"), "deleted a shared proxy ConfigMap whose task is gone")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(config_map = %name, error = %e, "could not delete a shared proxy ConfigMap whose task is gone; retrying at the next sweep")
+                }
+            }
+        }
+        tokio::select! {
+            () = kick.notified() => {},
+            () = tokio::time::sleep(SHARED_SWEEP) => {},
         }
     }
 }

@@ -45,6 +45,7 @@ pub async fn write_rendered(
         config_hash: Some(plan.config_hash().to_string()),
         config_map_name: Some(plan.config_map_name()),
         job_name: Some(plan.job_name().to_string()),
+        proxy_mode: Some(plan.mode()),
         tools: plan.tools.clone(),
         enabled_tool_count: Some(plan.enabled_tool_count),
         // Read once, when the outcome is first recorded (`observe.rs`), then kept.

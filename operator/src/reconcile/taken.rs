@@ -81,7 +81,7 @@ pub async fn identity(
     identity: &Identity,
 ) -> Result<Vec<Problem>> {
     let name = tr.name_any();
-    let (sa, role, binding, lease) = tokio::try_join!(
+    let (sa, role, binding, lease, shared_binding) = tokio::try_join!(
         async {
             match &identity.service_account {
                 Some(_) => read::<ServiceAccount>(client, ns, &name).await,
@@ -96,12 +96,23 @@ pub async fn identity(
                 None => Ok(None),
             }
         },
+        async {
+            match identity
+                .shared_binding
+                .as_ref()
+                .and_then(|b| b.metadata.name.as_deref())
+            {
+                Some(shared) => read::<RoleBinding>(client, ns, shared).await,
+                None => Ok(None),
+            }
+        },
     )?;
     let found = [
         ("ServiceAccount", sa),
         ("Role", role),
         ("RoleBinding", binding),
         ("Lease", lease),
+        ("RoleBinding", shared_binding),
     ];
     Ok(found
         .iter()

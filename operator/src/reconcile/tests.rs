@@ -26,6 +26,8 @@ use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct
 use serde_json::{Value, json};
 use tower_test::mock;
 
+use orchestrator_crds::shared::ProxyMode;
+
 use super::status::JobState;
 use super::ttl::Ttl;
 use super::*;
@@ -236,10 +238,21 @@ struct Harness {
     config_maps: Index<ConfigMapFacts>,
     leases: Index<served::LeaseFacts>,
     decisions: Index<approvals::DecisionFacts>,
+    shared_config_maps: Index<shared::SharedFacts>,
 }
 
 impl Harness {
     fn new() -> Self {
+        Self::with(catalog(), None, ProxyMode::Sidecar)
+    }
+
+    /// The harness with this catalog, the operator's shared proxy (`--shared-proxy-*`) and
+    /// default mode.
+    fn with(
+        catalog: Catalog,
+        shared_proxy: Option<crate::render::SharedProxy>,
+        default_mode: ProxyMode,
+    ) -> Self {
         let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
         let fake = Fake::default();
         let server = fake.clone();
@@ -276,12 +289,16 @@ impl Harness {
         jobs.apply(&watcher::Event::<CachedJob>::InitDone, children::job_facts);
         let (config_maps, leases, decisions) =
             (Index::default(), Index::default(), Index::default());
+        let shared_config_maps = Index::default();
+        shared_config_maps.apply(&watcher::Event::<ConfigMap>::InitDone, shared::facts);
         let ctx = Context {
             client: client.clone(),
             jobs: jobs.clone(),
             config_maps: config_maps.clone(),
             leases: leases.clone(),
             decisions: decisions.clone(),
+            shared_config_maps: shared_config_maps.clone(),
+            default_proxy_mode: default_mode,
             render: RenderSettings {
                 sidecar_image: "orchestrator-mcp-proxy:test".into(),
                 agent_image: "claude-code:test".into(),
@@ -290,9 +307,9 @@ impl Harness {
                 sidecar_api_watch: true,
                 sidecar_kubernetes_service: None,
                 sidecar_metrics_port: None,
-                shared_proxy: None,
+                shared_proxy,
             },
-            catalog: CatalogStore::with(catalog()),
+            catalog: CatalogStore::with(catalog),
             metrics: Arc::new(Metrics::default()),
             reporter: Reporter {
                 controller: MANAGER.into(),
@@ -308,6 +325,7 @@ impl Harness {
             config_maps,
             leases,
             decisions,
+            shared_config_maps,
         }
     }
 
@@ -1591,3 +1609,4 @@ async fn a_decision_naming_another_call_rejects_the_held_one() {
 }
 
 mod lifecycle;
+mod shared_mode;
