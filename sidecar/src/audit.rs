@@ -481,6 +481,65 @@ mod tests {
     }
 
     #[test]
+    fn a_stamped_copy_adds_the_task_uid_and_mode_to_its_lines_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        let sidecar = Audit::start();
+        let shared = sidecar.stamped(Stamp {
+            task_uid: Some("0b6a3c9e".into()),
+            proxy_mode: "shared",
+        });
+        let record = Record {
+            record_type: RecordType::DefinitionChange,
+            ts: timestamp(),
+            task: "task-1",
+            namespace: "team-a",
+            context_version: 1,
+            session: String::new(),
+            client: String::new(),
+            protocol: None,
+            request_id: String::new(),
+            tool: "gh__create_issue",
+            server: None,
+            upstream_tool: None,
+            risk: None,
+            decision: "alerted",
+            approval_id: None,
+            approval_digest: None,
+            decided_by: None,
+            rule: None,
+            outcome: Outcome::DefinitionChanged,
+            error: None,
+            duration_ms: 0.0,
+            argument_bytes: 0,
+            arguments: None,
+            intent: None,
+        };
+        shared.record(Some(&path), &record);
+        sidecar.record(Some(&path), &record);
+        shared.flush();
+        let text = std::fs::read_to_string(&path).expect("the audit file");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(
+            (
+                &lines[0]["taskUid"],
+                &lines[0]["proxyMode"],
+                &lines[0]["namespace"]
+            ),
+            (
+                &serde_json::json!("0b6a3c9e"),
+                &serde_json::json!("shared"),
+                &serde_json::json!("team-a")
+            )
+        );
+        assert!(lines[1].get("taskUid").is_none() && lines[1].get("proxyMode").is_none());
+    }
+
+    #[test]
     fn client_identity_is_stable_per_program_and_task_and_clipped() {
         let info = |name: &str, version: &str| rmcp::model::Implementation::new(name, version);
         let claude = info("claude-code", "2.1.0");
