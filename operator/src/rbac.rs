@@ -128,7 +128,7 @@ pub const RULES: &[Rule] = &[
         group: "rbac.authorization.k8s.io",
         resource: "rolebindings",
         verbs: &["create", "patch"],
-        why: "binds the task's Role to the task pod's ServiceAccount, and in shared mode (`<taskrun>-shared-proxy`) to the shared proxy's; the same dry-run check first",
+        why: "binds the task's Role to the task pod's ServiceAccount, or in shared mode (`<taskrun>-shared-proxy`) to the shared proxy's instead; the same dry-run check first",
         scope: Scope::Tasks,
     },
     Rule {

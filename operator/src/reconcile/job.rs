@@ -63,7 +63,9 @@ async fn apply_identity(
     }
     apply(&Api::<Role>::namespaced(client.clone(), ns), &identity.role).await?;
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
-    apply(&bindings, &identity.role_binding).await?;
+    if let Some(binding) = &identity.role_binding {
+        apply(&bindings, binding).await?;
+    }
     if let Some(binding) = &identity.shared_binding {
         apply(&bindings, binding).await?;
     }

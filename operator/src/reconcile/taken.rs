@@ -89,7 +89,12 @@ pub async fn identity(
             }
         },
         read::<Role>(client, ns, &name),
-        read::<RoleBinding>(client, ns, &name),
+        async {
+            match &identity.role_binding {
+                Some(_) => read::<RoleBinding>(client, ns, &name).await,
+                None => Ok(None),
+            }
+        },
         async {
             match &identity.lease {
                 Some(_) => read::<Lease>(client, ns, &name).await,

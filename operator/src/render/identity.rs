@@ -12,8 +12,9 @@
 //! ServiceAccount, only the task pod's proxy may write it. The token is mounted into the proxy container only
 //! (`automountServiceAccountToken: false` for the pod, so the agent never gets one).
 //!
-//! In shared mode ([`SharedIdentity`]) the task's proxy is the shared proxy's ServiceAccount: a
-//! second RoleBinding `<taskrun>-shared-proxy` binds the same Role to it, the Role may also `get`
+//! In shared mode ([`SharedIdentity`]) the task's proxy is the shared proxy's ServiceAccount: the
+//! RoleBinding `<taskrun>-shared-proxy` binds the same Role to it instead of the pod's account
+//! (the pod runs as its account with no rule at all), the Role may also `get`
 //! the task's Secrets by name (the HTTP servers' headers, the masked values), and the Lease
 //! carries [`LEASE_MODE_ANNOTATION`] so the admission policy admits the shared proxy's writes
 //! instead of a pod's. Nothing in the task's pod talks to the API.
@@ -36,7 +37,11 @@ pub struct Identity {
     /// The ServiceAccount the operator creates; `None` when the TaskRun names its own.
     pub service_account: Option<ServiceAccount>,
     pub role: Role,
-    pub role_binding: RoleBinding,
+    /// The Role bound to the pod's ServiceAccount; none in shared mode (nothing in the pod talks
+    /// to the API, and the Role may read the task's Secrets: no other pod of the account may).
+    pub role_binding: Option<RoleBinding>,
+    /// The ServiceAccount the pod runs as.
+    account: String,
     /// Where the proxy reports what it serves (with the API watch on, or in shared mode).
     pub lease: Option<Lease>,
     /// Shared mode: the Role bound to the shared proxy's ServiceAccount.
@@ -46,11 +51,7 @@ pub struct Identity {
 impl Identity {
     /// The ServiceAccount the pod runs as.
     pub fn service_account_name(&self) -> &str {
-        self.role_binding
-            .subjects
-            .as_ref()
-            .and_then(|s| s.first())
-            .map_or("", |s| s.name.as_str())
+        &self.account
     }
 }
 
@@ -168,7 +169,10 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
             ..Default::default()
         }]),
     };
-    let role_binding = binding(input.name, account, input.namespace);
+    let role_binding = input
+        .shared
+        .is_none()
+        .then(|| binding(input.name, account, input.namespace));
     let shared_binding = input.shared.as_ref().map(|s| {
         binding(
             &format!("{}{SHARED_BINDING_SUFFIX}", input.name),
@@ -180,6 +184,7 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         service_account,
         role,
         role_binding,
+        account: account.to_string(),
         lease,
         shared_binding,
     }

@@ -777,17 +777,26 @@ fn the_pod_runs_as_an_identity_that_reads_only_its_own_config_map() {
     );
     let lease = id.lease.as_ref().expect("the task's Lease");
     assert_eq!(lease.metadata.name.as_deref(), Some("task-1001"));
-    let subjects = id.role_binding.subjects.as_ref().expect("subjects");
+    let subjects = id
+        .role_binding
+        .as_ref()
+        .expect("binding")
+        .subjects
+        .as_ref()
+        .expect("subjects");
     assert_eq!(subjects.len(), 1);
     assert_eq!(
         (subjects[0].kind.as_str(), subjects[0].name.as_str()),
         ("ServiceAccount", "task-1001")
     );
-    assert_eq!(id.role_binding.role_ref.name, "task-1001");
+    assert_eq!(
+        id.role_binding.as_ref().expect("binding").role_ref.name,
+        "task-1001"
+    );
     for meta in [
         &sa.metadata,
         &id.role.metadata,
-        &id.role_binding.metadata,
+        &id.role_binding.as_ref().expect("binding").metadata,
         &lease.metadata,
     ] {
         let owner = &meta.owner_references.as_ref().expect("owner")[0];
@@ -806,7 +815,13 @@ fn a_taskrun_naming_a_service_account_gets_the_role_bound_to_it_and_none_created
     let rendered = plan(&tr);
     let id = rendered.identity();
     assert!(id.service_account.is_none());
-    let subjects = id.role_binding.subjects.as_ref().expect("subjects");
+    let subjects = id
+        .role_binding
+        .as_ref()
+        .expect("binding")
+        .subjects
+        .as_ref()
+        .expect("subjects");
     assert_eq!(subjects[0].name, "task-runner");
     let pod = rendered
         .job()
