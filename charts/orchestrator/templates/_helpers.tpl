@@ -56,3 +56,27 @@ the one-namespace shorthand of watchNamespaces (setting both is refused).
 {{- end -}}
 {{- join "," (uniq $list) -}}
 {{- end -}}
+
+{{- /* The shared MCP proxy (sharedProxy.*): its Deployment, ServiceAccount and Service. */ -}}
+{{- define "orchestrator.sharedProxyName" -}}
+{{- printf "%s-mcp-proxy" (include "orchestrator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "orchestrator.sharedProxySelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: shared-mcp-proxy
+{{- end -}}
+
+{{- define "orchestrator.sharedProxyLabels" -}}
+{{ include "orchestrator.sharedProxySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: orchestrator
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- /* The shared proxy's MCP URL as task pods reach it: sharedProxy.url, else its Service. */ -}}
+{{- define "orchestrator.sharedProxyUrl" -}}
+{{- default (printf "http://%s.%s.svc:8080/mcp" (include "orchestrator.sharedProxyName" .) .Release.Namespace) .Values.sharedProxy.url -}}
+{{- end -}}
