@@ -104,6 +104,13 @@ pub async fn prepare(tr: &TaskRun, ctx: &Context, seen: &Observed, plan: &Plan) 
     })
 }
 
+impl Config {
+    /// Whether the cluster has the rendered ConfigMap already.
+    pub fn up_to_date(&self) -> bool {
+        self.up_to_date
+    }
+}
+
 /// Applies the prepared config (nothing when the cluster has it already).
 pub async fn apply_config(ctx: &Context, seen: &Observed, config: &Config) -> Result<()> {
     if config.up_to_date {

@@ -51,6 +51,21 @@ pub async fn create_if_missing(
     Ok(())
 }
 
+/// A running shared task's Role again when its config changed: the shared proxy reads the task's
+/// Secrets through it, and a server enabled since may name one the Role did not (a sidecar's
+/// pod gets every listed server's Secret when it is created; the shared proxy, through this).
+pub async fn refresh_shared_role(ctx: &Context, seen: &Observed, plan: &Plan) -> Result<()> {
+    if plan.shared().is_none() || seen.job.is_none() || seen.finished {
+        return Ok(());
+    }
+    apply(
+        &Api::<Role>::namespaced(ctx.client.clone(), &seen.ns),
+        &plan.identity().role,
+    )
+    .await?;
+    Ok(())
+}
+
 /// The task pod's ServiceAccount (unless the TaskRun names its own), Role and RoleBinding (and
 /// in shared mode the shared proxy's RoleBinding), and Lease.
 async fn apply_identity(

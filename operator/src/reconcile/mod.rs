@@ -175,6 +175,9 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     }
 
     config::apply_config(ctx, &seen, &config).await?;
+    if !config.up_to_date() {
+        job::refresh_shared_role(ctx, &seen, &plan).await?;
+    }
     // Until the status records the version: its history entry (and the event) first.
     if seen.previous.context_version != i64::try_from(config.version).ok() {
         history::record(ctx, tr, config.version, &plan).await?;

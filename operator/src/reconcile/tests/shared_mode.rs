@@ -35,6 +35,9 @@ fn catalog_with_http() -> Catalog {
     description: "An issue tracker over streamable HTTP"
     http:
       url: https://tracker.example.com/mcp
+      headersFromEnv: {Authorization: TRACKER_TOKEN}
+    secretEnv:
+      - {name: TRACKER_TOKEN, secretKey: token, optional: true}
 "#;
     Catalog::parse(&format!(
         "{}{tracker}",
@@ -396,6 +399,51 @@ async fn a_cancelled_shared_task_says_terminating_then_its_config_map_goes_befor
         "Terminating"
     );
     assert_eq!(written_status(&writes).phase, Some(Phase::Cancelled));
+}
+
+#[tokio::test]
+async fn a_running_shared_tasks_role_follows_the_secrets_its_config_names() {
+    let mut h = harness(true, ProxyMode::Shared);
+    let secret = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
+               "data": {"token": "dA=="}})
+    };
+    h.fake
+        .put(&path("secrets", "tracker-a"), secret("tracker-a"));
+    h.fake
+        .put(&path("secrets", "tracker-b"), secret("tracker-b"));
+    let with = |name: &str| {
+        task(
+            None,
+            json!([{"name": "tracker", "secretRefs": [{"env": "TRACKER_TOKEN", "name": name}]}]),
+        )
+    };
+    let tr = with("tracker-a");
+    h.reconcile(&tr).await;
+    h.sync_caches(NAME);
+    sync_shared(&h);
+    let names = |h: &Harness| {
+        let role = h.fake.get(&path("roles", NAME)).expect("the Role");
+        role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["resources"] == json!(["secrets"]))
+            .map(|r| r["resourceNames"].clone())
+    };
+    assert_eq!(names(&h), Some(json!(["tracker-a"])));
+    let cm = h.fake.get(&shared_path()).expect("the shared ConfigMap");
+    let proxy = cm["data"]["proxy.yaml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(proxy.contains("name: tracker-a"), "{proxy}");
+    // add-context points the server at another Secret: the shared proxy may read that one now,
+    // and no longer the first.
+    let mut changed = h.with_written_status(&with("tracker-b"));
+    changed.metadata.generation = Some(2);
+    h.reconcile(&changed).await;
+    assert_eq!(names(&h), Some(json!(["tracker-b"])));
 }
 
 #[test]
