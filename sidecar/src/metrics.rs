@@ -1,4 +1,8 @@
-//! Prometheus metrics (`GET /metrics`), typed with label structs.
+//! Prometheus metrics (`GET /metrics`), typed with label structs. In shared mode one registry
+//! serves every task: the per-task gauges (`context_version`, `config_loaded`,
+//! `approvals_pending`) carry `namespace` and `taskrun` labels (each task's [`Metrics::for_task`]
+//! handle sets its own series, removed with the task); the call and upstream families stay
+//! unlabelled by task (cardinality).
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -10,6 +14,8 @@ use prometheus_client::{
     },
     registry::Registry,
 };
+
+use std::{ops::Deref, sync::Arc};
 
 use crate::names::ServerName;
 
@@ -70,7 +76,44 @@ impl MetricConstructor<Histogram> for LatencyBuckets {
     }
 }
 
+/// The task of a shared proxy's per-task series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    namespace: String,
+    taskrun: String,
+}
+
+/// The gauges that describe one task: plain in a sidecar (one task per process), by task in
+/// shared mode.
+enum PerTask {
+    Plain {
+        approvals_pending: Gauge,
+        context_version: Gauge,
+        config_loaded: Gauge,
+    },
+    ByTask {
+        approvals_pending: Family<TaskLabels, Gauge>,
+        context_version: Family<TaskLabels, Gauge>,
+        config_loaded: Family<TaskLabels, Gauge>,
+    },
+}
+
+/// The metrics of the process (cheap to clone a handle of: [`Metrics::for_task`]).
 pub struct Metrics {
+    families: Arc<Families>,
+    /// Shared mode: the task this handle's per-task gauges are about.
+    task: Option<TaskLabels>,
+}
+
+impl Deref for Metrics {
+    type Target = Families;
+
+    fn deref(&self) -> &Families {
+        &self.families
+    }
+}
+
+pub struct Families {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     call_seconds: Family<LatencyLabels, Histogram, LatencyBuckets>,
@@ -82,9 +125,7 @@ pub struct Metrics {
     list_changed: Family<KindLabels, Counter>,
     definition_changes: Family<ChangeLabels, Counter>,
     approvals: Family<ApprovalLabels, Counter>,
-    approvals_pending: Gauge,
-    context_version: Gauge,
-    config_loaded: Gauge,
+    per_task: PerTask,
     audit_otlp_dropped: Counter,
 }
 
@@ -109,7 +150,60 @@ pub const APPROVAL_OUTCOMES: [&str; 8] = [
 ];
 
 impl Metrics {
+    /// A sidecar's metrics (one task: the per-task gauges without labels).
     pub fn new() -> Self {
+        Self::build(false)
+    }
+
+    /// A shared proxy's metrics: the per-task gauges by `namespace` and `taskrun`.
+    pub fn shared() -> Self {
+        Self::build(true)
+    }
+
+    /// A handle whose per-task gauges are the series of task `namespace/taskrun` (in a
+    /// sidecar's metrics, the same plain gauges).
+    pub fn for_task(&self, namespace: &str, taskrun: &str) -> Self {
+        Self {
+            families: self.families.clone(),
+            task: Some(TaskLabels {
+                namespace: namespace.to_string(),
+                taskrun: taskrun.to_string(),
+            }),
+        }
+    }
+
+    /// Removes this task's per-task series (its task is no longer served).
+    pub fn forget_task(&self) {
+        if let (
+            PerTask::ByTask {
+                approvals_pending,
+                context_version,
+                config_loaded,
+            },
+            Some(task),
+        ) = (&self.per_task, &self.task)
+        {
+            for family in [approvals_pending, context_version, config_loaded] {
+                family.remove(task);
+            }
+        }
+    }
+
+    /// One per-task gauge: `plain` in a sidecar, this task's series in shared mode (none for
+    /// a handle without a task).
+    fn per_task(&self, pick: impl Fn(&PerTask) -> Either<'_>, value: i64) {
+        match (pick(&self.per_task), &self.task) {
+            (Either::Plain(gauge), _) => {
+                gauge.set(value);
+            }
+            (Either::ByTask(family), Some(task)) => {
+                family.get_or_create(task).set(value);
+            }
+            (Either::ByTask(_), None) => {}
+        }
+    }
+
+    fn build(by_task: bool) -> Self {
         let mut registry = Registry::with_prefix("mcp_proxy");
         let calls = Family::<CallLabels, Counter>::default();
         let call_seconds = Family::new_with_constructor(LatencyBuckets);
@@ -124,9 +218,6 @@ impl Metrics {
         for outcome in APPROVAL_OUTCOMES {
             drop(approvals.get_or_create(&ApprovalLabels { outcome }));
         }
-        let approvals_pending = Gauge::default();
-        let context_version = Gauge::default();
-        let config_loaded = Gauge::default();
         let audit_otlp_dropped = Counter::default();
         registry.register(
             "tool_calls",
@@ -178,27 +269,44 @@ impl Metrics {
             "Calls that policy.requireApproval held (or could not hold), by outcome: approved, rejected, expired, withdrawn (cancelled by the client or shutdown), mismatch (decided under another digest: not made), busy (too many waiting), unavailable (no Lease to ask on), too_large (too large to show)",
             approvals.clone(),
         );
-        registry.register(
-            "approvals_pending",
-            "Calls waiting for a person's decision now",
-            approvals_pending.clone(),
-        );
-        registry.register(
-            "context_version",
-            "contextVersion of the config in use",
-            context_version.clone(),
-        );
-        registry.register(
-            "config_loaded",
-            "1 when a valid config is loaded",
-            config_loaded.clone(),
-        );
+        const PENDING: &str = "Calls waiting for a person's decision now";
+        const VERSION: &str = "contextVersion of the config in use";
+        const LOADED: &str = "1 when a valid config is loaded";
+        let per_task = if by_task {
+            let per_task = PerTask::ByTask {
+                approvals_pending: Default::default(),
+                context_version: Default::default(),
+                config_loaded: Default::default(),
+            };
+            if let PerTask::ByTask {
+                approvals_pending,
+                context_version,
+                config_loaded,
+            } = &per_task
+            {
+                registry.register("approvals_pending", PENDING, approvals_pending.clone());
+                registry.register("context_version", VERSION, context_version.clone());
+                registry.register("config_loaded", LOADED, config_loaded.clone());
+            }
+            per_task
+        } else {
+            let (approvals_pending, context_version, config_loaded) =
+                (Gauge::default(), Gauge::default(), Gauge::default());
+            registry.register("approvals_pending", PENDING, approvals_pending.clone());
+            registry.register("context_version", VERSION, context_version.clone());
+            registry.register("config_loaded", LOADED, config_loaded.clone());
+            PerTask::Plain {
+                approvals_pending,
+                context_version,
+                config_loaded,
+            }
+        };
         registry.register(
             "audit_otlp_dropped",
             "Audit records not exported over OTLP (--audit-otlp) because the queue to the collector was full; the stdout/file line is still written",
             audit_otlp_dropped.clone(),
         );
-        Self {
+        let families = Families {
             registry,
             calls,
             call_seconds,
@@ -210,10 +318,12 @@ impl Metrics {
             list_changed,
             definition_changes,
             approvals,
-            approvals_pending,
-            context_version,
-            config_loaded,
+            per_task,
             audit_otlp_dropped,
+        };
+        Self {
+            families: Arc::new(families),
+            task: None,
         }
     }
 
@@ -257,8 +367,17 @@ impl Metrics {
 
     /// How many calls wait for a decision now.
     pub fn approvals_pending(&self, count: usize) {
-        self.approvals_pending
-            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        self.per_task(
+            |p| match p {
+                PerTask::Plain {
+                    approvals_pending, ..
+                } => Either::Plain(approvals_pending),
+                PerTask::ByTask {
+                    approvals_pending, ..
+                } => Either::ByTask(approvals_pending),
+            },
+            i64::try_from(count).unwrap_or(i64::MAX),
+        );
     }
 
     pub fn upstream_started(&self, server: &ServerName, reason: &'static str, restart: bool) {
@@ -320,10 +439,25 @@ impl Metrics {
             .inc_by(count as u64);
     }
 
-    pub fn config_in_use(&self, context_version: u64) {
-        self.context_version
-            .set(i64::try_from(context_version).unwrap_or(i64::MAX));
-        self.config_loaded.set(1);
+    pub fn config_in_use(&self, version: u64) {
+        self.per_task(
+            |p| match p {
+                PerTask::Plain {
+                    context_version, ..
+                } => Either::Plain(context_version),
+                PerTask::ByTask {
+                    context_version, ..
+                } => Either::ByTask(context_version),
+            },
+            i64::try_from(version).unwrap_or(i64::MAX),
+        );
+        self.per_task(
+            |p| match p {
+                PerTask::Plain { config_loaded, .. } => Either::Plain(config_loaded),
+                PerTask::ByTask { config_loaded, .. } => Either::ByTask(config_loaded),
+            },
+            1,
+        );
     }
 
     /// The text exposition format.
@@ -334,6 +468,12 @@ impl Metrics {
         }
         out
     }
+}
+
+/// One per-task gauge as [`PerTask`] holds it.
+enum Either<'a> {
+    Plain(&'a Gauge),
+    ByTask(&'a Family<TaskLabels, Gauge>),
 }
 
 #[cfg(test)]
@@ -359,6 +499,32 @@ mod tests {
                 assert!(text.contains(&series), "{series} missing in\n{text}");
             }
         }
+    }
+
+    #[test]
+    fn in_shared_mode_each_task_has_its_own_gauges_removed_with_it() {
+        let m = Metrics::shared();
+        let (a, b) = (m.for_task("team-a", "fix-1"), m.for_task("team-b", "fix-2"));
+        a.config_in_use(3);
+        b.config_in_use(7);
+        b.approvals_pending(1);
+        a.call("gh", "create_issue", "ok", 0.001);
+        let text = m.encode();
+        for needle in [
+            r#"mcp_proxy_context_version{namespace="team-a",taskrun="fix-1"} 3"#,
+            r#"mcp_proxy_context_version{namespace="team-b",taskrun="fix-2"} 7"#,
+            r#"mcp_proxy_config_loaded{namespace="team-a",taskrun="fix-1"} 1"#,
+            r#"mcp_proxy_approvals_pending{namespace="team-b",taskrun="fix-2"} 1"#,
+            r#"mcp_proxy_tool_calls_total{server="gh",tool="create_issue",outcome="ok"} 1"#,
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        a.forget_task();
+        let text = m.encode();
+        assert!(!text.contains(r#"taskrun="fix-1""#), "{text}");
+        assert!(
+            text.contains(r#"mcp_proxy_context_version{namespace="team-b",taskrun="fix-2"} 7"#)
+        );
     }
 
     #[test]

@@ -245,7 +245,7 @@ pub async fn run_shared(opts: SharedOptions) -> anyhow::Result<()> {
             "cannot configure a Kubernetes API client (in-cluster config or $KUBECONFIG): {e}"
         )
     })?;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::shared());
     let audit = Audit::to_stream(audit::Stream::Stdout);
     let audit = if opts.audit_otlp {
         audit.with_otlp(Some(AuditExport::from_env(metrics.clone())?))

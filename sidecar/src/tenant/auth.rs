@@ -168,6 +168,13 @@ impl Authenticator {
             {
                 return hit.verdict.clone();
             }
+            // A review whose every waiter went away (clients that hung up) leaves its cell;
+            // forget those before they add up.
+            if cache.inflight.len() >= self.max_entries {
+                cache
+                    .inflight
+                    .retain(|_, cell| Arc::strong_count(cell) > 1 || cell.initialized());
+            }
             cache.inflight.entry(key).or_default().clone()
         };
         let this = self.clone();

@@ -98,6 +98,7 @@ impl Tenant {
 
     /// Closes its sessions, stops its reports and upstreams; calls in flight get `grace`.
     async fn stop(&self, grace: Duration) {
+        self.proxy.metrics.forget_task();
         lock(&self.api).take();
         self.proxy.drain(grace).await;
         self.sessions.cancel();
@@ -257,11 +258,12 @@ impl Tenants {
 
     async fn make(&self, config_map: &str, task: TaskId) -> Arc<Tenant> {
         let s = &self.settings;
+        let metrics = Arc::new(s.metrics.for_task(&task.namespace, &task.name));
         let (events_tx, mut events_rx) = mpsc::unbounded_channel();
         let deps = Deps {
             shared: Arc::new(Shared::new(None)),
             events: events_tx,
-            metrics: s.metrics.clone(),
+            metrics: metrics.clone(),
             start_timeout: s.start_timeout,
             kill_grace: s.kill_grace,
             guard: None,
@@ -281,7 +283,7 @@ impl Tenants {
             task_uid: task.uid.clone(),
             proxy_mode: "shared",
         });
-        let proxy = Proxy::new(Pool::new(deps), s.metrics.clone(), audit);
+        let proxy = Proxy::new(Pool::new(deps), metrics, audit);
         let events = {
             let proxy = proxy.clone();
             tokio::spawn(async move {

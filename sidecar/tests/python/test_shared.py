@@ -306,8 +306,17 @@ def test_two_tasks_in_one_proxy_see_only_their_own_tools_sessions_and_config(sha
         shared.lease(task)
     shared.configmap("task-a", "pod-a", Shared.config("task-a", ns, 1, "alpha", relay_a.url))
     shared.configmap("task-b", "pod-b", Shared.config("task-b", ns, 1, "beta", relay_b.url))
-    port, process = start_shared(ns)
+    metrics_port = free_port()
+    port, process = start_shared(ns, "--metrics-listen", f"127.0.0.1:{metrics_port}")
     token_a, token_b = shared.token("pod-a"), shared.token("pod-b")
+
+    def version_metric(task: str) -> str | None:
+        conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=5)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        series = f'mcp_proxy_context_version{{namespace="{ns}",taskrun="{task}"}} '
+        return next((line[len(series):] for line in text.splitlines() if line.startswith(series)), None)
+
 
     a, b = Mcp(port, token_a), Mcp(port, token_b)
     assert a.initialize() == 200 and b.initialize() == 200
@@ -359,6 +368,7 @@ def test_two_tasks_in_one_proxy_see_only_their_own_tools_sessions_and_config(sha
     time.sleep(1)  # absence: B had as long as A and more to be (wrongly) told
     assert not any(m.get("method") == "notifications/tools/list_changed" for m in seen_b), seen_b
     assert shared.served("task-b") == "1" and len(b.tools()) == len(tools_b)
+    assert (version_metric("task-a"), version_metric("task-b")) == ("2", "1")
     print(f"add-context: ConfigMap patch -> list_changed on A's session in {notified * 1000:.0f} ms")
 
     # Peer check: B's pod is elsewhere now (the connection still comes from 127.0.0.1).
@@ -377,6 +387,7 @@ def test_two_tasks_in_one_proxy_see_only_their_own_tools_sessions_and_config(sha
     status, _, _ = a.post({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {}})
     assert status == 403, status
     print(f"ConfigMap deleted -> A's token refused in {delay * 1000:.0f} ms")
+    assert (version_metric("task-a"), version_metric("task-b")) == (None, "1")
 
     # The audit lines name the task and the mode.
     process.send_signal(signal.SIGTERM)
