@@ -227,3 +227,194 @@ async fn a_role_granting_get_namespaces_reads_its_own_namespace_and_no_other() {
     delete_namespace(&admin, &ns).await;
     delete_namespace(&admin, &other).await;
 }
+
+/// A client authenticated with a fresh token of `ns/account`.
+async fn client_as(admin: &Client, ns: &str, account: &str) -> Client {
+    let accounts = Api::<ServiceAccount>::namespaced(admin.clone(), ns);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .expect("a token")
+        .status
+        .expect("issued")
+        .token;
+    let mut config = Config::infer().await.expect("kubeconfig");
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Client::try_from(config).expect("client")
+}
+
+/// The chart's Lease policy with sharedProxy.enabled, as rendered, installed for the test's own
+/// namespace only (a namespaceSelector added: the cluster is shared with other tests).
+#[tokio::test]
+#[ignore = "needs the e2e control plane (e2e/cluster up; KUBECONFIG) and helm from its build"]
+async fn only_the_shared_proxy_writes_a_shared_tasks_lease() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::coordination::v1::Lease;
+    let admin = client().await;
+    let sys = namespace(&admin, "m2-vap-sys").await;
+    let task_ns = namespace(&admin, "m2-vap-task").await;
+    let tag = format!("{:x}", std::process::id());
+    // Render the chart for release m2vap in `sys`.
+    let helm = {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let out = std::process::Command::new(root.join("e2e/controlplane/build"))
+            .output()
+            .expect("build");
+        let dir = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        let out = std::process::Command::new(std::path::Path::new(&dir).join("helm"))
+            .current_dir(&root)
+            .args([
+                "template",
+                "m2vap",
+                "charts/orchestrator",
+                "-n",
+                &sys,
+                "--kube-version",
+                "1.35.4",
+            ])
+            .args([
+                "--set",
+                "sharedProxy.enabled=true",
+                "--set",
+                "crds.install=false",
+            ])
+            .output()
+            .expect("helm");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let docs: Vec<serde_json::Value> = helm
+        .split("\n---")
+        .filter(|d| d.contains("kind:"))
+        .map(|d| serde_saphyr::from_str(d).expect("yaml"))
+        .collect();
+    let name = "m2vap-orchestrator-proxy-lease-writer";
+    let mut policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy" && d["metadata"]["name"] == name)
+        .expect("the Lease policy")
+        .clone();
+    let mut binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding" && d["metadata"]["name"] == name)
+        .expect("its binding")
+        .clone();
+    let test_name = format!("{name}-{tag}");
+    policy["metadata"]["name"] = json!(test_name);
+    policy["spec"]["matchConstraints"]["namespaceSelector"] =
+        json!({"matchLabels": {"kubernetes.io/metadata.name": task_ns}});
+    binding["metadata"]["name"] = json!(test_name);
+    binding["spec"]["policyName"] = json!(test_name);
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(policy).expect("a policy");
+    let binding: ValidatingAdmissionPolicyBinding =
+        serde_json::from_value(binding).expect("a binding");
+    let pp = PostParams::default();
+    let policies = Api::<ValidatingAdmissionPolicy>::all(admin.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone());
+    policies.create(&pp, &policy).await.expect("policy");
+    bindings.create(&pp, &binding).await.expect("binding");
+
+    // The shared proxy's account in `sys`, the task namespace's default account (any pod of
+    // it), both allowed by RBAC to patch the Lease.
+    let proxy_sa = "m2vap-orchestrator-mcp-proxy";
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": proxy_sa}})).expect("sa");
+    Api::<ServiceAccount>::namespaced(admin.clone(), &sys)
+        .create(&pp, &sa)
+        .await
+        .expect("sa");
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": "lease"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "patch"]}]}))
+    .expect("role");
+    Api::<Role>::namespaced(admin.clone(), &task_ns)
+        .create(&pp, &role)
+        .await
+        .expect("role");
+    let rb: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "lease"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease"},
+        "subjects": [{"kind": "ServiceAccount", "name": proxy_sa, "namespace": sys},
+                     {"kind": "ServiceAccount", "name": "default", "namespace": task_ns}]}))
+    .expect("binding");
+    Api::<RoleBinding>::namespaced(admin.clone(), &task_ns)
+        .create(&pp, &rb)
+        .await
+        .expect("rb");
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "task-1",
+        "labels": {"orchestrator.io/proxy-lease": "true"},
+        "annotations": {"orchestrator.io/proxy-mode": "shared"}}}))
+    .expect("lease");
+    Api::<Lease>::namespaced(admin.clone(), &task_ns)
+        .create(&pp, &lease)
+        .await
+        .expect("lease");
+
+    let served = |v: &str| {
+        Patch::Merge(
+            json!({"metadata": {"annotations": {"orchestrator.io/served-context-version": v}}}),
+        )
+    };
+    let attacker = Api::<Lease>::namespaced(client_as(&admin, &task_ns, "default").await, &task_ns);
+    // The attack: a pod of the task's namespace writes the shared task's Lease. Refused once the
+    // policy is in force (it is loaded asynchronously).
+    let refused = wait_for(
+        "the policy to refuse the namespace's account",
+        Duration::from_secs(60),
+        || async {
+            match attacker
+                .patch("task-1", &PatchParams::default(), &served("9"))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 403 => Some(s.message),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    assert!(
+        refused.contains("belongs to a task served by the shared proxy")
+            && refused.contains(&format!("system:serviceaccount:{sys}:{proxy_sa}")),
+        "{refused}"
+    );
+    let proxy = Api::<Lease>::namespaced(client_as(&admin, &sys, proxy_sa).await, &task_ns);
+    proxy
+        .patch("task-1", &PatchParams::default(), &served("1"))
+        .await
+        .expect("the shared proxy writes it");
+    let flip = proxy
+        .patch(
+            "task-1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"orchestrator.io/proxy-mode": "sidecar"}}}),
+            ),
+        )
+        .await
+        .expect_err("the mode annotation is the operator's");
+    assert!(
+        matches!(flip, kube::Error::Api(ref s) if s.code == 403 && s.message.contains("mode annotation")),
+        "{flip:?}"
+    );
+
+    let _ = bindings.delete(&test_name, &DeleteParams::default()).await;
+    let _ = policies.delete(&test_name, &DeleteParams::default()).await;
+    delete_namespace(&admin, &task_ns).await;
+    delete_namespace(&admin, &sys).await;
+}
