@@ -357,8 +357,8 @@ def test_two_tasks_in_one_proxy_see_only_their_own_tools_sessions_and_config(sha
 
     # add-context on A: A's open session is told, B's is not; A's Lease gets the version.
     wait_for(lambda: shared.served("task-a") == "1" and shared.served("task-b") == "1", what="both Leases to report 1")
+    # Open once their answers' headers are in (the proxy has registered them by then).
     seen_a, seen_b = a.listen(), b.listen()
-    time.sleep(0.3)  # both GET streams are open before the change (no event to wait on)
     patched = time.monotonic()
     shared.kube.merge_patch(shared.cm_path("task-a"), {"data": {"proxy.yaml": Shared.config("task-a", ns, 2, "alpha", relay_a.url, ["test_simple_text"])}})
     wait_for(lambda: any(m.get("method") == "notifications/tools/list_changed" for m in seen_a), what="list_changed on A's session")
