@@ -143,7 +143,15 @@ class Shared:
             entry["tools"] = {"allow": allow}
         return json.dumps({"task": {"name": task, "namespace": ns, "uid": f"uid-{task}"}, "contextVersion": version, "servers": [entry]})
 
-    def configmap(self, task: str, pod: str, proxy_yaml: str, pod_ip: str = "127.0.0.1") -> None:
+    def configmap(self, task: str, pod: str | None, proxy_yaml: str, pod_ip: str = "127.0.0.1") -> None:
+        """`pod` None: the operator has not bound the task's pod yet (no pod uid, no IP)."""
+        annotations = {
+            "orchestrator.io/task-uid": f"uid-{task}",
+            "orchestrator.io/task": f"{self.ns}/{task}",
+            "orchestrator.io/task-phase": "Running" if pod else "Pending",
+        }
+        if pod is not None:
+            annotations |= {"orchestrator.io/task-pod-uid": self.pods[pod], "orchestrator.io/task-pod-ip": pod_ip}
         self.kube.ok(
             "POST",
             f"/api/v1/namespaces/{self.ns}/configmaps",
@@ -153,13 +161,7 @@ class Shared:
                 "metadata": {
                     "name": f"task.{self.ns}.{task}",
                     "labels": {LABEL: "true"},
-                    "annotations": {
-                        "orchestrator.io/task-uid": f"uid-{task}",
-                        "orchestrator.io/task": f"{self.ns}/{task}",
-                        "orchestrator.io/task-phase": "Running",
-                        "orchestrator.io/task-pod-uid": self.pods[pod],
-                        "orchestrator.io/task-pod-ip": pod_ip,
-                    },
+                    "annotations": annotations,
                 },
                 "data": {"proxy.yaml": proxy_yaml},
             },
@@ -431,3 +433,23 @@ def test_each_task_reaches_its_http_upstream_with_its_own_secret(shared, upstrea
         assert f"authorization: bearer secret-of-{task}\r\n" in sent, sent[:2000]
         assert f"secret-of-{other}" not in sent
     assert "secret-of-" not in (tmp_path / "shared.log").read_text()
+
+
+def test_a_task_serves_its_pods_token_only_once_the_operator_has_bound_the_pod(shared, upstream, start_shared):
+    ns = shared.ns
+    shared.pod("pod-a")
+    shared.lease("task-a")
+    shared.configmap("task-a", None, Shared.config("task-a", ns, 1, "alpha", f"http://127.0.0.1:{upstream}/mcp"))
+    port, _ = start_shared(ns)
+    token = shared.token("pod-a")
+    status, messages, _ = Mcp(port, token).post(INIT)
+    assert (status, error_code(messages)) == (403, "PROXY.UNKNOWN_TASK"), messages
+    # The operator binds the pod (as reconcile/binding.rs does for the Lease).
+    shared.kube.merge_patch(
+        shared.cm_path("task-a"),
+        {"metadata": {"annotations": {"orchestrator.io/task-pod-uid": shared.pods["pod-a"], "orchestrator.io/task-pod-ip": "127.0.0.1", "orchestrator.io/task-phase": "Running"}}},
+    )
+    wait_for(lambda: Mcp(port, token).post(INIT)[0] == 200, what="the bound pod's token to be served")
+    client = Mcp(port, token)
+    assert client.initialize() == 200
+    assert client.tools() and all(t.startswith("alpha__") for t in client.tools())
