@@ -81,6 +81,8 @@ const SECRET_RETRY: Duration = Duration::from_secs(10);
 /// How soon a shared task whose pod the shared proxy's ConfigMap does not name yet (with its IP)
 /// is looked at again: until then the shared proxy serves the agent nothing.
 const POD_RETRY: Duration = Duration::from_secs(2);
+/// For how long after its Job started a shared task's pod is looked for every [`POD_RETRY`].
+const POD_POLL_SECONDS: i64 = 120;
 
 /// What every reconcile shares.
 pub struct Context {
@@ -221,7 +223,15 @@ async fn reconcile_inner(tr: &TaskRun, ctx: &Context) -> Result<Action> {
         (_, true) => None,
     };
     let expiry = approvals::reconcile(ctx, tr, &seen.previous, target, !seen.finished).await?;
+    // Polled while the Job is young (a pod that cannot be scheduled is looked at every minute
+    // afterwards, like any task: its Job's changes bring a reconcile anyway).
+    let young = seen
+        .job_state
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .is_none_or(|t| status::now().0.duration_since(t.0).as_secs() < POD_POLL_SECONDS);
     let waiting_for_pod = shared
+        && young
         && !seen.finished
         && seen.job.is_some()
         && pod.as_ref().is_none_or(|p| p.ip.is_none());

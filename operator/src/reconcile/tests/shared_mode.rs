@@ -162,10 +162,8 @@ async fn the_namespace_label_makes_a_task_shared_and_it_gets_no_proxy_container(
     assert!(own["data"].get("proxy.yaml").is_none(), "{own}");
 
     // The pod runs and has its IP: the ConfigMap names it (the pod the Lease is bound to).
-    job_is(
-        &mut h,
-        json!({"active": 1, "startTime": "2026-01-01T00:00:00Z"}),
-    );
+    let started = k8s_openapi::jiff::Timestamp::now().to_string();
+    job_is(&mut h, json!({"active": 1, "startTime": started}));
     sync_shared(&h);
     the_pod_runs(&h, None);
     let tr = h.with_written_status(&tr);
@@ -195,6 +193,24 @@ async fn the_namespace_label_makes_a_task_shared_and_it_gets_no_proxy_container(
         lease["metadata"]["annotations"][orchestrator_crds::shared::LEASE_MODE_ANNOTATION],
         "shared"
     );
+    // A Job that started over two minutes ago whose pod has no IP (unschedulable, say): looked
+    // at every minute, not every 2 s.
+    let mut late = h.with_written_status(&tr);
+    job_is(
+        &mut h,
+        json!({"active": 1, "startTime": "2026-01-01T00:00:00Z"}),
+    );
+    the_pod_runs(&h, None);
+    h.shared_config_maps
+        .apply(&watcher::Event::<ConfigMap>::Init, shared::facts);
+    h.shared_config_maps
+        .apply(&watcher::Event::<ConfigMap>::InitDone, shared::facts);
+    late.metadata.generation = Some(1);
+    assert_eq!(h.reconcile(&late).await, Action::requeue(RESYNC));
+    the_pod_runs(&h, Some("10.244.0.17"));
+    h.reconcile(&late).await;
+    sync_shared(&h);
+
     // Nothing changes: nothing is written again, and the running pod is not nudged.
     sync_shared(&h);
     h.fake.take_writes();
