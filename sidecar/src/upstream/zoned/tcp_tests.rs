@@ -23,7 +23,7 @@ use crate::{
     error::Error,
     names::ServerName,
     zone::{
-        Listen, ZoneOptions,
+        self, Listen, ZoneOptions,
         auth::{self, PROXY_LABEL, ZoneKey},
         frames::{self, Chan, Event, Request, VERSION, WINDOW, read_frame, write_frame},
         protocol::{Lines, SignalName, line_of},
@@ -619,4 +619,88 @@ async fn mcp_through_a_tcp_zone_and_nothing_outlives_the_connection() {
         || group_gone(pid),
     )
     .await;
+}
+
+/// Per-call latency, the socket's pipes against TCP frames: `cargo test --release -p
+/// orchestrator-mcp-proxy --lib zone_latency -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; prints figures"]
+async fn zone_latency() {
+    use rmcp::{ServiceExt, model::CallToolRequestParams};
+    const CALLS: usize = 1000;
+    const ROUNDS: usize = 7;
+    let (script, server_js) = everything();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("mcp.sock");
+    let listener = zone::bind(&socket).expect("binds");
+    let options = ZoneOptions {
+        listen: Listen::Socket(socket.clone()),
+        peer_uid: None,
+        grace: Duration::from_secs(1),
+        command: "sh".into(),
+        args: vec!["-c".into(), script.clone().into(), server_js.clone().into()],
+    };
+    tokio::spawn(zone::serve(
+        listener,
+        Arc::new(options),
+        std::future::pending(),
+    ));
+    let k = key(1);
+    let tcp = tcp_zone("git", &k, &script, &server_js).await;
+    let targets = [
+        ("unix socket (pipes)", ZoneTarget::Unix(socket)),
+        ("tcp (frames)", target(&tcp, &k)),
+    ];
+    let server = ServerName::new("git");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    // Interleaved: round r's client of target i is clients[r * 2 + i].
+    let mut clients = Vec::new();
+    let mut connects: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+    let mut starts: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, target)) in targets.iter().enumerate() {
+            let began = Instant::now();
+            let streams = connect(&server, target, None).await.expect("started");
+            connects[i].push(began.elapsed().as_secs_f64() * 1e3);
+            let (signals, _exit, s) = supervise(streams, "git");
+            let client = ().serve((s.stdout, s.stdin)).await.expect("initialize");
+            starts[i].push(began.elapsed().as_secs_f64() * 1e3);
+            clients.push((client, signals));
+        }
+    }
+    for (i, (name, _)) in targets.iter().enumerate() {
+        println!(
+            "{name}: connect until started {:.2} ms; + initialize {:.1} ms (medians of {ROUNDS})",
+            median(connects[i].clone()),
+            median(starts[i].clone())
+        );
+    }
+    let echo = || {
+        let mut args = rmcp::model::JsonObject::new();
+        args.insert("message".into(), "ping".into());
+        CallToolRequestParams::new("echo").with_arguments(args)
+    };
+    let mut per_call: Vec<(&str, Vec<f64>)> =
+        targets.iter().map(|(n, _)| (*n, Vec::new())).collect();
+    for round in 0..ROUNDS {
+        for (i, _) in targets.iter().enumerate() {
+            let (client, _) = &clients[round * targets.len() + i];
+            let began = Instant::now();
+            for _ in 0..CALLS {
+                client.call_tool(echo()).await.expect("tools/call");
+            }
+            let us = began.elapsed().as_secs_f64() * 1e6 / CALLS as f64;
+            per_call[i].1.push(us);
+        }
+    }
+    let medians: Vec<f64> = per_call.iter().map(|(_, v)| median(v.clone())).collect();
+    for ((name, runs), m) in per_call.iter().zip(&medians) {
+        println!(
+            "{name}: tools/call round trip, median of {ROUNDS} runs of {CALLS}: {m:.1} us (runs: {runs:.1?})"
+        );
+    }
+    println!("tcp / unix: {:.3}", medians[1] / medians[0]);
 }
