@@ -1,6 +1,7 @@
 //! `e2e/cluster up` is idempotent and `e2e/cluster down` leaves no listening port and no process
 //! behind; with the real node, `down` leaves the machine as it was (processes, mounts, cgroups,
-//! host paths, sysctls, network interfaces). Each test runs a private cluster (own state dir and
+//! host paths, sysctls, network interfaces), and its pod network (a bridge and kube-proxy in the
+//! node's own network namespace) changes nothing in the host's network namespace while it runs. Each test runs a private cluster (own state dir and
 //! ports) so it never disturbs the one the other tests use. The real node needs the machine's one
 //! node slot, so `./test` runs `real_node_lifecycle` before it brings its own cluster up (and
 //! skips it in the bulk run).
@@ -114,6 +115,9 @@ struct Machine {
     sysctls: Vec<String>,
     /// The host's network interfaces.
     links: Vec<String>,
+    /// The host's network namespace as its tools print it (links with details, routes, the
+    /// iptables rules of both backends, nftables when installed), counters left out.
+    network: Vec<String>,
     /// Processes of the node stack (containerd, kubelet, shims, pause, portals) and of pods.
     processes: Vec<String>,
 }
@@ -137,14 +141,67 @@ const KUBELET_SYSCTLS: [&str; 6] = [
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 ];
-const NODE_PROCESSES: [&str; 6] = [
+const NODE_PROCESSES: [&str; 7] = [
     "containerd",
     "containerd-shim",
     "kubelet",
+    "kube-proxy",
     "pause",
     "netns-portal",
     "runc",
 ];
+/// What prints the host's network namespace; a tool that is not installed prints nothing.
+const NETWORK_VIEWS: [&[&str]; 8] = [
+    &["ip", "-d", "link"],
+    &["ip", "-4", "route", "show", "table", "all"],
+    &["ip", "-6", "route", "show", "table", "all"],
+    &["iptables-nft-save"],
+    &["iptables-legacy-save"],
+    &["ip6tables-nft-save"],
+    &["ip6tables-legacy-save"],
+    &["nft", "list", "ruleset"],
+];
+
+/// The host's network namespace as NETWORK_VIEWS print it, without what changes on its own:
+/// comments (iptables-save's timestamps) and packet/byte counters.
+fn host_network() -> Vec<String> {
+    NETWORK_VIEWS
+        .iter()
+        .map(|argv| {
+            let out = Command::new(argv[0]).args(&argv[1..]).output();
+            let text = match out {
+                Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+                Ok(o) => format!(
+                    "(exit {}: {})",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => format!("(not run: {})", e.kind()),
+            };
+            let lines: Vec<String> = text
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(without_counters)
+                .collect();
+            format!("$ {}\n{}", argv.join(" "), lines.join("\n"))
+        })
+        .collect()
+}
+
+/// An iptables-save line without its `[packets:bytes]` counters.
+fn without_counters(line: &str) -> String {
+    match (line.find('['), line.rfind(']')) {
+        (Some(open), Some(close))
+            if open < close
+                && line[open + 1..close]
+                    .split(':')
+                    .all(|n| n.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            format!("{}{}", &line[..open], &line[close + 1..])
+        }
+        _ => line.to_string(),
+    }
+}
 
 fn snapshot() -> Machine {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
@@ -208,6 +265,7 @@ fn snapshot() -> Machine {
         host_paths,
         sysctls,
         links,
+        network: host_network(),
         processes,
     }
 }
@@ -302,6 +360,33 @@ fn real_node_lifecycle_down_leaves_the_machine_as_it_was() -> Result<()> {
         during.mounts.len() > before.mounts.len(),
         "the pod's mounts are seen"
     );
+    // The node's network namespace is a bind mount under the state dir while the node is up, and
+    // the pod got its address on the node's bridge; the host's own namespace did not change.
+    let node_netns = format!("{}/node/netns/node nsfs", state.display());
+    ensure!(
+        during.mounts.contains(&node_netns),
+        "the node's network namespace ({node_netns}) is seen: {:#?}",
+        during.mounts
+    );
+    let pod_ip = kubectl_at(
+        &state,
+        &["get", "pod", "idle", "-o", "jsonpath={.status.podIP}"],
+    )?;
+    ensure!(
+        pod_ip.starts_with("10.244.0."),
+        "the pod's address is on the node's bridge (10.244.0.0/24): {pod_ip:?}"
+    );
+    ensure!(
+        during.network == before.network,
+        "the real node changed the host's network namespace:\nbefore: {:#?}\nduring: {:#?}",
+        before.network,
+        during.network
+    );
+    ensure!(
+        during.processes.iter().any(|p| p.ends_with("kube-proxy")),
+        "kube-proxy is seen: {:#?}",
+        during.processes
+    );
     ensure!(
         during.processes.iter().any(|p| p.ends_with("kubelet"))
             && during
@@ -326,5 +411,62 @@ fn real_node_lifecycle_down_leaves_the_machine_as_it_was() -> Result<()> {
     );
     ensure!(!state.exists(), "down removes the state dir");
     let _ = std::fs::remove_dir_all(&parent);
+    Ok(())
+}
+
+/// Runs `e2e/node/node up` in a throwaway network namespace (`unshare -n`) set up by `setup`
+/// (shell), with a state dir that has no control plane: the machine's own namespace is never
+/// touched, and an `up` that got past its range check stops at the missing control plane.
+fn node_up_in_scratch_netns(setup: &str) -> Result<(bool, String)> {
+    let state = std::env::temp_dir().join(format!("orch-e2e-ranges-{}", std::process::id()));
+    let script = format!(
+        "ip link add name va type veth peer name vb && ip link set dev va up && \
+         ip link set dev vb up && {setup} && exec {} up",
+        repo_root().join("e2e/node/node").display()
+    );
+    let out = Command::new("unshare")
+        .args(["-n", "sh", "-ec", &script])
+        .env("ORCH_E2E_STATE", &state)
+        .env("ORCH_E2E_PORT_BASE", "28000")
+        .output()
+        .context("running unshare -n e2e/node/node up")?;
+    ensure!(
+        !state.exists(),
+        "up made {} before refusing",
+        state.display()
+    );
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[test]
+#[ignore = "needs root (unshare -n)"]
+fn real_node_up_refuses_a_range_the_machine_uses() -> Result<()> {
+    // An address in the Service range on one of the machine's interfaces.
+    let (ok, stderr) = node_up_in_scratch_netns("ip addr add 10.96.7.1/24 dev va")?;
+    ensure!(
+        !ok && stderr.contains("10.96.0.0/16")
+            && stderr.contains("10.96.7.0/24 dev va")
+            && stderr.contains("ORCH_E2E_REAL_NODE=0"),
+        "up must refuse the Service range the machine uses, naming it, the route and the way out:\n{stderr}"
+    );
+    // A route that covers the pod network.
+    let (ok, stderr) = node_up_in_scratch_netns(
+        "ip addr add 192.0.2.9/24 dev va && ip route add 10.0.0.0/8 via 192.0.2.1",
+    )?;
+    ensure!(
+        !ok && stderr.contains("10.244.0.0/16") && stderr.contains("10.0.0.0/8 via 192.0.2.1"),
+        "up must refuse a route over the pod network:\n{stderr}"
+    );
+    // A default route alone is fine: up goes on (and stops at the missing control plane).
+    let (ok, stderr) = node_up_in_scratch_netns(
+        "ip addr add 192.0.2.9/24 dev va && ip route add default via 192.0.2.1",
+    )?;
+    ensure!(
+        !ok && stderr.contains("no control plane") && !stderr.contains("is used by this machine"),
+        "a default route must pass the range check:\n{stderr}"
+    );
     Ok(())
 }
