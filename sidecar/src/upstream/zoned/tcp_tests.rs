@@ -622,7 +622,8 @@ async fn mcp_through_a_tcp_zone_and_nothing_outlives_the_connection() {
 }
 
 /// Per-call latency, the socket's pipes against TCP frames: `cargo test --release -p
-/// orchestrator-mcp-proxy --lib zone_latency -- --ignored --nocapture`.
+/// orchestrator-mcp-proxy --lib zone_latency -- --ignored --nocapture`, with `ZONE_BIN=<the
+/// release binary>` to run the zones as processes of their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; prints figures"]
 async fn zone_latency() {
@@ -632,24 +633,76 @@ async fn zone_latency() {
     let (script, server_js) = everything();
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("mcp.sock");
-    let listener = zone::bind(&socket).expect("binds");
-    let options = ZoneOptions {
-        listen: Listen::Socket(socket.clone()),
-        peer_uid: None,
-        grace: Duration::from_secs(1),
-        command: "sh".into(),
-        args: vec!["-c".into(), script.clone().into(), server_js.clone().into()],
-    };
-    tokio::spawn(zone::serve(
-        listener,
-        Arc::new(options),
-        std::future::pending(),
-    ));
     let k = key(1);
-    let tcp = tcp_zone("git", &k, &script, &server_js).await;
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, auth::hex(&[1u8; 32])).expect("written");
+    // ZONE_BIN: the zones as their own processes (the release binary), as in a pod.
+    let mut zones = Vec::new();
+    let tcp_addr = match std::env::var_os("ZONE_BIN") {
+        Some(bin) => {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("binds")
+                .local_addr()
+                .expect("addr")
+                .port();
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+            for listen in [
+                vec!["--socket".into(), socket.clone().into_os_string()],
+                vec![
+                    "--listen".into(),
+                    addr.to_string().into(),
+                    "--key-file".into(),
+                    key_file.clone().into_os_string(),
+                    "--server".into(),
+                    "git".into(),
+                ],
+            ] {
+                let mut cmd = tokio::process::Command::new(&bin);
+                cmd.arg("zone")
+                    .args(listen)
+                    .arg("--")
+                    .arg("sh")
+                    .arg("-c")
+                    .arg(&script)
+                    .arg(&server_js);
+                cmd.kill_on_drop(true).stderr(std::process::Stdio::null());
+                zones.push(cmd.spawn().expect("the zone runs"));
+            }
+            wait_until("the zones to listen", || {
+                socket.exists() && std::net::TcpStream::connect(addr).is_ok()
+            })
+            .await;
+            addr
+        }
+        None => {
+            let listener = zone::bind(&socket).expect("binds");
+            let options = ZoneOptions {
+                listen: Listen::Socket(socket.clone()),
+                peer_uid: None,
+                grace: Duration::from_secs(1),
+                command: "sh".into(),
+                args: vec!["-c".into(), script.clone().into(), server_js.clone().into()],
+            };
+            tokio::spawn(zone::serve(
+                listener,
+                Arc::new(options),
+                std::future::pending(),
+            ));
+            let zone = tcp_zone("git", &k, &script, &server_js).await;
+            std::mem::forget(zone.stop);
+            zone.addr
+        }
+    };
     let targets = [
         ("unix socket (pipes)", ZoneTarget::Unix(socket)),
-        ("tcp (frames)", target(&tcp, &k)),
+        (
+            "tcp (frames)",
+            ZoneTarget::Tcp {
+                addr: tcp_addr,
+                key: k.clone(),
+            },
+        ),
     ];
     let server = ServerName::new("git");
     let median = |mut v: Vec<f64>| {
@@ -703,4 +756,5 @@ async fn zone_latency() {
         );
     }
     println!("tcp / unix: {:.3}", medians[1] / medians[0]);
+    drop(zones);
 }
