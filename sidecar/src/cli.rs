@@ -141,10 +141,21 @@ pub enum Command {
     /// process gets this container's environment and working directory as they are.
     Zone {
         /// The unix socket to listen on (mode 0660; a stale one is replaced).
-        #[arg(long)]
-        socket: PathBuf,
+        #[arg(long, required_unless_present = "listen", conflicts_with = "listen")]
+        socket: Option<PathBuf>,
+        /// Listen on TCP instead (shared mode: the proxy is in another pod); needs --key-file
+        /// and --server.
+        #[arg(long, value_name = "IP:PORT", requires_all = ["key_file", "server"])]
+        listen: Option<std::net::SocketAddr>,
+        /// With --listen: the zone's key, at least 32 random bytes as hex digits
+        /// (`openssl rand -hex 32`). A peer must prove it holds it.
+        #[arg(long, value_name = "FILE", requires = "listen")]
+        key_file: Option<PathBuf>,
+        /// With --listen: this zone's server name (the peer's proof covers it).
+        #[arg(long, value_name = "NAME", requires = "listen")]
+        server: Option<String>,
         /// Only a peer with this uid (the proxy's) may start the server.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "listen")]
         peer_uid: Option<u32>,
         /// Seconds between SIGTERM and SIGKILL when a process group is ended.
         #[arg(long, default_value_t = 5)]
@@ -165,6 +176,9 @@ impl Command {
             Command::Guard => guard::guard_main(),
             Command::Zone {
                 socket,
+                listen,
+                key_file,
+                server,
                 peer_uid,
                 grace_seconds,
                 command,
@@ -173,8 +187,22 @@ impl Command {
                     eprintln!("zone: no command");
                     return ExitCode::from(2);
                 };
+                let listen = match (socket, listen, key_file, server) {
+                    (_, Some(addr), Some(key_file), Some(server)) => zone::Listen::Tcp {
+                        addr: *addr,
+                        key_file: key_file.clone(),
+                        server: server.clone(),
+                    },
+                    (Some(socket), None, _, _) => zone::Listen::Socket(socket.clone()),
+                    _ => {
+                        eprintln!(
+                            "zone: give --socket PATH, or --listen IP:PORT with --key-file and --server"
+                        );
+                        return ExitCode::from(2);
+                    }
+                };
                 let options = ZoneOptions {
-                    socket: socket.clone(),
+                    listen,
                     peer_uid: *peer_uid,
                     grace: Duration::from_secs(*grace_seconds),
                     command: program.clone(),
