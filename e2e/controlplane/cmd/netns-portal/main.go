@@ -1,13 +1,14 @@
 // Command netns-portal is test infrastructure of the e2e node (not part of Kubernetes): it opens
 // listening sockets inside a pod's network namespace and forwards every connection to an address
-// in the host's namespace, so a pod that has only loopback addresses can reach a service the test
+// in the host's namespace, so a pod, whose network has no way to the host's, can reach a service the test
 // runs on the host's 127.0.0.1 (the scripted model API, the API server) at 127.0.0.1:PORT of its
 // own. No interface, route, address or firewall rule is added anywhere: the listener lives in the
 // pod's namespace, the dialing socket in the host's, and the process copies bytes between them.
 //
 //	netns-portal --netns /path/to/netns [--pidfile FILE] 127.0.0.1:8090=127.0.0.1:26451 ...
 //
-// The e2e CNI plugin (e2e/node/cni/netns-only) starts one per pod on ADD and stops it on DEL.
+// The e2e CNI plugin (e2e/node/cni/pod-net) starts one per pod on ADD and stops it on DEL, and
+// `e2e/node up` one in the node's own network namespace (for kube-proxy).
 package main
 
 import (
