@@ -78,5 +78,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{- /* The shared proxy's MCP URL as task pods reach it: sharedProxy.url, else its Service. */ -}}
 {{- define "orchestrator.sharedProxyUrl" -}}
-{{- default (printf "http://%s.%s.svc:8080/mcp" (include "orchestrator.sharedProxyName" .) .Release.Namespace) .Values.sharedProxy.url -}}
+{{- if .Values.sharedProxy.url -}}
+{{- .Values.sharedProxy.url -}}
+{{- else if .Values.sharedProxy.service.clusterIP -}}
+{{- printf "http://%s:8080/mcp" .Values.sharedProxy.service.clusterIP -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc:8080/mcp" (include "orchestrator.sharedProxyName" .) .Release.Namespace -}}
+{{- end -}}
 {{- end -}}

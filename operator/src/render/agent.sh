@@ -1,6 +1,29 @@
 # The default agent (operator/src/render/agent.rs): Claude Code, headless, the task on stdin.
 umask 002
 out=/tmp/.claude-result.json
+# Shared mode: the shared proxy serves this pod's token once the operator has bound the pod (its
+# uid and IP on the task's proxy config), a moment after the pod starts; wait for that (30 s at
+# most) so that Claude Code's first connection is served.
+if [ -n "${ORCHESTRATOR_MCP_TOKEN_FILE:-}" ]; then
+  node -e '
+const url = process.env.ORCHESTRATOR_MCP_URL, file = process.env.ORCHESTRATOR_MCP_TOKEN_FILE;
+const until = Date.now() + 30000;
+(async () => {
+  for (;;) {
+    let body = "";
+    try {
+      const token = require("fs").readFileSync(file, "utf8").trim();
+      const r = await fetch(url, { method: "POST", headers: { authorization: "Bearer " + token,
+        "content-type": "application/json", accept: "application/json, text/event-stream" },
+        body: "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}" });
+      body = await r.text();
+    } catch (e) { body = String(e); }
+    if (!/PROXY\.(TASK_NOT_READY|UNKNOWN_TASK)|ECONNREFUSED|fetch failed/.test(body)) return;
+    if (Date.now() > until) { console.error("the shared proxy does not serve this task yet: " + body.slice(0, 300)); return; }
+    await new Promise((ok) => setTimeout(ok, 200));
+  }
+})();'
+fi
 claude -p --output-format json --strict-mcp-config --mcp-config "$ORCHESTRATOR_MCP_CONFIG" \
   --settings "$ORCHESTRATOR_SETTINGS" < "$ORCHESTRATOR_TASK_FILE" > "$out" &
 pid=$!

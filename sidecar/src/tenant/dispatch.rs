@@ -7,7 +7,9 @@
 //! Refusals: 401 with `WWW-Authenticate: Bearer error="invalid_token"` for a missing, malformed,
 //! expired or refused token; 403 `PROXY.UNKNOWN_TASK` for a pod that runs no task served here;
 //! 403 `PROXY.PEER_MISMATCH` for a connection from another address; 503 `PROXY.AUTH_UNAVAILABLE`
-//! when the API server cannot review the token.
+//! when the API server cannot review the token; 503 `PROXY.TASK_NOT_READY` (`Retry-After: 1`)
+//! while the operator has bound the task's pod but not yet written its IP (the peer check cannot
+//! pass yet; the agent's default command waits for it).
 
 use std::{net::IpAddr, sync::Arc};
 
@@ -49,13 +51,17 @@ pub enum Refusal {
         expected: Option<IpAddr>,
         peer: Option<IpAddr>,
     },
+    /// The pod is bound, its IP not yet known: the peer check cannot decide yet.
+    NotReady {
+        pod_uid: String,
+    },
 }
 
 impl Refusal {
     pub fn status(&self) -> StatusCode {
         match self {
             Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Unavailable(_) | Refusal::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::UnknownTask { .. } | Refusal::PeerMismatch { .. } => StatusCode::FORBIDDEN,
         }
     }
@@ -66,6 +72,7 @@ impl Refusal {
             Refusal::Unavailable(_) => "PROXY.AUTH_UNAVAILABLE",
             Refusal::UnknownTask { .. } => "PROXY.UNKNOWN_TASK",
             Refusal::PeerMismatch { .. } => "PROXY.PEER_MISMATCH",
+            Refusal::NotReady { .. } => "PROXY.TASK_NOT_READY",
         }
     }
 
@@ -78,6 +85,9 @@ impl Refusal {
             Refusal::Unavailable(_) => "the token cannot be checked now; retry",
             Refusal::UnknownTask { .. } => "this token's pod runs no task served here",
             Refusal::PeerMismatch { .. } => "this token is accepted only from its pod's address",
+            Refusal::NotReady { .. } => {
+                "this task's pod is not yet bound to its address; retry in a second"
+            }
         }
     }
 
@@ -96,6 +106,11 @@ impl Refusal {
             body.to_string(),
         )
             .into_response();
+        if matches!(self, Refusal::NotReady { .. }) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         if matches!(self, Refusal::Unauthenticated(_)) {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -119,9 +134,12 @@ pub fn choose<T>(
         });
     };
     let canonical = |ip: IpAddr| ip.to_canonical();
-    if check_peer
-        && (binding.pod_ip.is_none() || binding.pod_ip.map(canonical) != peer.map(canonical))
-    {
+    if check_peer && binding.pod_ip.is_none() {
+        return Err(Refusal::NotReady {
+            pod_uid: identity.pod_uid.clone(),
+        });
+    }
+    if check_peer && binding.pod_ip.map(canonical) != peer.map(canonical) {
         return Err(Refusal::PeerMismatch {
             expected: binding.pod_ip,
             peer,
@@ -176,6 +194,9 @@ async fn mcp(State(front): State<Arc<Front>>, request: Request) -> Response {
                 }
                 Refusal::UnknownTask { pod_uid } => {
                     tracing::info!(peer = ?peer, pod_uid = %pod_uid, "refused a request: its pod runs no task served here")
+                }
+                Refusal::NotReady { pod_uid } => {
+                    tracing::info!(peer = ?peer, pod_uid = %pod_uid, "refused a request: its pod's address is not known yet")
                 }
                 Refusal::PeerMismatch { expected, peer } => {
                     tracing::warn!(peer = ?peer, expected = ?expected, "refused a request: not from its task's pod address")
@@ -254,12 +275,26 @@ mod tests {
             "{stolen:?}"
         );
         assert_eq!(choose(&a, lookup, ip("10.244.0.9"), false), Ok("A"));
-        // No pod IP known yet: refused while the check is on.
+        // No pod IP known yet: not ready (retry) while the check is on, never served.
         let b = identity("uid-b");
-        assert!(matches!(
+        assert_eq!(
             choose(&b, lookup, ip("10.244.0.7"), true),
-            Err(Refusal::PeerMismatch { .. })
-        ));
+            Err(Refusal::NotReady {
+                pod_uid: "uid-b".into()
+            })
+        );
+        let not_ready = Refusal::NotReady {
+            pod_uid: "uid-b".into(),
+        }
+        .response();
+        assert_eq!(not_ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            not_ready
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
         assert_eq!(choose(&b, lookup, None, false), Ok("B"));
         let unknown = choose(&identity("uid-z"), lookup, ip("10.244.0.7"), false);
         assert_eq!(
