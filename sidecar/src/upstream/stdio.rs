@@ -2,14 +2,15 @@
 //! for exit (the one place that reaps it), keeping the tail of its stderr for error messages,
 //! and terminating its whole process group (TERM, then KILL after a grace period).
 //!
-//! A server with `socket` runs in its own container instead (its zone, see `zoned`): the zone
-//! starts the process and hands over its pipes, and signals and the exit status go over the
-//! connection. Everything else (the pipes rmcp speaks over, the stderr tail, the exit watch,
+//! A server with `socket` (sidecar mode) or `zonePort` (shared mode, over TCP with the zone's
+//! key) runs in its own container instead (its zone, see `zoned`): the zone starts the process
+//! and hands over its streams, and signals and the exit status go over the connection. Everything else (the pipes rmcp speaks over, the stderr tail, the exit watch,
 //! terminate) is the same for both.
 
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    net::SocketAddr,
+    path::PathBuf,
     process::Stdio,
     sync::{
         Arc, OnceLock,
@@ -21,13 +22,13 @@ use std::{
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    net::unix::pipe,
     process::Command,
     sync::{mpsc, watch},
 };
 
 use super::{
     guard::{self, Guard},
+    shared::Shared,
     stderr, zoned,
 };
 use crate::{
@@ -35,7 +36,7 @@ use crate::{
     error::{Error, Result},
     names::ServerName,
     sync::lock,
-    zone::protocol::SignalName,
+    zone::{auth::ZoneKey, protocol::SignalName},
 };
 
 /// Variables every child gets from the proxy's environment (when set), so ordinary programs
@@ -142,36 +143,80 @@ fn command(spec: &StdioTransport) -> Command {
     }
 }
 
-/// Starts the server's process: in its zone when it has a `socket` (`pod` names this pod in
-/// what a failure says), else as the proxy's child.
+/// Starts the server's process: in its zone when it has a `socket` (sidecar mode) or a
+/// `zonePort` (shared mode: on the task pod's IP, `shared.zone_host`, with the key read from
+/// the task's Secret), else as the proxy's child (`pod` names this pod in what a failure says).
 pub async fn spawn(
     server: &ServerName,
     spec: &StdioTransport,
     guard: Option<&Arc<Guard>>,
     pod: Option<&str>,
+    shared: &Shared,
 ) -> Result<Spawned> {
+    if let Some(port) = spec.zone_port {
+        let target = tcp_target(server, spec, port, shared)?;
+        return spawn_in_zone(server, &target, pod).await;
+    }
     match &spec.socket {
-        Some(socket) => spawn_in_zone(server, socket, pod).await,
+        Some(socket) => spawn_in_zone(server, &zoned::ZoneTarget::Unix(socket.clone()), pod).await,
         None => spawn_child(server, spec, guard),
     }
 }
 
-/// Has the zone at `socket` start the process, and takes over its pipes.
-async fn spawn_in_zone(server: &ServerName, socket: &Path, pod: Option<&str>) -> Result<Spawned> {
-    let zoned::Started {
+/// Where the zone of a server with `zonePort` listens, and its key.
+fn tcp_target(
+    server: &ServerName,
+    spec: &StdioTransport,
+    port: u16,
+    shared: &Shared,
+) -> Result<zoned::ZoneTarget> {
+    let failed = |reason: String| Error::StartFailed {
+        server: server.clone(),
+        reason,
+    };
+    let host = shared.zone_host().ok_or_else(|| {
+        failed(format!(
+            "server {server}'s zone listens on the task pod's IP, which is not known yet (the \
+             task's ConfigMap has no pod IP annotation); retry once the pod runs"
+        ))
+    })?;
+    let at = spec.zone_key.as_ref().ok_or_else(|| {
+        failed(format!(
+            "server {server} has stdio.zonePort but no stdio.zoneKey: the zone's key is needed"
+        ))
+    })?;
+    let text = shared.secrets().get(&at.name, &at.key).ok_or_else(|| {
+        failed(format!(
+            "server {server}'s zone key (key {} of the task's Secret {}) could not be read (does \
+             it exist, and may the task's Role get it?)",
+            at.key, at.name
+        ))
+    })?;
+    let key = ZoneKey::from_hex(text.as_bytes()).map_err(|e| {
+        failed(format!(
+            "server {server}'s zone key (key {} of the task's Secret {}): {e}",
+            at.key, at.name
+        ))
+    })?;
+    Ok(zoned::ZoneTarget::Tcp {
+        addr: SocketAddr::new(host, port),
+        key,
+    })
+}
+
+/// Has the zone at `target` start the process, and takes over its streams.
+async fn spawn_in_zone(
+    server: &ServerName,
+    target: &zoned::ZoneTarget,
+    pod: Option<&str>,
+) -> Result<Spawned> {
+    let zoned::Streams {
         pid,
         stdin,
         stdout,
         stderr,
         control,
-    } = zoned::start(server, socket, pod).await?;
-    let pipes = |e: std::io::Error| Error::StartFailed {
-        server: server.clone(),
-        reason: format!("server {server}'s container handed over unusable pipes: {e}"),
-    };
-    let stdin = pipe::Sender::from_owned_fd(stdin).map_err(pipes)?;
-    let stdout = pipe::Receiver::from_owned_fd(stdout).map_err(pipes)?;
-    let stderr = pipe::Receiver::from_owned_fd(stderr).map_err(pipes)?;
+    } = zoned::connect(server, target, pod).await?;
     let (signals_tx, signals_rx) = mpsc::unbounded_channel();
     let (exit_tx, exit_rx) = watch::channel(None);
     let child = Child {
@@ -192,8 +237,8 @@ async fn spawn_in_zone(server: &ServerName, socket: &Path, pod: Option<&str>) ->
     });
     Ok(Spawned {
         child,
-        stdout: Box::new(stdout),
-        stdin: Box::new(stdin),
+        stdout,
+        stdin,
     })
 }
 
@@ -398,6 +443,8 @@ mod tests {
             ],
             cwd: None,
             socket: None,
+            zone_port: None,
+            zone_key: None,
         };
         let (env, missing) = child_env(&spec);
         assert_eq!(env.get("LITERAL").map(String::as_str), Some("v"));
