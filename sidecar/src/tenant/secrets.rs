@@ -18,11 +18,10 @@ pub async fn read(api: &Api<Secret>, config: &Config) -> HashMap<(String, String
         .servers
         .iter()
         .filter(|s| s.enabled)
-        .map(|s| match &s.transport {
+        .flat_map(|s| match &s.transport {
             Transport::Http(h) => h.headers_from_secret.values().collect::<Vec<_>>(),
             Transport::Stdio(s) => s.zone_key.iter().collect(),
         })
-        .flatten()
         .map(|at| (at.name.clone(), at.key.clone()))
         .collect();
     let names: BTreeSet<&String> = wanted.iter().map(|(name, _)| name).collect();

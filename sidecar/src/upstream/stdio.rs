@@ -155,7 +155,8 @@ pub async fn spawn(
 ) -> Result<Spawned> {
     if let Some(port) = spec.zone_port {
         let target = tcp_target(server, spec, port, shared)?;
-        return spawn_in_zone(server, &target, pod).await;
+        // The zone is in the task's pod, not this one (the shared proxy's): name that one.
+        return spawn_in_zone(server, &target, Some("<the task's pod>")).await;
     }
     match &spec.socket {
         Some(socket) => spawn_in_zone(server, &zoned::ZoneTarget::Unix(socket.clone()), pod).await,
@@ -467,5 +468,71 @@ mod tests {
                 "{name} leaked into the child env"
             );
         }
+    }
+
+    /// Shared mode: the zone's address is the task pod's IP (the ConfigMap's annotation, kept
+    /// in `Shared`) at `zonePort`, its key the task's Secret value; without either, the start
+    /// fails naming what is missing.
+    #[test]
+    fn a_zone_over_tcp_is_the_pod_ip_at_its_port_with_the_key_from_the_tasks_secret() {
+        let server = ServerName::new("memory");
+        let hex = "ab".repeat(32);
+        let spec = StdioTransport {
+            command: "node".into(),
+            args: vec![],
+            env: BTreeMap::new(),
+            pass_env: vec![],
+            cwd: None,
+            socket: None,
+            zone_port: Some(9101),
+            zone_key: Some(orchestrator_crds::proxy::SecretKey {
+                name: "fix-1-zone-keys".into(),
+                key: "memory".into(),
+            }),
+        };
+        let shared = Shared::default();
+        let failure = |shared: &Shared| match tcp_target(&server, &spec, 9101, shared) {
+            Err(Error::StartFailed { reason, .. }) => reason,
+            other => panic!(
+                "expected a failed start, got {:?}",
+                other.map(|t| t.to_string())
+            ),
+        };
+        assert!(failure(&shared).contains("pod's IP, which is not known yet"));
+        shared.set_zone_host(Some("10.244.0.17".parse().expect("an IP")));
+        assert!(
+            failure(&shared).contains("key memory of the task's Secret fix-1-zone-keys"),
+            "{}",
+            failure(&shared)
+        );
+        shared.secrets().replace(
+            [(
+                ("fix-1-zone-keys".to_string(), "memory".to_string()),
+                "short".to_string(),
+            )]
+            .into(),
+        );
+        assert!(
+            failure(&shared).contains("zone key"),
+            "{}",
+            failure(&shared)
+        );
+        shared.secrets().replace(
+            [(
+                ("fix-1-zone-keys".to_string(), "memory".to_string()),
+                format!("{hex}\n"),
+            )]
+            .into(),
+        );
+        let Ok(zoned::ZoneTarget::Tcp { addr, key }) = tcp_target(&server, &spec, 9101, &shared)
+        else {
+            panic!("a TCP zone");
+        };
+        assert_eq!(addr.to_string(), "10.244.0.17:9101");
+        let expected = ZoneKey::from_hex(hex.as_bytes()).expect("a key");
+        assert_eq!(
+            key.proof(b"nonce", b"label", "memory"),
+            expected.proof(b"nonce", b"label", "memory")
+        );
     }
 }

@@ -437,17 +437,19 @@ def test_a_stdio_server_runs_in_its_tasks_zone_over_tcp_and_another_tasks_key_st
     b = Mcp(port, shared.token("pod-b"))
     assert b.initialize() == 200
     listed = b.result("tools/list")
-    assert "error" in listed or "echo" not in [t["name"] for t in listed["result"]["tools"]], listed
-    called = b.result("tools/call", {"name": "echo", "arguments": {"message": "from b"}}, id=3)
+    assert "error" in listed or "every__echo" not in [t["name"] for t in listed["result"]["tools"]], listed
+    called = b.result("tools/call", {"name": "every__echo", "arguments": {"message": "from b"}}, id=3)
     assert "error" in called or called["result"].get("isError"), called
+    print("task b's call:", json.dumps(called)[:600])
+    assert "refused a connection" in zone.log(), zone.log()
     assert zone.children() == [], "the zone started a process for the wrong key"
     assert "from b" not in zone.log()
 
     # Task a: its key opens its zone; tools/list and tools/call go through it.
     a = Mcp(port, shared.token("pod-a"))
     assert a.initialize() == 200
-    assert "echo" in a.tools()
-    called = a.result("tools/call", {"name": "echo", "arguments": {"message": "from a"}}, id=3)
+    assert "every__echo" in a.tools()
+    called = a.result("tools/call", {"name": "every__echo", "arguments": {"message": "from a"}}, id=3)
     assert "from a" in json.dumps(called["result"]), called
     assert zone.children(), "the server runs in the zone"
     # Neither key reached the proxy's log.
