@@ -192,6 +192,15 @@ pub struct StdioSpec {
     /// the zone runs, kept for display.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// Shared mode: the zone listens on the task pod's IP at this port
+    /// (`orchestrator-mcp-proxy zone --listen`); the shared proxy connects to it there, with the
+    /// key in `zoneKey`. Like `socket`, `env`, `passEnv` and `cwd` must then be empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_port: Option<u16>,
+    /// Shared mode: the task's Secret key holding the zone's key (64 hex digits), which the
+    /// shared proxy reads through the API and proves to the zone at `zonePort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_key: Option<SecretKey>,
 }
 
 /// A key of a Secret in the task's namespace.

@@ -17,6 +17,8 @@ pub enum Error {
     LostLease(String),
     #[error("telemetry: {0}")]
     Telemetry(String),
+    #[error("drawing a random key: {0}")]
+    Random(String),
     #[error("serving metrics and health on {addr}: {source}")]
     Serve {
         addr: String,
@@ -37,6 +39,7 @@ impl Error {
             Error::MissingField(_) => "invalid_object",
             Error::LostLease(_) => "lease",
             Error::Telemetry(_) => "telemetry",
+            Error::Random(_) => "random",
             Error::Serve { .. } => "serve",
         }
     }

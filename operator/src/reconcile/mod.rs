@@ -16,7 +16,8 @@
 //! ConfigMap in the shared proxy's namespace), `history`
 //! (`status.contextHistory`) and `retention`; the steps of a reconcile (`reconcile_inner` takes
 //! them in another order): `observe` (the TaskRun, its recorded status and its Job), `config`
-//! (the ConfigMap: prepared, checked, applied), `job` (the pod's identity and the Job; its TTL),
+//! (the ConfigMap: prepared, checked, applied), `zone_keys` (a shared task's zone keys, before
+//! its Job), `job` (the pod's identity and the Job; its TTL),
 //! `status_write` (the status), `refuse` (render, or say why not: also a name taken, a config
 //! too large); `cancel` (a cancelled task: its Job deleted, its outcome recorded); `finished` (a
 //! task whose outcome is recorded); `tests`.
@@ -45,6 +46,7 @@ mod taken;
 mod trim;
 mod ttl;
 mod version;
+mod zone_keys;
 
 #[cfg(test)]
 mod tests;

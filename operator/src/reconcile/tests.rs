@@ -189,6 +189,21 @@ impl Fake {
                 server.objects.insert(path.to_string(), body.clone());
                 (StatusCode::OK, body)
             }
+            // A created Secret is kept, and a second create of its name refused (409).
+            Method::POST if path.ends_with("/secrets") => {
+                let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                let object = format!("{path}/{name}");
+                if server.objects.contains_key(&object) {
+                    return (
+                        StatusCode::CONFLICT,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "code": 409, "reason": "AlreadyExists",
+                               "message": format!("{object} already exists")}),
+                    );
+                }
+                server.objects.insert(object, body.clone());
+                (StatusCode::CREATED, body)
+            }
             Method::POST => (StatusCode::CREATED, body),
             // The garbage collector is not played: children stay until a test removes them.
             Method::DELETE => match server.objects.remove(path) {

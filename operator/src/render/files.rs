@@ -61,6 +61,8 @@ impl Files {
                         pass_env: Vec::new(),
                         cwd: None,
                         socket: Some(zone_socket(&s.spec.name)),
+                        zone_port: None,
+                        zone_key: None,
                     }),
                     http: s.entry.http.as_ref().map(|http| HttpSpec {
                         url: http.url.clone(),

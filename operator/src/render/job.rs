@@ -10,7 +10,9 @@
 //!   mask their values in the calls it shows for approval (the mask volume);
 //! - each stdio server: only its own Secrets and literal env, the workspace only as its catalog
 //!   entry says (`workspace`), a socket directory shared with the proxy alone, through which
-//!   the proxy has `orchestrator-mcp-proxy zone` start the server's process on first use.
+//!   the proxy has `orchestrator-mcp-proxy zone` start the server's process on first use (shared
+//!   mode: no socket; the zone listens on the pod's IP and the shared proxy proves the key only
+//!   this container mounts, from the task's Secret `<taskrun>-zone-keys`).
 //!
 //! The task's ConfigMap is mounted as a directory (never `subPath`: those mounts are never
 //! updated) so a new tool config reaches the running proxy. Secrets arrive as env through
@@ -39,7 +41,7 @@ use super::pod::{
 };
 use super::resolve::{MaskKey, Resolved, mask_keys};
 use super::shared::{TOKEN_VOLUME, token_volume};
-use super::zone::{ZONES_DIR, zone_container, zones};
+use super::zone::{ZONES_DIR, zone_container, zone_key_volume, zones};
 use super::{RenderSettings, SharedProxy, config_map_name};
 
 /// Name of the proxy container (the e2e kubelet stand-in looks it up by this name).
@@ -80,7 +82,7 @@ pub struct JobInput<'a> {
     /// The pod's ServiceAccount (see [`super::identity`]).
     pub service_account_name: &'a str,
     /// Shared mode: the proxy is the shared one, not a container of the pod (see
-    /// [`super::shared`]); no server has a container either (stdio servers are refused).
+    /// [`super::shared`]); each stdio server keeps its container, listening on the pod's IP.
     pub shared: Option<&'a SharedProxy>,
 }
 
@@ -136,14 +138,7 @@ pub fn render(input: JobInput<'_>) -> Job {
                     }),
                     // The proxy first: it is ready before the servers' containers start, and
                     // the agent starts after all of them (native sidecars start in order).
-                    init_containers: input.shared.is_none().then(|| {
-                        std::iter::once(proxy_container(&input))
-                            .chain(
-                                zones(input.resolved)
-                                    .map(|z| zone_container(input.settings, input.resolved, &z)),
-                            )
-                            .collect()
-                    }),
+                    init_containers: init_containers(&input),
                     containers: vec![agent_container(&input)],
                     volumes: Some(volumes(&input)),
                     ..Default::default()
@@ -153,6 +148,23 @@ pub fn render(input: JobInput<'_>) -> Job {
         }),
         ..Default::default()
     }
+}
+
+/// The native sidecars: the proxy (sidecar mode only), then each stdio server's zone; none in
+/// shared mode without stdio servers.
+fn init_containers(input: &JobInput<'_>) -> Option<Vec<Container>> {
+    let shared = input.shared.is_some();
+    let zoned =
+        zones(input.resolved).map(|z| zone_container(input.settings, input.resolved, &z, shared));
+    if shared {
+        let zoned: Vec<Container> = zoned.collect();
+        return (!zoned.is_empty()).then_some(zoned);
+    }
+    Some(
+        std::iter::once(proxy_container(input))
+            .chain(zoned)
+            .collect(),
+    )
 }
 
 fn proxy_container(input: &JobInput<'_>) -> Container {
@@ -415,14 +427,20 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
         ..Default::default()
     };
     if let Some(proxy) = input.shared {
-        // Only the agent's: no proxy, no server container, no API token, no mask volume.
-        return vec![
+        // The agent's, and each zone's `/tmp` and key: no proxy, no socket, no API token, no
+        // mask volume.
+        let mut volumes = vec![
             tools_volume,
             task_volume,
             empty_dir(WORKSPACE_VOLUME),
             empty_dir(AGENT_TMP_VOLUME),
             token_volume(proxy, tr.spec.active_deadline_seconds),
         ];
+        for zone in zones(input.resolved) {
+            volumes.push(empty_dir(&zone.tmp_volume()));
+            volumes.push(zone_key_volume(&name, &zone));
+        }
+        return volumes;
     }
     let mut volumes = vec![
         tools_volume,

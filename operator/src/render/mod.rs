@@ -25,7 +25,7 @@ pub mod zone;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use orchestrator_crds::catalog::Catalog;
@@ -178,6 +178,26 @@ impl Plan {
         self.zoned.iter().map(String::as_str)
     }
 
+    /// Shared mode with stdio servers: the task's Secret of its zones' keys
+    /// (`<taskrun>-zone-keys`, one item per stdio server, `key` drawing each: `reconcile` draws
+    /// them at random), owned by the TaskRun; none otherwise.
+    pub fn zone_keys_secret(&self, mut key: impl FnMut() -> String) -> Option<Secret> {
+        if self.shared.is_none() || self.zoned.is_empty() {
+            return None;
+        }
+        Some(Secret {
+            metadata: ObjectMeta {
+                name: Some(zone::zone_keys_secret_name(&self.name)),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(self.labels.clone()),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..Default::default()
+            },
+            string_data: Some(self.zoned.iter().map(|s| (s.clone(), key())).collect()),
+            ..Default::default()
+        })
+    }
+
     /// Where the task's proxy runs.
     pub fn mode(&self) -> ProxyMode {
         self.mode
@@ -277,9 +297,8 @@ pub fn render_mode(
         service_account_name: identity.service_account_name(),
         shared: proxy,
     });
-    // In shared mode no server has a container (stdio servers are refused: `shared::check`).
+    // Each stdio server has its container, in either mode.
     let zoned = zone::zones(&resolved)
-        .filter(|_| proxy.is_none())
         .map(|z| z.server.spec.name.clone())
         .collect();
 

@@ -1,12 +1,13 @@
 //! Shared-service mode (docs/design/shared-mode.md, §1): the task's proxy is the chart's shared
 //! Deployment, not a container of its pod. What that changes in the render:
 //! - [`check`]: what such a task cannot have: no shared proxy configured
-//!   (`SharedProxyUnavailable`), an enabled stdio server (`SharedModeStdioUnsupported`: its zone
-//!   would have to be reached over TCP, not built yet);
+//!   (`SharedProxyUnavailable`);
 //! - [`SharedConfig`]: the task's ConfigMap `task.<namespace>.<taskrun>` in the shared proxy's
-//!   namespace, holding the same `proxy.yaml` a sidecar gets with `task.uid` set and the HTTP
-//!   servers' headers read from the task's Secrets (`headersFromSecret`) instead of env, and the
-//!   annotations the proxy maps tokens to tasks with;
+//!   namespace, holding the same `proxy.yaml` a sidecar gets with `task.uid` set, the HTTP
+//!   servers' headers read from the task's Secrets (`headersFromSecret`) instead of env, each
+//!   stdio server's zone reached over TCP (`zonePort`, its key in the task's Secret
+//!   `<taskrun>-zone-keys`: `zoneKey`) instead of a socket, and the annotations the proxy maps
+//!   tokens to tasks with;
 //! - [`token_volume`]: the agent's token for the shared proxy (a projected ServiceAccount token
 //!   whose audience is the shared proxy's, mounted into the agent container only);
 //! - [`secret_names`]: the task's Secrets, which the task's Role lets the shared proxy `get`.
@@ -26,12 +27,11 @@ use orchestrator_crds::shared::{
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::resolve::{Problem, Resolved, mask_keys};
+use super::zone::{zone_keys_secret_name, zones};
 use super::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, SharedProxy};
 
 /// The condition reason of a shared task when no shared proxy is configured.
 pub const SHARED_PROXY_UNAVAILABLE: &str = "SharedProxyUnavailable";
-/// The condition reason of a shared task with an enabled stdio server.
-pub const STDIO_UNSUPPORTED: &str = "SharedModeStdioUnsupported";
 /// The agent's token volume.
 pub const TOKEN_VOLUME: &str = "mcp-token";
 /// The shortest and the longest lifetime of the agent's token.
@@ -41,7 +41,7 @@ const TOKEN_MAX_SECONDS: i64 = 86_400;
 /// The shared proxy a task in shared mode is served by, or why it cannot be (every problem).
 pub fn check<'a>(
     settings: &'a super::RenderSettings,
-    resolved: &Resolved<'_>,
+    _resolved: &Resolved<'_>,
 ) -> Result<&'a SharedProxy, Vec<Problem>> {
     let mut problems = Vec::new();
     if settings.shared_proxy.is_none() {
@@ -56,33 +56,15 @@ pub fn check<'a>(
                     .into(),
         });
     }
-    let stdio: Vec<&str> = resolved
-        .servers
-        .iter()
-        .filter(|s| s.spec.enabled && s.entry.stdio.is_some())
-        .map(|s| s.spec.name.as_str())
-        .collect();
-    if !stdio.is_empty() {
-        problems.push(Problem {
-            reason: STDIO_UNSUPPORTED,
-            message: format!(
-                "server{} {} run{} over stdio, which the shared proxy cannot serve yet; set \
-                 spec.proxy.mode: sidecar, or enable only HTTP servers; stdio servers in shared \
-                 mode need zones over TCP, not built yet",
-                if stdio.len() == 1 { "" } else { "s" },
-                stdio.join(", "),
-                if stdio.len() == 1 { "s" } else { "" },
-            ),
-        });
-    }
     match (&settings.shared_proxy, problems.is_empty()) {
         (Some(proxy), true) => Ok(proxy),
         _ => Err(problems),
     }
 }
 
-/// The task's Secrets (every one its servers or its agent env name): the shared proxy may `get`
-/// them by name through the task's Role, to send HTTP servers' headers and mask their values.
+/// The task's Secrets (every one its servers or its agent env name, and its zone keys' when it
+/// has stdio servers): the shared proxy may `get` them by name through the task's Role, to send
+/// HTTP servers' headers, mask their values and prove each zone's key.
 pub fn secret_names(tr: &TaskRun, resolved: &Resolved<'_>) -> Vec<String> {
     let agent_env = tr
         .spec
@@ -95,6 +77,9 @@ pub fn secret_names(tr: &TaskRun, resolved: &Resolved<'_>) -> Vec<String> {
         .map(|k| k.secret)
         .collect();
     names.dedup();
+    if zones(resolved).next().is_some() {
+        names.push(zone_keys_secret_name(&tr.name_any()));
+    }
     names
 }
 
@@ -153,6 +138,25 @@ impl SharedConfig {
                 .collect();
         }
         let name = tr.name_any();
+        // Each stdio server's zone listens on the pod's IP (see `zone`), its key in the task's
+        // Secret `<taskrun>-zone-keys` (made by `reconcile`), which the task's Role lets the
+        // shared proxy `get`.
+        for zone in zones(resolved) {
+            let Some(stdio) = config
+                .servers
+                .iter_mut()
+                .find(|s| s.name == zone.server.spec.name)
+                .and_then(|s| s.stdio.as_mut())
+            else {
+                continue;
+            };
+            stdio.socket = None;
+            stdio.zone_port = Some(zone.port());
+            stdio.zone_key = Some(SecretKey {
+                name: zone_keys_secret_name(&name),
+                key: zone.server.spec.name.clone(),
+            });
+        }
         Self {
             namespace: proxy.namespace.clone(),
             name: config_map_name(namespace, &name),

@@ -1,5 +1,6 @@
 //! Rendering in shared-service mode: snapshots of a shared task's Job, its ConfigMap in the task
-//! namespace and its ConfigMap in the shared proxy's namespace, and what such a task cannot have.
+//! namespace and its ConfigMap in the shared proxy's namespace, its stdio servers' zones (over
+//! TCP, each with only its own key), and what such a task cannot have.
 
 use k8s_openapi::api::core::v1::PodSpec;
 use orchestrator_crds::catalog::Catalog;
@@ -11,7 +12,7 @@ use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
 
 use super::files::{MCP_CONFIG_FILE, headers_helper};
-use super::shared::{SHARED_PROXY_UNAVAILABLE, STDIO_UNSUPPORTED, TaskPod};
+use super::shared::{SHARED_PROXY_UNAVAILABLE, TaskPod};
 use super::*;
 
 /// The shipped catalog plus an HTTP server whose header comes from a Secret.
@@ -125,7 +126,14 @@ fn shared_proxy_config_map_snapshot() {
 fn the_pod_has_no_proxy_and_only_the_agent_holds_a_token_the_api_server_refuses() {
     let plan = shared_plan();
     let pod = pod(&plan);
-    assert!(pod.init_containers.is_none(), "no mcp-proxy, no zone");
+    // No mcp-proxy: only the zone of the listed (disabled) stdio server `time`.
+    let init: Vec<&str> = pod
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(init, ["zone-time"]);
     assert_eq!(pod.automount_service_account_token, Some(false));
     assert_eq!(pod.containers.len(), 1);
     let agent = &pod.containers[0];
@@ -164,10 +172,23 @@ fn the_pod_has_no_proxy_and_only_the_agent_holds_a_token_the_api_server_refuses(
         .expect("a ServiceAccount token");
     assert_eq!(token.audience.as_deref(), Some("orchestrator.io/mcp-proxy"));
     assert_eq!(token.expiration_seconds, Some(7800));
-    assert!(volumes.iter().all(|v| v.secret.is_none()));
+    // The one Secret volume: the zone's key (see the zone test below), mounted in the agent not.
+    let secrets: Vec<&str> = volumes
+        .iter()
+        .filter(|v| v.secret.is_some())
+        .map(|v| v.name.as_str())
+        .collect();
+    assert_eq!(secrets, ["zone-0-key"]);
+    assert!(
+        agent
+            .volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name != "zone-0-key")
+    );
     // The Secret env the HTTP server needs is no container's: the shared proxy reads it.
     assert!(env("TRACKER_TOKEN").is_none());
-    assert!(plan.zoned_servers().next().is_none());
+    assert_eq!(plan.zoned_servers().collect::<Vec<_>>(), ["time"]);
 }
 
 #[test]
@@ -236,7 +257,14 @@ fn the_shared_proxy_may_read_the_tasks_secrets_by_name_and_write_its_lease() {
     assert_eq!(secrets.verbs, ["get"]);
     assert_eq!(
         secrets.resource_names.as_deref(),
-        Some(&["anthropic".to_string(), "team-a-tracker".to_string()][..])
+        Some(
+            &[
+                "anthropic".to_string(),
+                "team-a-tracker".to_string(),
+                // The zone keys' Secret of the listed stdio server `time`.
+                "task-2001-zone-keys".to_string()
+            ][..]
+        )
     );
     let binding = identity
         .shared_binding
@@ -281,30 +309,146 @@ fn the_shared_proxy_may_read_the_tasks_secrets_by_name_and_write_its_lease() {
 }
 
 #[test]
-fn a_shared_task_without_a_shared_proxy_or_with_a_stdio_server_is_refused_with_the_fix() {
+fn a_shared_task_without_a_shared_proxy_is_refused_with_the_fix() {
     let problems = render_mode(&http_task(), &catalog(), &settings(None), ProxyMode::Shared)
         .expect_err("no shared proxy");
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].reason, SHARED_PROXY_UNAVAILABLE);
     assert!(problems[0].message.contains("spec.proxy.mode: sidecar"));
+}
 
-    let stdio = task(json!([{"name": "tracker"}, {"name": "time"}, {"name": "memory"}]));
-    let problems = render_mode(&stdio, &catalog(), &settings(None), ProxyMode::Shared)
-        .expect_err("both problems");
-    let reasons: Vec<&str> = problems.iter().map(|p| p.reason).collect();
-    assert_eq!(reasons, [SHARED_PROXY_UNAVAILABLE, STDIO_UNSUPPORTED]);
+/// A shared task with two stdio servers: each keeps its zone container (uid, Secrets,
+/// workspace), which listens on the pod's IP with its own key; the shared proxy's config names
+/// the port and the Secret key, and the task's Role lets it get that Secret.
+#[test]
+fn each_stdio_server_listens_on_the_pod_ip_with_only_its_own_key() {
+    let tr = task(json!([{"name": "tracker"}, {"name": "time"}, {"name": "memory"}]));
+    let plan = render_mode(
+        &tr,
+        &catalog(),
+        &settings(Some(shared_proxy())),
+        ProxyMode::Shared,
+    )
+    .unwrap_or_else(|p| panic!("renders: {p:?}"));
+    let pod = pod(&plan);
+    let zones = pod.init_containers.clone().unwrap_or_default();
+    let names: Vec<&str> = zones.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["zone-time", "zone-memory"]);
+    for (i, (zone, server)) in zones.iter().zip(["time", "memory"]).enumerate() {
+        let command = zone.command.clone().unwrap_or_default();
+        let dashes = command.iter().position(|a| a == "--").expect("--");
+        assert_eq!(
+            command[..dashes],
+            [
+                "orchestrator-mcp-proxy".to_string(),
+                "zone".into(),
+                "--listen".into(),
+                format!("$(POD_IP):{}", 9100 + i),
+                "--key-file".into(),
+                "/etc/orchestrator/zone-key/key".into(),
+                "--server".into(),
+                server.into(),
+            ]
+        );
+        let pod_ip = zone
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "POD_IP")
+            .and_then(|e| e.value_from.as_ref())
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str());
+        assert_eq!(pod_ip, Some("status.podIP"));
+        let mounts: Vec<(&str, &str)> = zone
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+            .collect();
+        let key_volume = format!("zone-{i}-key");
+        assert!(
+            mounts.contains(&(key_volume.as_str(), "/etc/orchestrator/zone-key")),
+            "{mounts:?}"
+        );
+        assert!(
+            mounts
+                .iter()
+                .all(|(_, p)| !p.starts_with("/run/orchestrator")),
+            "no socket in shared mode: {mounts:?}"
+        );
+        // Its key volume projects its own item alone, and no other container mounts it.
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == key_volume)
+            .and_then(|v| v.secret.clone())
+            .expect("a key volume");
+        assert_eq!(volume.secret_name.as_deref(), Some("task-2001-zone-keys"));
+        let items: Vec<(&str, &str)> = volume
+            .items
+            .iter()
+            .flatten()
+            .map(|k| (k.key.as_str(), k.path.as_str()))
+            .collect();
+        assert_eq!(items, [(server, "key")]);
+        let holders: Vec<&str> = pod
+            .containers
+            .iter()
+            .chain(&zones)
+            .filter(|c| {
+                c.volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|m| m.name == key_volume)
+            })
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(holders, [zone.name.as_str()]);
+    }
+    // The shared proxy's config: the port and the key's place, no socket.
+    let shared = plan.shared().expect("shared");
+    let config: ProxyConfig = serde_saphyr::from_str(&shared.proxy_yaml(1)).expect("proxy.yaml");
+    for (i, server) in ["time", "memory"].iter().enumerate() {
+        let stdio = config
+            .servers
+            .iter()
+            .find(|s| s.name == *server)
+            .and_then(|s| s.stdio.clone())
+            .expect("a stdio server");
+        assert_eq!(stdio.socket, None);
+        assert_eq!(stdio.zone_port, Some(9100 + i as u16));
+        let key = stdio.zone_key.expect("zoneKey");
+        assert_eq!(
+            (key.name.as_str(), key.key.as_str()),
+            ("task-2001-zone-keys", *server)
+        );
+    }
+    // The shared proxy may get the Secret; the Secret itself is drawn by reconcile.
+    let rules = plan.identity().role.rules.clone().unwrap_or_default();
     assert!(
-        problems[1]
-            .message
-            .contains("servers time, memory run over stdio")
-            && problems[1]
-                .message
-                .contains("set spec.proxy.mode: sidecar, or enable only HTTP servers"),
-        "{}",
-        problems[1].message
+        rules.iter().any(|r| r
+            .resource_names
+            .iter()
+            .flatten()
+            .any(|n| n == "task-2001-zone-keys")),
+        "{rules:?}"
     );
-    // The same TaskRun in sidecar mode renders (each stdio server in its container).
-    assert!(render_mode(&stdio, &catalog(), &settings(None), ProxyMode::Sidecar).is_ok());
+    let secret = plan
+        .zone_keys_secret(|| "k".into())
+        .expect("a zone-keys Secret");
+    assert_eq!(
+        secret
+            .string_data
+            .unwrap_or_default()
+            .into_keys()
+            .collect::<Vec<_>>(),
+        ["memory", "time"]
+    );
+    // A sidecar-mode plan of the same TaskRun has none (its zones use sockets).
+    let sidecar = render_mode(&tr, &catalog(), &settings(None), ProxyMode::Sidecar)
+        .expect("renders in sidecar mode");
+    assert!(sidecar.zone_keys_secret(|| "k".into()).is_none());
 }
 
 #[test]

@@ -2,14 +2,19 @@
 //! its name, its socket (as the Job and the proxy config, `files`, both name them), and the
 //! container itself: the proxy's image running `orchestrator-mcp-proxy zone`, which starts the
 //! server's command when the proxy asks, as the server's own uid, with only its own env.
+//! In shared mode the zone listens on the pod's IP instead ([`Zone::port`]), and proves the
+//! key the task's Secret `<taskrun>-zone-keys` holds for it ([`zone_key_volume`]), which only
+//! this container mounts.
 
-use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, KeyToPath, ResourceRequirements, SecretVolumeSource, Volume,
+};
 use orchestrator_crds::catalog::{CatalogStdio, WorkspaceAccess};
 use sha2::{Digest, Sha256};
 
 use super::RenderSettings;
 use super::pod::{
-    PROXY_BINARY, PROXY_UID, WORKSPACE_DIR, WORKSPACE_VOLUME, ZONE_UID_BASE, env, mount,
+    PROXY_BINARY, PROXY_UID, WORKSPACE_DIR, WORKSPACE_VOLUME, ZONE_UID_BASE, env, field_env, mount,
     quantities, restricted_as, secret_env,
 };
 use super::resolve::{Resolved, ResolvedServer};
@@ -22,6 +27,18 @@ pub const ZONE_SOCKET_DIR: &str = "/run/orchestrator/zone";
 pub const ZONES_DIR: &str = "/run/orchestrator/zones";
 /// The socket's file name in a socket directory.
 pub const ZONE_SOCKET: &str = "mcp.sock";
+/// Shared mode: the first zone's port on the pod's IP (the next ones follow, by position).
+pub const ZONE_PORT_BASE: u16 = 9100;
+/// Shared mode: where a zone's container has its key (`<this>/key`).
+pub const ZONE_KEY_DIR: &str = "/etc/orchestrator/zone-key";
+/// The key's file name in [`ZONE_KEY_DIR`].
+pub const ZONE_KEY_FILE: &str = "key";
+
+/// Shared mode: the task's Secret holding each zone's key (item: the server's name), made by
+/// `reconcile` before the Job.
+pub fn zone_keys_secret_name(taskrun: &str) -> String {
+    format!("{taskrun}-zone-keys")
+}
 
 /// The container of a server named `server`: `zone-<server>`, shortened with a digest when that
 /// is longer than a container name may be.
@@ -57,6 +74,17 @@ impl Zone<'_> {
         format!("zone-{}-tmp", self.index)
     }
 
+    /// Shared mode: the volume of its key.
+    pub fn key_volume(&self) -> String {
+        format!("zone-{}-key", self.index)
+    }
+
+    /// Shared mode: its port on the pod's IP.
+    pub fn port(&self) -> u16 {
+        // At most a few dozen servers: a catalog's stdio servers fit below 65535 many times.
+        ZONE_PORT_BASE.saturating_add(u16::try_from(self.index).unwrap_or(u16::MAX))
+    }
+
     fn uid(&self) -> i64 {
         ZONE_UID_BASE + self.index as i64
     }
@@ -77,13 +105,34 @@ pub fn zones<'a>(resolved: &'a Resolved<'a>) -> impl Iterator<Item = Zone<'a>> +
         })
 }
 
+/// Shared mode: the volume of a zone's key, only its own item of the task's zone-keys Secret.
+pub fn zone_key_volume(taskrun: &str, zone: &Zone<'_>) -> Volume {
+    Volume {
+        name: zone.key_volume(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(zone_keys_secret_name(taskrun)),
+            items: Some(vec![KeyToPath {
+                key: zone.server.spec.name.clone(),
+                path: ZONE_KEY_FILE.into(),
+                mode: None,
+            }]),
+            // Read by the zone's uid alone (the pod's fsGroup makes it the group's).
+            default_mode: Some(0o440),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The server's container: the proxy's image running `zone`, as the server's own uid, with the
-/// catalog entry's env and the server's Secret env only, its socket directory, its own `/tmp`,
-/// and the workspace as the entry says.
+/// catalog entry's env and the server's Secret env only, its socket directory (shared mode:
+/// its key, and it listens on the pod's IP), its own `/tmp`, and the workspace as the entry
+/// says.
 pub fn zone_container(
     settings: &RenderSettings,
     resolved: &Resolved<'_>,
     zone: &Zone<'_>,
+    shared: bool,
 ) -> Container {
     let (name, stdio) = (&zone.server.spec.name, zone.stdio);
     let access = stdio.workspace;
@@ -99,10 +148,19 @@ pub fn zone_container(
             .filter(|b| b.servers.contains(name))
             .map(secret_env),
     );
-    let mut mounts = vec![
-        mount(&zone.socket_volume(), ZONE_SOCKET_DIR, false),
-        mount(&zone.tmp_volume(), "/tmp", false),
-    ];
+    let mut mounts = if shared {
+        // Set by the kubelet; `$(POD_IP)` in the command expands to it.
+        vars.push(field_env("POD_IP", "status.podIP"));
+        vec![
+            mount(&zone.key_volume(), ZONE_KEY_DIR, true),
+            mount(&zone.tmp_volume(), "/tmp", false),
+        ]
+    } else {
+        vec![
+            mount(&zone.socket_volume(), ZONE_SOCKET_DIR, false),
+            mount(&zone.tmp_volume(), "/tmp", false),
+        ]
+    };
     if access != WorkspaceAccess::None {
         mounts.push(mount(
             WORKSPACE_VOLUME,
@@ -110,16 +168,25 @@ pub fn zone_container(
             access == WorkspaceAccess::ReadOnly,
         ));
     }
-    let mut command = vec![
-        PROXY_BINARY.to_string(),
-        "zone".into(),
-        "--socket".into(),
-        format!("{ZONE_SOCKET_DIR}/{ZONE_SOCKET}"),
-        "--peer-uid".into(),
-        PROXY_UID.to_string(),
-        "--".into(),
-        stdio.command.clone(),
-    ];
+    let mut command = vec![PROXY_BINARY.to_string(), "zone".into()];
+    if shared {
+        command.extend([
+            "--listen".into(),
+            format!("$(POD_IP):{}", zone.port()),
+            "--key-file".into(),
+            format!("{ZONE_KEY_DIR}/{ZONE_KEY_FILE}"),
+            "--server".into(),
+            name.clone(),
+        ]);
+    } else {
+        command.extend([
+            "--socket".into(),
+            format!("{ZONE_SOCKET_DIR}/{ZONE_SOCKET}"),
+            "--peer-uid".into(),
+            PROXY_UID.to_string(),
+        ]);
+    }
+    command.extend(["--".into(), stdio.command.clone()]);
     command.extend(stdio.args.iter().cloned());
     let working_dir = stdio.cwd.clone().unwrap_or_else(|| {
         if access == WorkspaceAccess::None {

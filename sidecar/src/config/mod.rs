@@ -123,6 +123,12 @@ pub struct StdioTransport {
     /// The zone's socket: the process runs in the server's own container (`env`, `passEnv` and
     /// `cwd` are then empty).
     pub socket: Option<PathBuf>,
+    /// Shared mode: the zone's port on the task pod's IP (`TASK_POD_IP_ANNOTATION`), reached over
+    /// TCP with the key in `zone_key` (env, passEnv and cwd are then empty, as with `socket`).
+    pub zone_port: Option<u16>,
+    /// Shared mode: the task's Secret key holding the zone's key (read through the API into
+    /// `upstream::Shared::secrets`).
+    pub zone_key: Option<orchestrator_crds::proxy::SecretKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +161,12 @@ impl SpecHash {
                 // Only when set: the hashes (and caches) of servers without one stay as they were.
                 if let Some(socket) = &s.socket {
                     stdio["socket"] = serde_json::json!(socket);
+                }
+                if let Some(port) = s.zone_port {
+                    stdio["zonePort"] = serde_json::json!(port);
+                }
+                if let Some(key) = &s.zone_key {
+                    stdio["zoneKey"] = serde_json::json!(key);
                 }
                 serde_json::json!({ "stdio": stdio })
             }

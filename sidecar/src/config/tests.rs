@@ -752,3 +752,47 @@ fn pinned_definitions_load_only_when_each_hashes_to_its_pin() {
     ));
     assert_eq!(paths(&not_a_tool), ["servers[0].definitions[0]"]);
 }
+
+#[test]
+fn a_zone_over_tcp_needs_its_key_and_neither_a_socket_nor_the_containers_env() {
+    let ok = "task: {name: t}\nservers:\n  - name: git\n    stdio: {command: x, zonePort: 9100, zoneKey: {name: t-zone-keys, key: git}}\n";
+    let config = valid(ok);
+    let stdio = stdio_of(&config);
+    assert_eq!(stdio.zone_port, Some(9100));
+    assert_eq!(stdio.zone_key.as_ref().map(|k| k.key.as_str()), Some("git"));
+    let paths = |text: &str| -> Vec<(String, String)> {
+        load(text)
+            .problems
+            .0
+            .iter()
+            .map(|p| (p.code.as_str().to_string(), p.path.clone()))
+            .collect()
+    };
+    let pair = |code: &str, path: &str| (code.to_string(), path.to_string());
+    assert_eq!(
+        paths(&ok.replace(", zoneKey: {name: t-zone-keys, key: git}", "")),
+        [pair("PROXY.SOCKET_CONFLICT", "servers[0].stdio.zoneKey")]
+    );
+    assert_eq!(
+        paths(&ok.replace(
+            "zonePort: 9100",
+            "zonePort: 9100, socket: /run/z/mcp.sock, cwd: /w"
+        )),
+        [
+            pair("PROXY.SOCKET_CONFLICT", "servers[0].stdio.zonePort"),
+            pair("PROXY.SOCKET_CONFLICT", "servers[0].stdio.cwd"),
+        ]
+    );
+    assert_eq!(
+        paths(&ok.replace("zonePort: 9100", "passEnv: [T]")),
+        [pair("PROXY.SOCKET_CONFLICT", "servers[0].stdio.zoneKey")]
+    );
+    let env = load(&ok.replace("zonePort: 9100", "zonePort: 9100, env: {A: b}"));
+    assert!(
+        env.problems.0[0]
+            .message
+            .contains("cannot be combined with `zonePort`"),
+        "{}",
+        env.problems
+    );
+}

@@ -210,6 +210,12 @@ impl Tenants {
 
     /// Indexes the tenant under the pod uid the operator bound (none: it serves no token yet).
     fn bind(&self, tenant: &Arc<Tenant>, binding: Binding) {
+        tenant
+            .proxy
+            .pool
+            .deps()
+            .shared
+            .set_zone_host(binding.pod_ip);
         let old = std::mem::replace(&mut *lock(&tenant.binding), binding.clone());
         if old.pod_uid == binding.pod_uid {
             return;
@@ -314,25 +320,29 @@ impl Tenants {
 }
 
 impl Tenants {
-    /// Offers a config to the tenant's applier, unless it names a stdio server: those need
-    /// zones over TCP in shared mode, not built yet, so the change is refused (the last good
-    /// config stays). The Secret keys its HTTP headers name are read first.
+    /// Offers a config to the tenant's applier, unless it names a stdio server without a zone
+    /// over TCP (`zonePort`): a shared proxy never runs a task's command itself, so the change is
+    /// refused (the last good config stays). The Secret keys its HTTP headers and zone keys name
+    /// are read first.
     async fn offer(&self, tenant: &Tenant, origin: &str, bytes: &[u8]) {
         let applier = &tenant.applier;
         if let Some(config) = config::load_bytes(bytes).config {
             let stdio: Vec<&str> = config
                 .servers
                 .iter()
-                .filter(|s| s.enabled && matches!(s.transport, Transport::Stdio(_)))
+                .filter(|s| {
+                    s.enabled
+                        && matches!(&s.transport, Transport::Stdio(t) if t.zone_port.is_none())
+                })
                 .map(|s| s.name.as_str())
                 .collect();
             if !stdio.is_empty() {
-                tracing::error!(code = "SHARED_MODE_STDIO_UNSUPPORTED", servers = ?stdio, "servers[].stdio: a shared proxy cannot run stdio servers (they need zones over TCP, not built yet); set spec.proxy.mode: sidecar, or enable only HTTP servers");
+                tracing::error!(code = "SHARED_MODE_STDIO_UNSUPPORTED", servers = ?stdio, "servers[].stdio without zonePort: a shared proxy never runs a task's command itself; the server must run in its zone in the task's pod (stdio.zonePort, stdio.zoneKey; the operator renders them)");
                 applier.reject(
                     Source::Api,
                     origin,
                     &format!(
-                        "stdio servers {} are not served in shared mode",
+                        "stdio servers {} have no zonePort, and a shared proxy never runs a task's command itself",
                         stdio.join(", ")
                     ),
                 );

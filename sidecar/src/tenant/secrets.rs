@@ -1,4 +1,5 @@
-//! The values of the task's Secret keys its HTTP servers' headers name (`headersFromSecret`),
+//! The values of the task's Secret keys its HTTP servers' headers name (`headersFromSecret`)
+//! and its stdio servers' zone keys (`zoneKey`),
 //! read through the API with the shared proxy's identity (the task's Role grants `get` on those
 //! Secrets by name), each time a config is offered. A Secret that cannot be read is logged
 //! (naming it, never a value) and its headers are missing: that server's start then fails,
@@ -11,17 +12,16 @@ use kube::Api;
 
 use crate::config::{Config, Transport};
 
-/// Every `(secret, key) -> value` the enabled HTTP servers of `config` name.
+/// Every `(secret, key) -> value` the enabled servers of `config` name (HTTP headers, zone keys).
 pub async fn read(api: &Api<Secret>, config: &Config) -> HashMap<(String, String), String> {
     let wanted: BTreeSet<(String, String)> = config
         .servers
         .iter()
         .filter(|s| s.enabled)
-        .filter_map(|s| match &s.transport {
-            Transport::Http(h) => Some(h.headers_from_secret.values()),
-            Transport::Stdio(_) => None,
+        .flat_map(|s| match &s.transport {
+            Transport::Http(h) => h.headers_from_secret.values().collect::<Vec<_>>(),
+            Transport::Stdio(s) => s.zone_key.iter().collect(),
         })
-        .flatten()
         .map(|at| (at.name.clone(), at.key.clone()))
         .collect();
     let names: BTreeSet<&String> = wanted.iter().map(|(name, _)| name).collect();
@@ -30,7 +30,7 @@ pub async fn read(api: &Api<Secret>, config: &Config) -> HashMap<(String, String
         let secret = match api.get(name).await {
             Ok(secret) => secret,
             Err(e) => {
-                tracing::warn!(secret = %name, error = %e, "cannot read the task's Secret for its HTTP headers; servers that need it will not start");
+                tracing::warn!(secret = %name, error = %e, "cannot read the task's Secret (HTTP headers, zone keys); servers that need it will not start");
                 continue;
             }
         };

@@ -421,6 +421,7 @@ impl Upstream {
                     spec,
                     self.deps.guard.as_ref(),
                     self.deps.pod_name.as_deref(),
+                    &self.deps.shared,
                 )
                 .await
                 .map_err(|error| StartFailure {

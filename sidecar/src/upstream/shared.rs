@@ -20,6 +20,7 @@ pub struct Shared {
     log_level: Mutex<Option<LoggingLevel>>,
     baseline: Baseline,
     secrets: SecretValues,
+    zone_host: Mutex<Option<std::net::IpAddr>>,
 }
 
 /// The values of the task's Secret keys its HTTP servers' headers name (`headersFromSecret`),
@@ -49,9 +50,19 @@ impl Shared {
         }
     }
 
-    /// The Secret values for `headersFromSecret`.
+    /// The Secret values for `headersFromSecret` and the zones' keys (`zoneKey`).
     pub fn secrets(&self) -> &SecretValues {
         &self.secrets
+    }
+
+    /// Shared mode: the task pod's IP (its ConfigMap's `TASK_POD_IP_ANNOTATION`), where its
+    /// zones listen (`zonePort`); none until the operator has bound the pod.
+    pub fn zone_host(&self) -> Option<std::net::IpAddr> {
+        *lock(&self.zone_host)
+    }
+
+    pub fn set_zone_host(&self, ip: Option<std::net::IpAddr>) {
+        *lock(&self.zone_host) = ip;
     }
 
     pub fn cache(&self) -> Option<&cache::DiskCache> {

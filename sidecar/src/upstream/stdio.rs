@@ -2,14 +2,15 @@
 //! for exit (the one place that reaps it), keeping the tail of its stderr for error messages,
 //! and terminating its whole process group (TERM, then KILL after a grace period).
 //!
-//! A server with `socket` runs in its own container instead (its zone, see `zoned`): the zone
-//! starts the process and hands over its pipes, and signals and the exit status go over the
-//! connection. Everything else (the pipes rmcp speaks over, the stderr tail, the exit watch,
+//! A server with `socket` (sidecar mode) or `zonePort` (shared mode, over TCP with the zone's
+//! key) runs in its own container instead (its zone, see `zoned`): the zone starts the process
+//! and hands over its streams, and signals and the exit status go over the connection. Everything else (the pipes rmcp speaks over, the stderr tail, the exit watch,
 //! terminate) is the same for both.
 
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    net::SocketAddr,
+    path::PathBuf,
     process::Stdio,
     sync::{
         Arc, OnceLock,
@@ -21,13 +22,13 @@ use std::{
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    net::unix::pipe,
     process::Command,
     sync::{mpsc, watch},
 };
 
 use super::{
     guard::{self, Guard},
+    shared::Shared,
     stderr, zoned,
 };
 use crate::{
@@ -35,7 +36,7 @@ use crate::{
     error::{Error, Result},
     names::ServerName,
     sync::lock,
-    zone::protocol::SignalName,
+    zone::{auth::ZoneKey, protocol::SignalName},
 };
 
 /// Variables every child gets from the proxy's environment (when set), so ordinary programs
@@ -142,36 +143,81 @@ fn command(spec: &StdioTransport) -> Command {
     }
 }
 
-/// Starts the server's process: in its zone when it has a `socket` (`pod` names this pod in
-/// what a failure says), else as the proxy's child.
+/// Starts the server's process: in its zone when it has a `socket` (sidecar mode) or a
+/// `zonePort` (shared mode: on the task pod's IP, `shared.zone_host`, with the key read from
+/// the task's Secret), else as the proxy's child (`pod` names this pod in what a failure says).
 pub async fn spawn(
     server: &ServerName,
     spec: &StdioTransport,
     guard: Option<&Arc<Guard>>,
     pod: Option<&str>,
+    shared: &Shared,
 ) -> Result<Spawned> {
+    if let Some(port) = spec.zone_port {
+        let target = tcp_target(server, spec, port, shared)?;
+        // The zone is in the task's pod, not this one (the shared proxy's): name that one.
+        return spawn_in_zone(server, &target, Some("<the task's pod>")).await;
+    }
     match &spec.socket {
-        Some(socket) => spawn_in_zone(server, socket, pod).await,
+        Some(socket) => spawn_in_zone(server, &zoned::ZoneTarget::Unix(socket.clone()), pod).await,
         None => spawn_child(server, spec, guard),
     }
 }
 
-/// Has the zone at `socket` start the process, and takes over its pipes.
-async fn spawn_in_zone(server: &ServerName, socket: &Path, pod: Option<&str>) -> Result<Spawned> {
-    let zoned::Started {
+/// Where the zone of a server with `zonePort` listens, and its key.
+fn tcp_target(
+    server: &ServerName,
+    spec: &StdioTransport,
+    port: u16,
+    shared: &Shared,
+) -> Result<zoned::ZoneTarget> {
+    let failed = |reason: String| Error::StartFailed {
+        server: server.clone(),
+        reason,
+    };
+    let host = shared.zone_host().ok_or_else(|| {
+        failed(format!(
+            "server {server}'s zone listens on the task pod's IP, which is not known yet (the \
+             task's ConfigMap has no pod IP annotation); retry once the pod runs"
+        ))
+    })?;
+    let at = spec.zone_key.as_ref().ok_or_else(|| {
+        failed(format!(
+            "server {server} has stdio.zonePort but no stdio.zoneKey: the zone's key is needed"
+        ))
+    })?;
+    let text = shared.secrets().get(&at.name, &at.key).ok_or_else(|| {
+        failed(format!(
+            "server {server}'s zone key (key {} of the task's Secret {}) could not be read (does \
+             it exist, and may the task's Role get it?)",
+            at.key, at.name
+        ))
+    })?;
+    let key = ZoneKey::from_hex(text.as_bytes()).map_err(|e| {
+        failed(format!(
+            "server {server}'s zone key (key {} of the task's Secret {}): {e}",
+            at.key, at.name
+        ))
+    })?;
+    Ok(zoned::ZoneTarget::Tcp {
+        addr: SocketAddr::new(host, port),
+        key,
+    })
+}
+
+/// Has the zone at `target` start the process, and takes over its streams.
+async fn spawn_in_zone(
+    server: &ServerName,
+    target: &zoned::ZoneTarget,
+    pod: Option<&str>,
+) -> Result<Spawned> {
+    let zoned::Streams {
         pid,
         stdin,
         stdout,
         stderr,
         control,
-    } = zoned::start(server, socket, pod).await?;
-    let pipes = |e: std::io::Error| Error::StartFailed {
-        server: server.clone(),
-        reason: format!("server {server}'s container handed over unusable pipes: {e}"),
-    };
-    let stdin = pipe::Sender::from_owned_fd(stdin).map_err(pipes)?;
-    let stdout = pipe::Receiver::from_owned_fd(stdout).map_err(pipes)?;
-    let stderr = pipe::Receiver::from_owned_fd(stderr).map_err(pipes)?;
+    } = zoned::connect(server, target, pod).await?;
     let (signals_tx, signals_rx) = mpsc::unbounded_channel();
     let (exit_tx, exit_rx) = watch::channel(None);
     let child = Child {
@@ -192,8 +238,8 @@ async fn spawn_in_zone(server: &ServerName, socket: &Path, pod: Option<&str>) ->
     });
     Ok(Spawned {
         child,
-        stdout: Box::new(stdout),
-        stdin: Box::new(stdin),
+        stdout,
+        stdin,
     })
 }
 
@@ -398,6 +444,8 @@ mod tests {
             ],
             cwd: None,
             socket: None,
+            zone_port: None,
+            zone_key: None,
         };
         let (env, missing) = child_env(&spec);
         assert_eq!(env.get("LITERAL").map(String::as_str), Some("v"));
@@ -420,5 +468,71 @@ mod tests {
                 "{name} leaked into the child env"
             );
         }
+    }
+
+    /// Shared mode: the zone's address is the task pod's IP (the ConfigMap's annotation, kept
+    /// in `Shared`) at `zonePort`, its key the task's Secret value; without either, the start
+    /// fails naming what is missing.
+    #[test]
+    fn a_zone_over_tcp_is_the_pod_ip_at_its_port_with_the_key_from_the_tasks_secret() {
+        let server = ServerName::new("memory");
+        let hex = "ab".repeat(32);
+        let spec = StdioTransport {
+            command: "node".into(),
+            args: vec![],
+            env: BTreeMap::new(),
+            pass_env: vec![],
+            cwd: None,
+            socket: None,
+            zone_port: Some(9101),
+            zone_key: Some(orchestrator_crds::proxy::SecretKey {
+                name: "fix-1-zone-keys".into(),
+                key: "memory".into(),
+            }),
+        };
+        let shared = Shared::default();
+        let failure = |shared: &Shared| match tcp_target(&server, &spec, 9101, shared) {
+            Err(Error::StartFailed { reason, .. }) => reason,
+            other => panic!(
+                "expected a failed start, got {:?}",
+                other.map(|t| t.to_string())
+            ),
+        };
+        assert!(failure(&shared).contains("pod's IP, which is not known yet"));
+        shared.set_zone_host(Some("10.244.0.17".parse().expect("an IP")));
+        assert!(
+            failure(&shared).contains("key memory of the task's Secret fix-1-zone-keys"),
+            "{}",
+            failure(&shared)
+        );
+        shared.secrets().replace(
+            [(
+                ("fix-1-zone-keys".to_string(), "memory".to_string()),
+                "short".to_string(),
+            )]
+            .into(),
+        );
+        assert!(
+            failure(&shared).contains("zone key"),
+            "{}",
+            failure(&shared)
+        );
+        shared.secrets().replace(
+            [(
+                ("fix-1-zone-keys".to_string(), "memory".to_string()),
+                format!("{hex}\n"),
+            )]
+            .into(),
+        );
+        let Ok(zoned::ZoneTarget::Tcp { addr, key }) = tcp_target(&server, &spec, 9101, &shared)
+        else {
+            panic!("a TCP zone");
+        };
+        assert_eq!(addr.to_string(), "10.244.0.17:9101");
+        let expected = ZoneKey::from_hex(hex.as_bytes()).expect("a key");
+        assert_eq!(
+            key.proof(b"nonce", b"label", "memory"),
+            expected.proof(b"nonce", b"label", "memory")
+        );
     }
 }

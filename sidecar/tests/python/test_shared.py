@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 
 from conftest import SUPPORT, free_port, wait_for
 from kubeapi import Kube
+from test_zone import make_tcp_zone  # noqa: F401 (a fixture)
 
 AUD = "orchestrator.io/mcp-proxy"
 LABEL = "orchestrator.io/shared-proxy-config"
@@ -410,6 +412,49 @@ def test_a_stdio_server_is_refused_in_shared_mode(shared, start_shared):
     listed = a.result("tools/list")
     assert "error" in listed or listed["result"]["tools"] == [], listed
     assert shared.served("task-a") is None
+
+
+def test_a_stdio_server_runs_in_its_tasks_zone_over_tcp_and_another_tasks_key_starts_nothing(shared, start_shared, make_tcp_zone, tools, tmp_path):
+    """The task's stdio server runs in its zone (here a local `zone --listen`, as the operator
+    runs it on the pod's IP), which the shared proxy reaches at the pod IP annotation and
+    `zonePort`, proving the key it reads from the task's Secret (`zoneKey`). A second task whose
+    config names the same zone but whose Secret holds another key is refused by the zone: its
+    command never starts for that task."""
+    ns = shared.ns
+    key_a = secrets.token_bytes(32)
+    zone = make_tcp_zone("every", tools.everything_stdio(), key=key_a)
+    host, zone_port = zone.addr
+    for task, pod, key in (("task-a", "pod-a", key_a), ("task-b", "pod-b", secrets.token_bytes(32))):
+        shared.pod(pod)
+        shared.lease(task)
+        shared.kube.ok("POST", f"/api/v1/namespaces/{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{task}-zone-keys"}, "stringData": {"every": key.hex()}})
+        stdio = {"command": "node", "args": ["server-everything", "stdio"], "zonePort": zone_port, "zoneKey": {"name": f"{task}-zone-keys", "key": "every"}}
+        config = {"task": {"name": task, "namespace": ns, "uid": f"uid-{task}"}, "contextVersion": 1, "servers": [{"name": "every", "stdio": stdio}]}
+        shared.configmap(task, pod, json.dumps(config), pod_ip=host)
+    port, _ = start_shared(ns)
+
+    # Task b: the zone refuses its key; nothing starts.
+    b = Mcp(port, shared.token("pod-b"))
+    assert b.initialize() == 200
+    listed = b.result("tools/list")
+    assert "error" in listed or "every__echo" not in [t["name"] for t in listed["result"]["tools"]], listed
+    called = b.result("tools/call", {"name": "every__echo", "arguments": {"message": "from b"}}, id=3)
+    assert "error" in called or called["result"].get("isError"), called
+    print("task b's call:", json.dumps(called)[:600])
+    assert "refused a connection" in zone.log(), zone.log()
+    assert zone.children() == [], "the zone started a process for the wrong key"
+    assert "from b" not in zone.log()
+
+    # Task a: its key opens its zone; tools/list and tools/call go through it.
+    a = Mcp(port, shared.token("pod-a"))
+    assert a.initialize() == 200
+    assert "every__echo" in a.tools()
+    called = a.result("tools/call", {"name": "every__echo", "arguments": {"message": "from a"}}, id=3)
+    assert "from a" in json.dumps(called["result"]), called
+    assert zone.children(), "the server runs in the zone"
+    # Neither key reached the proxy's log.
+    log = (tmp_path / "shared.log").read_text()
+    assert key_a.hex() not in log
 
 
 def test_each_task_reaches_its_http_upstream_with_its_own_secret(shared, upstream, start_shared, tmp_path):

@@ -12,7 +12,7 @@ use orchestrator_crds::taskrun::result::CANCEL_ANNOTATION;
 use super::*;
 use crate::namespaces::Watched;
 use crate::render::SharedProxy;
-use crate::render::shared::{SHARED_PROXY_UNAVAILABLE, STDIO_UNSUPPORTED};
+use crate::render::shared::SHARED_PROXY_UNAVAILABLE;
 
 const NAME: &str = "task-2001";
 const PROXY_NS: &str = "orchestrator-system";
@@ -297,28 +297,78 @@ async fn a_shared_task_without_a_shared_proxy_gets_no_job_and_says_why() {
     );
 }
 
+fn zone_keys_path() -> String {
+    path("secrets", &format!("{NAME}-zone-keys"))
+}
+
 #[tokio::test]
-async fn a_shared_task_with_a_stdio_server_gets_no_job_and_an_added_one_is_refused() {
-    let h = harness(true, ProxyMode::Sidecar);
+async fn a_shared_task_with_a_stdio_server_gets_its_zone_keys_once_before_its_job() {
+    let mut h = harness(true, ProxyMode::Sidecar);
     let tr = task(
         Some("shared"),
         json!([{"name": "tracker"}, {"name": "memory"}]),
     );
     h.reconcile(&tr).await;
     let writes = h.fake.take_writes();
-    assert!(writes.iter().all(|w| !w.path.contains("/jobs")));
-    let (_, reason, message) = condition(&written_status(&writes), ct::READY);
-    assert_eq!(reason, STDIO_UNSUPPORTED);
+    let kinds = kinds(&writes);
+    let secret_at = kinds.iter().position(|k| k == "POST secrets");
+    let job_at = kinds.iter().position(|k| k == "PATCH jobs");
     assert!(
-        message.contains("server memory runs over stdio")
-            && message.contains("set spec.proxy.mode: sidecar, or enable only HTTP servers"),
-        "{message}"
+        matches!((secret_at, job_at), (Some(s), Some(j)) if s < j),
+        "the keys before the Job: {kinds:?}"
+    );
+    assert_eq!(condition(&written_status(&writes), ct::READY).0, "True");
+    assert!(job_containers(&h).contains(&"zone-memory".to_string()));
+    let secret = h.fake.get(&zone_keys_path()).expect("the zone keys");
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "TaskRun");
+    let key = secret["stringData"]["memory"]
+        .as_str()
+        .expect("memory's key")
+        .to_string();
+    assert!(
+        key.len() == 64 && key.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{key}"
+    );
+    // The shared proxy's config names the zone's port and key; the Role lets it read them.
+    let cm = h.fake.get(&shared_path()).expect("the shared ConfigMap");
+    let config: orchestrator_crds::proxy::ProxyConfig =
+        serde_saphyr::from_str(cm["data"]["proxy.yaml"].as_str().expect("proxy.yaml"))
+            .expect("a proxy config");
+    let memory = config
+        .servers
+        .iter()
+        .find(|s| s.name == "memory")
+        .and_then(|s| s.stdio.clone())
+        .expect("memory over stdio");
+    assert_eq!(memory.zone_port, Some(9100));
+    assert_eq!(
+        memory.zone_key.map(|k| (k.name, k.key)),
+        Some((format!("{NAME}-zone-keys"), "memory".to_string()))
+    );
+    let role = h.fake.get(&path("roles", NAME)).expect("the Role");
+    assert!(
+        role["rules"]
+            .to_string()
+            .contains(&format!("{NAME}-zone-keys")),
+        "{role}"
     );
 
-    // Running with HTTP only, then memory added (add-context): refused, the tools stay.
-    let mut h = harness(true, ProxyMode::Sidecar);
-    let tr = http_task(Some("shared"));
-    h.reconcile(&tr).await;
+    // The Job gone before the watch saw it (a crash, a deleted Job): the next reconcile creates
+    // the Job again, and the keys stay as they were (a create of an existing Secret is refused).
+    h.fake.lock().objects.remove(&path("jobs", NAME));
+    h.fake.take_writes();
+    h.reconcile(&h.with_written_status(&tr)).await;
+    let writes = h.fake.take_writes();
+    let kinds = kinds_of(&writes);
+    assert!(
+        kinds.contains(&"POST secrets".to_string()) && kinds.contains(&"PATCH jobs".to_string()),
+        "{kinds:?}"
+    );
+    let again = h.fake.get(&zone_keys_path()).expect("the zone keys");
+    assert_eq!(again["stringData"]["memory"].as_str(), Some(key.as_str()));
+
+    // Running, then a stdio server added (add-context): refused as in sidecar mode (no container
+    // can be added to the pod), the tools stay.
     h.sync_caches(NAME);
     sync_shared(&h);
     let mut added = h.with_written_status(&tr);
@@ -326,21 +376,23 @@ async fn a_shared_task_with_a_stdio_server_gets_no_job_and_an_added_one_is_refus
         .spec
         .tool_config
         .mcp_servers
-        .push(serde_json::from_value(json!({"name": "memory"})).expect("a server"));
+        .push(serde_json::from_value(json!({"name": "time"})).expect("a server"));
     added.metadata.generation = Some(2);
     h.fake.take_writes();
     h.reconcile(&added).await;
     let writes = h.fake.take_writes();
     assert!(
-        writes
-            .iter()
-            .all(|w| w.path != shared_path() && !w.path.contains("/configmaps/")),
+        writes.iter().all(|w| !w.path.contains("/secrets")),
         "{:?}",
-        kinds(&writes)
+        kinds_of(&writes)
     );
     let status = written_status(&writes);
-    assert_eq!(condition(&status, ct::READY).1, STDIO_UNSUPPORTED);
+    assert_eq!(condition(&status, ct::READY).1, "ServerNotInPod");
     assert_eq!(status.context_version, Some(1), "the tools in force stay");
+}
+
+fn kinds_of(writes: &[Write]) -> Vec<String> {
+    kinds(writes)
 }
 
 #[tokio::test]
