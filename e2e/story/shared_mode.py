@@ -113,7 +113,8 @@ def exec_agent(story: Story, pod: str, what: dict, timeout: float = 60) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def taskrun(name: str, task_id: int, server: str, mode: str = "shared") -> dict:
+def taskrun(name: str, task_id: int, server: str, mode: str = "shared", more: list | None = None) -> dict:
+    """A TaskRun allowed `read` of its HTTP server (and the servers in `more`), its agent idle."""
     return {
         "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": name},
         "spec": {
@@ -122,7 +123,7 @@ def taskrun(name: str, task_id: int, server: str, mode: str = "shared") -> dict:
             "agent": {"command": ["python3", "-c", IDLE]},
             "podTemplate": NODE_PLACEMENT,
             "activeDeadlineSeconds": 900,
-            "toolConfig": {"mcpServers": [{"name": server, "tools": {"allow": ["read"]}}]},
+            "toolConfig": {"mcpServers": [{"name": server, "tools": {"allow": ["read"]}}, *(more or [])]},
         },
     }
 
@@ -131,12 +132,21 @@ def running_agent(story: Story, job: str) -> dict:
     def running():
         pods = story.json("get", "pods", "-n", story.work_ns, "-l", f"job-name={job}")["items"]
         if not pods:
+            # A TaskRun the operator refuses gets no Job: say why at once.
+            status = story.json("get", "taskrun", job, "-n", story.work_ns).get("status", {})
+            refused = [c for c in status.get("conditions", []) if c["status"] == "False"
+                       and c["type"] in ("Ready", "ConfigRendered", "JobCreated")]
+            assert not refused or status.get("jobName"), f"TaskRun {job}: {refused}"
             return None
         story.fail_if_pod_failed(pods[0])
         agent = next((s for s in pods[0]["status"].get("containerStatuses", []) if s["name"] == "agent"), {})
         return pods[0] if agent.get("state", {}).get("running") else None
 
-    return wait_until(f"the agent of {job} to run", running, timeout=120, interval=0.2)
+    try:
+        return wait_until(f"the agent of {job} to run", running, timeout=120, interval=0.2)
+    except AssertionError as e:
+        status = story.json("get", "taskrun", job, "-n", story.work_ns).get("status", {})
+        raise AssertionError(f"{e}\nTaskRun {job}'s status: {json.dumps(status)[:3000]}") from None
 
 
 def shared_story(cleanup: ExitStack, records: Path, servers: list[tuple[str, int]]) -> Story:

@@ -141,8 +141,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         group: "",
         resource: "secrets",
-        verbs: &["get"],
-        why: "check that the Secret keys a new pod needs exist (key names only; values are never used); in shared mode the task's Role grants get on them by name",
+        verbs: &["get", "create"],
+        why: "check that the Secret keys a new pod needs exist (key names only; values are never used); in shared mode the task's Role grants get on them by name, and the operator creates the task's <taskrun>-zone-keys Secret once (create only: it never reads, updates or deletes one; the owner reference deletes it with the TaskRun)",
         scope: Scope::Tasks,
     },
     Rule {

@@ -48,7 +48,10 @@ from story import Story, wait_until  # noqa: E402
 def shared(tmp_path_factory):
     with ExitStack() as cleanup:
         story = shared_story(cleanup, tmp_path_factory.mktemp("shared"), [("alpha", ALPHA_PORT), ("beta", BETA_PORT)])
-        for tr in (taskrun("alpha", 1, "alpha"), taskrun("beta", 2, "beta")):
+        # alpha also has a stdio server: it runs in alpha's pod (its zone), which the shared
+        # proxy reaches over TCP with the zone's key.
+        zoned = [{"name": "everything", "tools": {"allow": ["echo"]}}]
+        for tr in (taskrun("alpha", 1, "alpha", more=zoned), taskrun("beta", 2, "beta")):
             story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(tr))
         story.pods = {job: running_agent(story, job) for job in ("alpha", "beta")}
         yield story
@@ -70,10 +73,14 @@ def test_each_task_gets_exactly_its_own_tools_and_a_stolen_token_is_refused(shar
 
     # alpha sees its own tools only, and calling beta's by name reaches nothing.
     alpha = wait_until("alpha's tools through the shared proxy", lambda: served(
-        story, "alpha", alpha_pod, [["alpha__read", {"text": "mine"}], ["beta__read", {"text": "theirs"}]]),
+        story, "alpha", alpha_pod, [["alpha__read", {"text": "mine"}], ["beta__read", {"text": "theirs"}],
+                                    ["everything__echo", {"message": "through the zone"}]]),
         timeout=60, interval=0.5)
-    assert alpha["tools"] == ["alpha__read"], alpha
-    ok, refused = alpha["calls"]
+    assert alpha["tools"] == ["alpha__read", "everything__echo"], alpha
+    ok, refused, zoned = alpha["calls"]
+    assert "through the zone" in json.dumps(zoned.get("result")), zoned
+    names = [c["name"] for c in story.pods["alpha"]["spec"].get("initContainers", [])]
+    assert "zone-everything" in names, names
     assert ok["result"]["content"][0]["text"] == "read:mine", ok
     text = json.dumps(refused)
     assert "beta__read" in text and ("unknown" in text.lower() or "not" in text.lower()), refused
@@ -129,7 +136,7 @@ def test_each_task_gets_exactly_its_own_tools_and_a_stolen_token_is_refused(shar
           f"{from_return:.3f} s after it returned")
     assert from_start <= 5, f"add-context took {from_start:.1f} s to reach alpha's session"
     alpha = exec_agent(story, alpha_pod, {"do": "tools"})
-    assert alpha["tools"] == ["alpha__read", "alpha__write"], alpha
+    assert alpha["tools"] == ["alpha__read", "alpha__write", "everything__echo"], alpha
     assert exec_agent(story, beta_pod, {"do": "tools"})["tools"] == ["beta__read"]
 
     # alpha ends: its token is refused as a task no longer served, from its own pod's address too.
