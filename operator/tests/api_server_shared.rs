@@ -1,4 +1,5 @@
-//! Against a real API server (`KUBECONFIG`: the e2e control plane, `e2e/cluster up`): the
+//! Against a real API server (the e2e control plane, `e2e/cluster up`: its kubeconfig, as the
+//! other cluster tests find it, or `KUBECONFIG` when set): the
 //! TaskRun CRD's rule for shared mode (no `spec.proxy.resources` with `mode: shared`), and the
 //! one cluster-scoped read the operator makes, `get` of a TaskRun's Namespace (its proxy-mode
 //! label), granted by a Role in that namespace only, with a token of an account holding it.
@@ -16,10 +17,28 @@ use serde_json::json;
 
 const MANAGER: &str = "orchestrator-operator-tests";
 
-async fn client() -> Client {
-    Client::try_default()
+/// The e2e control plane's kubeconfig: `$KUBECONFIG`, else the one `e2e/cluster up` writes
+/// (`$ORCH_E2E_STATE/kubeconfig`, default `<repo>/e2e/.cluster/kubeconfig`), as `./test` runs it.
+async fn config() -> Config {
+    let path = std::env::var_os("KUBECONFIG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("ORCH_E2E_STATE")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| {
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e/.cluster")
+                })
+                .join("kubeconfig")
+        });
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("the e2e control plane's kubeconfig {}: {e}", path.display()));
+    Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await
-        .expect("KUBECONFIG names the e2e control plane")
+        .expect("a client config from the e2e kubeconfig")
+}
+
+async fn client() -> Client {
+    Client::try_from(config().await).expect("a client for the e2e control plane")
 }
 
 /// A namespace for one test, deleted at the end.
@@ -198,7 +217,7 @@ async fn a_role_granting_get_namespaces_reads_its_own_namespace_and_no_other() {
         .status
         .expect("issued")
         .token;
-    let mut config = Config::infer().await.expect("kubeconfig");
+    let mut config = config().await;
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.into()),
         ..Default::default()
@@ -246,7 +265,7 @@ async fn client_as(admin: &Client, ns: &str, account: &str) -> Client {
         .status
         .expect("issued")
         .token;
-    let mut config = Config::infer().await.expect("kubeconfig");
+    let mut config = config().await;
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.into()),
         ..Default::default()
