@@ -202,27 +202,7 @@ async fn a_role_granting_get_namespaces_reads_its_own_namespace_and_no_other() {
         .create(&pp, &binding)
         .await
         .expect("binding");
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = accounts
-        .create_token_request("operator", &pp, &request)
-        .await
-        .expect("a token")
-        .status
-        .expect("issued")
-        .token;
-    let mut config = config().await;
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.into()),
-        ..Default::default()
-    };
-    let as_operator = Client::try_from(config).expect("client");
+    let as_operator = client_as(&admin, &ns, "operator").await;
     let namespaces = Api::<Namespace>::all(as_operator);
     // RBAC is eventually consistent after a create: wait for the grant, then the refusal stands.
     let own = wait_for("the Role to apply", Duration::from_secs(30), || async {
