@@ -308,8 +308,11 @@ def crossover(phases: list[dict]) -> dict:
     }
     for key, (value, base) in figures.items():
         s = statistics.fmean(value(p) / p["tasks"] for p in side)
-        points = [(p["tasks"], value(p)) for p in shared] + ([(0, base(p)) for p in shared] if base else [])
-        a, t = fit(points) if len({x for x, _ in points}) > 1 else (points[0][1], 0.0)
+        if key == "workload_cpu_ms":  # no fixed part: the same calls cost this much per task
+            a, t = 0.0, statistics.fmean(value(p) / p["tasks"] for p in shared)
+        else:
+            points = [(p["tasks"], value(p)) for p in shared] + ([(0, base(p)) for p in shared] if base else [])
+            a, t = fit(points) if len({x for x, _ in points}) > 1 else (points[0][1], 0.0)
         out[key] = {"sidecar_per_task": s, "shared_fixed": a, "shared_per_task": t,
                     "crossover_tasks": (a / (s - t)) if s > t else None}
     return out
@@ -361,7 +364,16 @@ def main() -> int:
     parser.add_argument("--latency-rounds", type=int, default=4, help="rounds of 200 calls per mode; 0: skip")
     parser.add_argument("--changes", type=int, default=10, help="add-context samples per mode")
     parser.add_argument("--out", default=None, help="JSON file for every figure")
+    parser.add_argument("--report", nargs="+", metavar="JSON", default=None,
+                        help="no run: the tables of earlier runs' --out files, their phases merged")
     args = parser.parse_args()
+    if args.report:
+        runs = [json.loads(Path(f).read_text()) for f in args.report]
+        merged = {"phases": [p for r in runs for p in r["phases"]],
+                  "latency": next((r["latency"] for r in runs if r.get("latency")), None)}
+        merged["crossover"] = crossover(merged["phases"])
+        print(tables(merged, runs[0]["args"]["calls"]))
+        return 0
     counts = [int(x) for x in args.tasks.split(",") if x.strip()]
     say = lambda *a: print(*a, flush=True)  # noqa: E731
     result: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "args": vars(args), "phases": []}
