@@ -59,6 +59,9 @@ from story import Story, StoryError, descendants, pss_mib, wait_until  # noqa: E
 
 SERVER = "tools"
 PHASE_LABEL = "bench.orchestrator.io/phase"
+# The stdio profile: each task also has the everything server (Node.js), in its pod's zone
+# container in both modes; the calls go to it.
+STDIO = [{"name": "everything", "tools": {"allow": ["echo"]}}]
 SIDECAR_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 IDLE_S = 20
 PARALLEL = 10  # kubectl execs at a time (each is a kubectl, an API server stream and a runc exec)
@@ -134,7 +137,7 @@ class Bench:
         items = []
         for name in names:
             self.next_id += 1
-            tr = taskrun(name, self.next_id, SERVER, mode=mode)
+            tr = taskrun(name, self.next_id, SERVER, mode=mode, more=STDIO if self.args.profile == "stdio" else None)
             tr["metadata"]["labels"] = {PHASE_LABEL: phase}
             if mode == "sidecar":
                 tr["spec"]["proxy"]["resources"] = SIDECAR_RESOURCES
@@ -174,9 +177,14 @@ class Bench:
         wait_until(f"the pods of {phase} to be gone", lambda: not self.story.json(
             "get", "pods", "-n", self.story.work_ns)["items"], timeout=300, interval=1)
 
+    def call(self, text: str) -> list:
+        if self.args.profile == "stdio":
+            return ["everything__echo", {"message": text}]
+        return [f"{SERVER}__read", {"text": text}]
+
     def workload(self, pods: dict[str, str]) -> list[float]:
         """Every task connects, lists and makes --calls tools/call; each task's wall time (s)."""
-        calls = [[f"{SERVER}__read", {"text": f"call {i}"}] for i in range(self.args.calls)]
+        calls = [self.call(f"call {i}") for i in range(self.args.calls)]
 
         def one(pod):
             t = time.time()
@@ -234,7 +242,7 @@ class Bench:
                      "add_context": {"sidecar": [], "shared": []}}
         for r in range(self.args.latency_rounds):
             for mode in (("sidecar", "shared") if r % 2 == 0 else ("shared", "sidecar")):
-                ms = exec_agent(self.story, pods[names[mode]], {"do": "bench", "call": [f"{SERVER}__read", {"text": "x"}],
+                ms = exec_agent(self.story, pods[names[mode]], {"do": "bench", "call": self.call("x"),
                                                                 "warmup": BENCH_WARMUP, "calls": BENCH_CALLS}, timeout=300)["ms"]
                 out["calls_ms"][mode] += ms
                 out["round_p50_ms"][mode].append(statistics.median(ms))
@@ -303,6 +311,7 @@ def crossover(phases: list[dict]) -> dict:
     out = {}
     figures = {
         "memory_mib": (lambda p: p["idle"]["proxy_pss"], lambda p: p["base"]["replicas"]["pss"]),
+        "memory_after_calls_mib": (lambda p: p["after"]["proxy_pss"], lambda p: p["base"]["replicas"]["pss"]),
         "idle_cpu_ms_per_s": (lambda p: p["idle_proxy_cpu_ms_per_s"], None),
         "workload_cpu_ms": (lambda p: statistics.median(r["proxy_cpu_ms_minus_idle"] for r in p["runs"]), None),
     }
@@ -335,14 +344,18 @@ def tables(result: dict, calls: int) -> str:
                 lines.append(f"| {field.replace('_', ' ')} {label} (n={len(vals['sidecar'])}) | "
                              f"{quantile(vals['sidecar'], q):.3f} | {quantile(vals['shared'], q):.3f} |")
         lines.append("")
-    lines += [f"| tasks, mode | proxy PSS total / per task (MiB) | agent PSS per task | replicas with 0 tasks | "
-              f"idle proxy CPU (ms/s) | workload proxy CPU total / per task (ms, {calls} calls) | "
-              "apply -> all served (s) | load before -> after |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| tasks, mode | proxy PSS total / per task (MiB) | after the calls | agent PSS per task | "
+              f"zone containers PSS per task (after the calls) | replicas with 0 tasks | idle proxy CPU (ms/s) | "
+              f"workload proxy CPU total / per task (ms, {calls} calls) | apply -> all served (s) | "
+              "load before -> after |", "|---|---|---|---|---|---|---|---|---|---|"]
     for p in result["phases"]:
         n, idle = p["tasks"], p["idle"]
         cpu = statistics.median(r["proxy_cpu_ms_minus_idle"] for r in p["runs"]) if p["runs"] else 0
+        after = p["after"]
+        zones = sum(c["pss"] for name, c in after["containers"].items() if name not in ("agent", "mcp-proxy"))
         lines.append(f"| {n} {p['mode']} | {idle['proxy_pss']:.1f} / {idle['proxy_pss'] / n:.2f} | "
-                     f"{idle['agent_pss'] / n:.2f} | {p['base']['replicas']['pss']:.1f} | "
+                     f"{after['proxy_pss']:.1f} / {after['proxy_pss'] / n:.2f} | "
+                     f"{idle['agent_pss'] / n:.2f} | {zones / n:.2f} | {p['base']['replicas']['pss']:.1f} | "
                      f"{p['idle_proxy_cpu_ms_per_s']:.1f} | {cpu:.0f} / {cpu / n:.1f} | {p['apply_to_all_served_s']} | "
                      f"{p['machine_before']['load']} -> {p['machine_after']['load']} |")
     cross = result.get("crossover") or {}
@@ -363,6 +376,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=10, help="tools/call per task per workload run")
     parser.add_argument("--latency-rounds", type=int, default=4, help="rounds of 200 calls per mode; 0: skip")
     parser.add_argument("--changes", type=int, default=10, help="add-context samples per mode")
+    parser.add_argument("--profile", choices=("http", "stdio"), default="http",
+                        help="http: one HTTP server on the host; stdio: also the everything server in each pod's zone")
     parser.add_argument("--out", default=None, help="JSON file for every figure")
     parser.add_argument("--report", nargs="+", metavar="JSON", default=None,
                         help="no run: the tables of earlier runs' --out files, their phases merged")
