@@ -5,12 +5,14 @@
 //! serialized size is.
 //!
 //! The recent records are also kept in memory for `GET /audit` ([`ring`], queried with
-//! [`query`]): the same line, shared, plus the few fields the query filters on.
+//! [`query`]): the same line, shared, plus the few fields the query filters on. In shared mode
+//! a call forwarded upstream first gets a `tool_call_started` line, written at once ([`started`]).
 
 pub mod otlp;
 pub mod query;
 pub mod redact;
 pub mod ring;
+pub mod started;
 
 use crate::{names::clip, sync::lock};
 use std::{
@@ -54,6 +56,8 @@ pub enum RecordType {
     ToolCall,
     /// A tool's definition changed (see the record's `decision` and `rule`).
     DefinitionChange,
+    /// Shared mode: a call about to be forwarded upstream ([`started`]).
+    ToolCallStarted,
 }
 
 impl RecordType {
@@ -61,6 +65,7 @@ impl RecordType {
         match self {
             RecordType::ToolCall => "tool_call",
             RecordType::DefinitionChange => "definition_change",
+            RecordType::ToolCallStarted => "tool_call_started",
         }
     }
 }
@@ -189,13 +194,17 @@ pub struct Stamp {
     pub task_uid: Option<String>,
     /// `shared` (a sidecar's lines have no stamp).
     pub proxy_mode: &'static str,
+    /// This replica's pod name (`--pod-name`): with `requestId` and `session`, what pairs a
+    /// `tool_call_started` record with its `tool_call`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// A record with its stamp, as one JSON object.
 #[derive(Serialize)]
-struct Stamped<'a, 'r> {
+struct Stamped<'a, R: Serialize> {
     #[serde(flatten)]
-    record: &'a Record<'r>,
+    record: &'a R,
     #[serde(flatten)]
     stamp: &'a Stamp,
 }
@@ -272,6 +281,14 @@ impl Audit {
             stamp: Some(Arc::new(stamp)),
             ..self.clone()
         }
+    }
+
+    /// Whether calls get a `tool_call_started` line first ([`started`]): in shared mode (a
+    /// stamped copy) only.
+    pub fn writes_started(&self) -> bool {
+        self.stamp
+            .as_ref()
+            .is_some_and(|s| s.proxy_mode == "shared")
     }
 
     /// The recent records.
@@ -488,6 +505,7 @@ mod tests {
         let shared = sidecar.stamped(Stamp {
             task_uid: Some("0b6a3c9e".into()),
             proxy_mode: "shared",
+            replica: Some("shared-proxy-0".into()),
         });
         let record = Record {
             record_type: RecordType::DefinitionChange,
@@ -536,7 +554,12 @@ mod tests {
                 &serde_json::json!("team-a")
             )
         );
-        assert!(lines[1].get("taskUid").is_none() && lines[1].get("proxyMode").is_none());
+        assert_eq!(lines[0]["replica"], "shared-proxy-0");
+        assert!(
+            lines[1].get("taskUid").is_none()
+                && lines[1].get("proxyMode").is_none()
+                && lines[1].get("replica").is_none()
+        );
     }
 
     #[test]

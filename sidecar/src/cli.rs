@@ -246,6 +246,7 @@ impl Args {
                 namespace: self.namespace.clone(),
                 pod_name: self.pod_name.clone(),
                 task_uid: self.task_uid.clone(),
+                replica: None,
             },
         })
     }

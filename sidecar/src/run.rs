@@ -264,6 +264,7 @@ pub async fn run_shared(opts: SharedOptions) -> anyhow::Result<()> {
         start_timeout: opts.start_timeout,
         kill_grace: opts.kill_grace,
         pod_name: opts.pod_name.clone(),
+        namespace: opts.namespace.clone(),
     });
     let (listed_tx, listed) = tokio::sync::watch::channel(false);
     let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =

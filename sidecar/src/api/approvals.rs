@@ -6,6 +6,10 @@
 //! that change while a patch is in flight or failing are coalesced; failures are retried with
 //! backoff (within 2 s while the admission policy refuses the writes: the Lease is not bound to
 //! this pod yet).
+//!
+//! Shared mode ([`publish_shared`]): several replicas write the annotation, each only its own
+//! entries, by read-modify-write (`holders`); each write done is reported to the pending set
+//! (`Approvals::committed`), for the approved calls that wait until their request is off it.
 
 use std::{sync::Arc, time::Duration};
 
@@ -43,6 +47,56 @@ pub async fn publish(api: Api<Lease>, name: String, mut requests: watch::Receive
                     failing = true;
                     // A 403 of the admission policy (the Lease not bound to this pod yet) is
                     // retried within 2 s.
+                    let (wait, next) = super::backoff(retry, MAX_RETRY, &e);
+                    tokio::time::sleep(wait).await;
+                    retry = next;
+                    continue;
+                }
+            }
+        }
+        if requests.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Shared mode: publishes this replica's pending set through `holders`, until `requests`'
+/// sender is gone or the task is aborted.
+pub async fn publish_shared(
+    holders: Arc<super::holders::Holders>,
+    proxy: Arc<crate::proxy::Proxy>,
+    mut requests: watch::Receiver<Arc<str>>,
+) {
+    let approvals = &proxy.approvals;
+    let mut published: Option<u64> = None;
+    let mut retry = FIRST_RETRY;
+    let mut failing = false;
+    loop {
+        requests.borrow_and_update();
+        let wanted = approvals.current().0;
+        if published != Some(wanted) {
+            let written = {
+                let _writing = holders.writes.lock().await;
+                // What is pending now, under the lock (an adoption may have added to it).
+                requests.borrow_and_update();
+                let (generation, text) = approvals.current();
+                holders.publish(approvals, &text).await.map(|()| generation)
+            };
+            match written {
+                Ok(generation) => {
+                    tracing::debug!(generation, "published this replica's approval requests");
+                    approvals.committed(generation);
+                    published = Some(generation);
+                    retry = FIRST_RETRY;
+                    failing = false;
+                }
+                Err(e) => {
+                    if failing {
+                        tracing::debug!(error = %e, "publishing the approval requests failed again");
+                    } else {
+                        tracing::warn!(error = %e, "cannot publish the approval requests; retrying with backoff (held calls wait meanwhile)");
+                    }
+                    failing = true;
                     let (wait, next) = super::backoff(retry, MAX_RETRY, &e);
                     tokio::time::sleep(wait).await;
                     retry = next;

@@ -5,11 +5,13 @@
 //! reports the `contextVersion` served on the task's Lease, `approvals` publishes the calls
 //! held for approval there, and `baseline` keeps the task's first-seen tool definitions there
 //! (restored before the proxy serves, waiting at most a few seconds). None blocks the proxy:
-//! when the API is unreachable the mounted file still applies changes.
+//! when the API is unreachable the mounted file still applies changes. In shared mode `holders`
+//! writes this replica's share of the pending set and adopts the calls of replicas that are gone.
 
 mod approvals;
 mod baseline;
 mod events;
+mod holders;
 mod lease;
 mod watch;
 
@@ -51,6 +53,16 @@ pub struct ApiOptions {
     /// The TaskRun's uid: Events about the task (a tool definition that changed) are published
     /// on it. The TaskRun's name and namespace come from the config.
     pub task_uid: Option<String>,
+    /// Shared mode: this replica, one of several writing the task's Lease.
+    pub replica: Option<Replica>,
+}
+
+/// A replica of the shared proxy: its pod's name and namespace (where its sibling replicas'
+/// pods are).
+#[derive(Clone, Debug)]
+pub struct Replica {
+    pub pod: String,
+    pub namespace: String,
 }
 
 impl ApiOptions {
@@ -154,15 +166,38 @@ pub async fn start(api: Option<Connected>, opts: &ApiOptions, applier: &Arc<Appl
             .push(tokio::spawn(events::publish(api, reporter, events)));
     }
     if let Some(name) = &opts.served_lease {
-        let api: Api<Lease> = Api::namespaced(client, &namespace);
+        let api: Api<Lease> = Api::namespaced(client.clone(), &namespace);
         // From here on a call that needs approval can be held: someone can see it. The Lease is
         // the TaskRun's namesake: its namespace and name go into every request's digest.
-        let requests = applier.proxy().approvals.reporter(&namespace, name);
-        tasks.tasks.push(tokio::spawn(approvals::publish(
-            api.clone(),
-            name.clone(),
-            requests,
-        )));
+        let proxy = applier.proxy();
+        let requests = proxy.approvals.reporter(&namespace, name);
+        match &opts.replica {
+            Some(replica) => {
+                let holders = Arc::new(holders::Holders {
+                    store: Box::new(holders::LeaseStore {
+                        api: api.clone(),
+                        name: name.clone(),
+                    }),
+                    replicas: Box::new(holders::Pods(Api::namespaced(
+                        client.clone(),
+                        &replica.namespace,
+                    ))),
+                    me: replica.pod.clone(),
+                    writes: Default::default(),
+                });
+                proxy.approvals.share(replica.pod.clone(), holders.clone());
+                tasks.tasks.push(tokio::spawn(approvals::publish_shared(
+                    holders,
+                    proxy.clone(),
+                    requests,
+                )));
+            }
+            None => tasks.tasks.push(tokio::spawn(approvals::publish(
+                api.clone(),
+                name.clone(),
+                requests,
+            ))),
+        }
         tasks.tasks.push(tokio::spawn(baseline::record(
             api.clone(),
             name.clone(),

@@ -13,14 +13,27 @@
 //! A held call owns a [`Held`]; dropping it (decided, expired, cancelled, shut down) takes its
 //! request out of the published set. Nothing here waits or talks to the API.
 //!
-//! Children: `mask` (the Secret values, and the params as shown).
+//! Shared mode (several replicas serve one task; [`Approvals::share`]): each request on the
+//! Lease is tagged with its `holder`, the replica's pod name, and each replica writes only its
+//! own (`lease`, written by `api::holders`). A call needing approval first tries to adopt the
+//! entry of the same call held by a replica that is gone ([`Adopter`]): it waits on that id
+//! instead of a new one, or is decided at once when its verdict is known. An approved call is
+//! forwarded only once its entry is off the Lease ([`Approvals::settled`]), so a replica dying
+//! after forwarding leaves nothing to adopt: an approved id is forwarded once.
+//!
+//! Children: `mask` (the Secret values, and the params as shown), `lease` (the shared pending
+//! set's entries), `shared` (shared mode's holder, adoption and settling).
 
+pub mod lease;
 pub mod mask;
+mod shared;
+
+pub use shared::{Adopted, Adopter};
 #[cfg(test)]
 mod tests;
 
 use std::{
-    collections::{HashSet, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     hash::{BuildHasher, RandomState},
     path::PathBuf,
     sync::{
@@ -67,6 +80,12 @@ pub struct Approvals {
     metrics: Arc<Metrics>,
     ids: RandomState,
     issued: AtomicU64,
+    /// Shared mode: this replica's pod name, the `holder` of its requests.
+    holder: OnceLock<String>,
+    /// Shared mode: what adopts the requests of replicas that are gone.
+    adopter: OnceLock<Arc<dyn Adopter>>,
+    /// The generation of the pending set the reporter has written (see [`Approvals::settled`]).
+    committed: watch::Sender<u64>,
 }
 
 /// The Lease the requests are published on: the task's namespace and name.
@@ -83,6 +102,11 @@ struct Inner {
     issued: VecDeque<String>,
     /// Ids the last verdict document named.
     named: HashSet<String>,
+    /// The verdicts of the last document (at most [`REMEMBERED_IDS`]): shared mode decides an
+    /// adopted request with them.
+    verdicts: HashMap<String, Verdict>,
+    /// Bumped at every change of the pending set.
+    generation: u64,
 }
 
 struct Pending {
@@ -178,6 +202,20 @@ impl Approvals {
             metrics,
             ids: RandomState::new(),
             issued: AtomicU64::new(0),
+            holder: OnceLock::new(),
+            adopter: OnceLock::new(),
+            committed: watch::Sender::new(0),
+        }
+    }
+
+    /// A request as published: shared mode adds its holder.
+    fn entry_json(&self, request: &ApprovalRequest) -> serde_json::Result<String> {
+        match self.holder() {
+            Some(holder) => serde_json::to_string(&lease::Entry {
+                request: request.clone(),
+                holder: Some(holder.to_string()),
+            }),
+            None => serde_json::to_string(request),
         }
     }
 
@@ -261,7 +299,7 @@ impl Approvals {
             requested_at: rfc3339(now),
             expires_at: rfc3339(expires),
         };
-        let json = serde_json::to_string(&request).map_err(|e| {
+        let json = self.entry_json(&request).map_err(|e| {
             NotHeld::Unshowable(format!("its request cannot be written as JSON ({e})"))
         })?;
         if json.len() > MAX_REQUEST_BYTES {
@@ -280,7 +318,7 @@ impl Approvals {
             json,
             decide,
         });
-        self.publish(&inner);
+        self.publish(&mut inner);
         tracing::info!(approval = %request.id, server = %request.server, tool = %request.tool, digest = %request.digest, params_bytes = request.params_bytes, masked = request.masked.len(), expires_at = %request.expires_at, "call held for approval");
         Ok(Held {
             approvals: self,
@@ -310,6 +348,7 @@ impl Approvals {
             }
         };
         let mut named = HashSet::new();
+        let mut known = HashMap::new();
         let mut invalid = 0;
         let mut inner = lock(&self.inner);
         let before = inner.pending.len();
@@ -321,8 +360,15 @@ impl Approvals {
                     continue;
                 }
             };
+            let verdict = Verdict {
+                decided_by: clip(&verdict.decided_by, MAX_DECIDED_BY_CHARS),
+                reason: verdict.reason.map(|r| clip(&r, MAX_REASON_CHARS)),
+                digest: clip(&verdict.digest, MAX_DIGEST_CHARS),
+                ..verdict
+            };
             if named.len() < REMEMBERED_IDS {
                 named.insert(verdict.id.clone());
+                known.insert(verdict.id.clone(), verdict.clone());
             }
             let Some(at) = inner
                 .pending
@@ -334,28 +380,15 @@ impl Approvals {
             };
             // Out of the pending set either way: an id decides once.
             let pending = inner.pending.remove(at);
-            let verdict = Verdict {
-                decided_by: clip(&verdict.decided_by, MAX_DECIDED_BY_CHARS),
-                reason: verdict.reason.map(|r| clip(&r, MAX_REASON_CHARS)),
-                digest: clip(&verdict.digest, MAX_DIGEST_CHARS),
-                ..verdict
-            };
-            let request = &pending.request;
-            let outcome = if verdict.digest == request.digest {
-                tracing::info!(origin, approval = %verdict.id, server = %request.server, tool = %request.tool, decision = ?verdict.decision, decided_by = %verdict.decided_by, "approval decided");
-                Outcome::Verdict(verdict)
-            } else {
-                tracing::warn!(origin, approval = %verdict.id, server = %request.server, tool = %request.tool, named = %verdict.digest, held = %request.digest, decided_by = %verdict.decided_by, "a verdict names another call than the one held under its id; the call is not made");
-                Outcome::Mismatch {
-                    named: verdict.digest,
-                }
-            };
+            tracing::info!(origin, approval = %verdict.id, "a verdict on a pending request");
+            let outcome = outcome_of(verdict, &pending.request);
             // The call may be ending right now (cancelled): then nobody is left to tell.
             let _ = pending.decide.send(outcome);
         }
         inner.named = named;
+        inner.verdicts = known;
         if inner.pending.len() != before {
-            self.publish(&inner);
+            self.publish(&mut inner);
         }
         if invalid > 0 {
             tracing::warn!(
@@ -371,12 +404,13 @@ impl Approvals {
         let mut inner = lock(&self.inner);
         if let Some(at) = inner.pending.iter().position(|p| p.request.id == id) {
             inner.pending.remove(at);
-            self.publish(&inner);
+            self.publish(&mut inner);
         }
     }
 
     /// The annotation's new value (the caller holds the lock, so values go out in order).
-    fn publish(&self, inner: &Inner) {
+    fn publish(&self, inner: &mut Inner) {
+        inner.generation += 1;
         let mut text = String::with_capacity(
             2 + inner
                 .pending
@@ -415,6 +449,20 @@ impl Approvals {
     fn nonce(&self) -> String {
         let n = self.issued.fetch_add(1, Ordering::Relaxed);
         format!("{:06x}", self.ids.hash_one(("mask nonce", n)) & 0xff_ffff)
+    }
+}
+
+/// What `verdict` decides of `request`: itself when it names the request's digest, else a
+/// mismatch (the call is not made).
+fn outcome_of(verdict: Verdict, request: &ApprovalRequest) -> Outcome {
+    if verdict.digest == request.digest {
+        tracing::info!(approval = %verdict.id, server = %request.server, tool = %request.tool, decision = ?verdict.decision, decided_by = %verdict.decided_by, "approval decided");
+        Outcome::Verdict(verdict)
+    } else {
+        tracing::warn!(approval = %verdict.id, server = %request.server, tool = %request.tool, named = %verdict.digest, held = %request.digest, decided_by = %verdict.decided_by, "a verdict names another call than the one held under its id; the call is not made");
+        Outcome::Mismatch {
+            named: verdict.digest,
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `--audit-otlp`: each audit record also leaves as an OTLP log record, event name
-//! `mcp.audit.<recordType>` (`mcp.audit.tool_call`, `mcp.audit.definition_change`), its body the
+//! `mcp.audit.<recordType>` (`mcp.audit.tool_call`, `mcp.audit.definition_change`,
+//! `mcp.audit.tool_call_started`), its body the
 //! record's fields as a map (the same keys as the JSON line), the resource that of the traces
 //! (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`). Sent to `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`
 //! or `OTEL_EXPORTER_OTLP_ENDPOINT`, in `OTEL_EXPORTER_OTLP_LOGS_PROTOCOL` or
@@ -139,6 +140,14 @@ impl AuditExport {
 
     /// Hands one record to the export, or drops and counts it when the queue is full.
     pub fn export(&self, record: &Record<'_>) {
+        match serde_json::to_value(record) {
+            Ok(value) => self.export_value(record.record_type, value),
+            Err(e) => tracing::error!(error = %e, "cannot serialize an audit record for OTLP"),
+        }
+    }
+
+    /// Exports a record already made a JSON object (`record_type`'s).
+    pub fn export_value(&self, record_type: RecordType, value: serde_json::Value) {
         let taken = self
             .queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -148,20 +157,14 @@ impl AuditExport {
             self.metrics.audit_otlp_dropped();
             return;
         }
-        let body = match serde_json::to_value(record) {
-            Ok(value) => any_value(value),
-            Err(_) => None,
-        };
+        let body = any_value(value);
         let mut log = self.logger.create_log_record();
-        log.set_event_name(event_name(record.record_type));
+        log.set_event_name(event_name(record_type));
         log.set_timestamp(SystemTime::now());
         log.set_observed_timestamp(SystemTime::now());
         log.set_severity_number(Severity::Info);
         log.set_severity_text("INFO");
-        log.add_attribute(
-            "orchestrator.audit.record_type",
-            record.record_type.as_str(),
-        );
+        log.add_attribute("orchestrator.audit.record_type", record_type.as_str());
         if let Some(body) = body {
             log.set_body(body);
         }
@@ -181,6 +184,7 @@ pub fn event_name(record_type: RecordType) -> &'static str {
     match record_type {
         RecordType::ToolCall => "mcp.audit.tool_call",
         RecordType::DefinitionChange => "mcp.audit.definition_change",
+        RecordType::ToolCallStarted => "mcp.audit.tool_call_started",
     }
 }
 

@@ -50,6 +50,8 @@ pub struct Settings {
     pub kill_grace: Duration,
     /// This replica's pod name (the Lease's holder, the Events' reporting instance).
     pub pod_name: Option<String>,
+    /// The shared proxy's namespace (its replicas' pods are there).
+    pub namespace: String,
 }
 
 /// Which task a tenant serves.
@@ -281,6 +283,10 @@ impl Tenants {
             namespace: Some(task.namespace.clone()),
             pod_name: s.pod_name.clone(),
             task_uid: task.uid.clone(),
+            replica: Some(api::Replica {
+                pod: replica_name(s.pod_name.as_deref()),
+                namespace: s.namespace.clone(),
+            }),
         };
         let connected = Connected::new(s.client.clone(), task.namespace.clone());
         // The pins are per task: what the task's proxies saw first, from its Lease.
@@ -288,6 +294,7 @@ impl Tenants {
         let audit = s.audit.stamped(Stamp {
             task_uid: task.uid.clone(),
             proxy_mode: "shared",
+            replica: Some(replica_name(s.pod_name.as_deref())),
         });
         let proxy = Proxy::new(Pool::new(deps), metrics, audit);
         let events = {
@@ -354,6 +361,16 @@ impl Tenants {
         }
         applier.offer(Source::Api, origin, bytes).await;
     }
+}
+
+/// This replica's name: its pod's (`--pod-name`, `POD_NAME`), else the host name (a pod's
+/// host name is its name).
+fn replica_name(pod_name: Option<&str>) -> String {
+    pod_name
+        .map(str::to_string)
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "orchestrator-mcp-proxy".into())
 }
 
 /// The task of a ConfigMap: `task` of its `proxy.yaml` (name, namespace, uid), else its name

@@ -4,18 +4,20 @@
 //! `progressToken` hears about it every [`PROGRESS_EVERY`]. The request shows the params
 //! `forward::params_of` makes, the very ones forwarded, and names their digest; after an
 //! approval [`Gate::unchanged`] checks the call about to go is still the one approved. The
-//! pending set and the verdicts are `crate::approval`'s.
+//! pending set and the verdicts are `crate::approval`'s. In shared mode the call first adopts the
+//! same call's request held by a replica that is gone, and an approved call goes only once its
+//! request is off the Lease (forwarded once, whichever replica dies when).
 
 use std::time::Duration;
 
-use orchestrator_crds::approval::{Decision, MAX_PENDING};
+use orchestrator_crds::approval::{ApprovalRequest, Decision, MAX_PENDING};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use tokio_util::sync::CancellationToken;
 
 use super::super::{CallRequest, Snapshot};
 use super::forward::shown_params;
 use crate::{
-    approval::{Approvals, Held, HoldCall, NotHeld, Outcome},
+    approval::{Adopted, Approvals, Held, HoldCall, NotHeld, Outcome},
     error::Error,
     metrics::Metrics,
     policy::refusal::{ApprovalNote, Reason, Refusal},
@@ -24,6 +26,8 @@ use crate::{
 
 /// How often a held call's client is told it still waits.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Shared mode: how long an approved call waits for its request to be off the Lease.
+const SETTLE_WITHIN: Duration = Duration::from_secs(15);
 
 /// How a wait ended.
 enum Wait {
@@ -78,35 +82,50 @@ impl Gate<'_> {
             context_version: snap.config.context_version,
             params: &params,
         };
-        let mut held = match self.approvals.hold(call, policy.timeout) {
-            Ok(held) => held,
-            Err(NotHeld::Unavailable) => return Err(refused(Reason::ApprovalUnavailable, None)),
-            Err(NotHeld::Busy) => {
-                let busy = Reason::ApprovalBusy { limit: MAX_PENDING };
-                return Err(refused(busy, None));
+        // Shared mode: the same call's request, held by a replica that is gone, is taken over.
+        let (waited, request) = match self.approvals.adopt(call).await {
+            Some(Adopted::Decided { request, outcome }) => (Wait::Decided(outcome), request),
+            Some(Adopted::Held(mut held)) => {
+                (self.wait(&mut held, req).await, held.request.clone())
             }
-            Err(NotHeld::TooLarge { bytes, limit }) => {
-                return Err(refused(Reason::ApprovalTooLarge { bytes, limit }, None));
-            }
-            Err(NotHeld::MasksUnreadable(why)) => {
-                tracing::error!(%server, tool = %route.tool, error = %why, "cannot hold a call for approval: the Secret values to mask cannot be read");
-                let failed = Error::Other(format!(
-                    "the call needs a person's approval, but the proxy cannot read the Secret values it masks in what it shows ({why}); the call was not made"
-                ));
-                return Err(refused(Reason::Failed(failed), None));
-            }
-            Err(NotHeld::Unshowable(why)) => {
-                let invalid = Error::InvalidParams(format!(
-                    "the call needs a person's approval, but it cannot be shown to them as it would be sent: {why}; the call was not made"
-                ));
-                return Err(refused(Reason::Failed(invalid), None));
+            None => {
+                let mut held = match self.approvals.hold(call, policy.timeout) {
+                    Ok(held) => held,
+                    Err(NotHeld::Unavailable) => {
+                        return Err(refused(Reason::ApprovalUnavailable, None));
+                    }
+                    Err(NotHeld::Busy) => {
+                        let busy = Reason::ApprovalBusy { limit: MAX_PENDING };
+                        return Err(refused(busy, None));
+                    }
+                    Err(NotHeld::TooLarge { bytes, limit }) => {
+                        return Err(refused(Reason::ApprovalTooLarge { bytes, limit }, None));
+                    }
+                    Err(NotHeld::MasksUnreadable(why)) => {
+                        tracing::error!(%server, tool = %route.tool, error = %why, "cannot hold a call for approval: the Secret values to mask cannot be read");
+                        let failed = Error::Other(format!(
+                            "the call needs a person's approval, but the proxy cannot read the Secret values it masks in what it shows ({why}); the call was not made"
+                        ));
+                        return Err(refused(Reason::Failed(failed), None));
+                    }
+                    Err(NotHeld::Unshowable(why)) => {
+                        let invalid = Error::InvalidParams(format!(
+                            "the call needs a person's approval, but it cannot be shown to them as it would be sent: {why}; the call was not made"
+                        ));
+                        return Err(refused(Reason::Failed(invalid), None));
+                    }
+                };
+                let waited = self.wait(&mut held, req).await;
+                (waited, held.request.clone())
             }
         };
-        let waited = self.wait(&mut held, req).await;
-        let (id, digest) = (held.request.id.clone(), held.request.digest.clone());
-        let context_version = held.request.context_version;
-        // Out of the published set before the answer goes back.
-        drop(held);
+        // (The held call is out of the published set here, before the answer goes back.)
+        let ApprovalRequest {
+            id,
+            digest,
+            context_version,
+            ..
+        } = request;
         let note = |decided_by: Option<&str>| ApprovalNote {
             id: id.clone(),
             decided_by: decided_by.map(str::to_string),
@@ -115,8 +134,19 @@ impl Gate<'_> {
         };
         match waited {
             Wait::Decided(Outcome::Verdict(verdict)) if verdict.decision == Decision::Approve => {
+                let approved = note(Some(&verdict.decided_by));
+                // Shared mode: once off the Lease, no other replica can adopt it again.
+                if self.approvals.holder().is_some() && !self.approvals.settled(SETTLE_WITHIN).await
+                {
+                    tracing::error!(approval = %id, %server, tool = %route.tool, "an approved call whose request cannot be taken off the Lease is not made (it could be made twice)");
+                    let failed = Error::Other(format!(
+                        "approval {id} was granted, but its request could not be taken off the task's Lease within {}s, so another replica could make the call again; the call was not made, call the tool again",
+                        SETTLE_WITHIN.as_secs()
+                    ));
+                    return Err(refused(Reason::Failed(failed), Some(approved)));
+                }
                 self.metrics.approval("approved");
-                Ok(Some(note(Some(&verdict.decided_by))))
+                Ok(Some(approved))
             }
             Wait::Decided(Outcome::Verdict(verdict)) => {
                 let decided = note(Some(&verdict.decided_by));

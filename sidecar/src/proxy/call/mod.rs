@@ -190,6 +190,11 @@ impl Proxy {
             &req.request_id.to_string(),
             &req.meta,
         );
+        // Shared mode: the record of the call is written before it goes (a replica killed
+        // mid-call leaves it).
+        self.ledger()
+            .started(snap, req, route, approved.as_ref())
+            .await;
         let result = tokio::select! {
             result = self.forward(route, req, timeout).instrument(span.clone()) => result,
             // Shutdown's grace is over: the call is answered now, not cut off silently.

@@ -318,6 +318,40 @@ impl Ledger<'_> {
     }
 }
 
+impl Ledger<'_> {
+    /// Shared mode: the `tool_call_started` line of a call about to be forwarded, awaited until
+    /// written (`audit::started`). Elsewhere nothing.
+    pub async fn started(
+        &self,
+        snap: &Snapshot,
+        req: &CallRequest,
+        route: &Route,
+        approved: Option<&ApprovalNote>,
+    ) {
+        if !self.audit.writes_started() {
+            return;
+        }
+        let config = &snap.config;
+        let record = audit::started::Started {
+            record_type: audit::RecordType::ToolCallStarted,
+            ts: audit::timestamp(),
+            task: &config.task_name,
+            namespace: &config.task_namespace,
+            context_version: config.context_version,
+            session: req.session.id.to_string(),
+            request_id: clip(&req.request_id.to_string()).into_owned(),
+            tool: &clip(&req.name),
+            server: route.server.name.as_str(),
+            upstream_tool: route.tool.as_str(),
+            arguments_digest: audit::started::arguments_digest(req.arguments.as_ref()),
+            approval_id: approved.map(|a| a.id.as_str()),
+        };
+        self.audit
+            .started(config.audit.path.as_ref(), &record)
+            .await;
+    }
+}
+
 /// A failed call's `error.type` (MCP semantic conventions): the JSON-RPC error code the upstream
 /// answered, as a string, or the proxy's own code (`PROXY.UPSTREAM_TIMEOUT`, ...).
 fn error_type(e: &Error) -> String {
