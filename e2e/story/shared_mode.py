@@ -22,6 +22,7 @@ from story import MODEL_PORT, REAL_NODE, REPO, Story, wait_until  # noqa: E402
 COMPONENT = "shared-mcp-proxy"
 ALPHA_PORT = MODEL_PORT + 1
 BETA_PORT = MODEL_PORT + 2
+GAMMA_PORT = MODEL_PORT + 3
 # helm --set takes dots as path separators: the label's dots escaped.
 ESCAPED_NODE_LABEL = REAL_NODE[0].replace(".", "\\.")
 TOKEN_FILE = "/var/run/secrets/orchestrator.io/mcp/token"

@@ -14,6 +14,12 @@ image's Python; no model). What a user and an attacker would check:
   time from the CLI's return is reported), not beta's;
 - when alpha is cancelled, its token is refused as a task no longer served (403
   PROXY.UNKNOWN_TASK), and the time that took is reported.
+And the story with the real agent: Claude Code (the default agent image, the scripted model
+stand-in) in shared mode reaches the shared proxy with its pod's token through the rendered
+`headersHelper`, is offered exactly its task's tools (an HTTP server's and a stdio server's in its
+pod's zone), is offered a tool granted with add-context on its next turn, and waits for a person's
+approval of a held call; the task succeeds and the shared proxy's audit records of its calls
+carry its task's uid.
 Needs the cluster with its real node and pod network (e2e/cluster up).
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -33,21 +40,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 from shared_mode import (  # noqa: E402
     ALPHA_PORT,
     BETA_PORT,
+    COMPONENT,
+    GAMMA_PORT,
     PROBE,
     TOKEN_FILE,
     exec_agent,
+    proxy_log,
     running_agent,
     served,
     shared_story,
     taskrun,
 )
-from story import Story, wait_until  # noqa: E402
+from story import (  # noqa: E402
+    MCP,
+    MODEL_PORT,
+    ScriptedModel,
+    Story,
+    agent_task,
+    text,
+    tool_result_text,
+    tool_use,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     with ExitStack() as cleanup:
-        story = shared_story(cleanup, tmp_path_factory.mktemp("shared"), [("alpha", ALPHA_PORT), ("beta", BETA_PORT)])
+        story = shared_story(cleanup, tmp_path_factory.mktemp("shared"),
+                             [("alpha", ALPHA_PORT), ("beta", BETA_PORT), ("gamma", GAMMA_PORT)])
         # alpha also has a stdio server: it runs in alpha's pod (its zone), which the shared
         # proxy reaches over TCP with the zone's key.
         zoned = [{"name": "everything", "tools": {"allow": ["echo"]}}]
@@ -156,3 +177,134 @@ def test_each_task_gets_exactly_its_own_tools_and_a_stolen_token_is_refused(shar
                           "--field-selector", f"metadata.name=task.{story.work_ns}.alpha")["items"]
     # beta goes on.
     assert exec_agent(story, beta_pod, {"do": "tools"})["tools"] == ["beta__read"]
+
+
+# How long Claude Code may take to list the shared proxy's tools (it connects --mcp-config servers
+# in the background; the model keeps it busy with a harmless built-in call meanwhile).
+CONNECT_BUDGET_S = 60
+HELD = "approve me"
+
+
+class SharedAgent:
+    """The model's script: what Claude Code offers, a read, busy reads until add-context's grant is
+    offered, the granted write, then echo (held for approval)."""
+
+    def __init__(self):
+        self.seen: dict = {}
+        self.ready = threading.Event()  # the first call answered: a person may grant now
+        self.done = threading.Event()
+
+    def __call__(self, first):
+        r, deadline = first, time.monotonic() + CONNECT_BUDGET_S
+        while not r.mcp_tools():
+            assert time.monotonic() < deadline, f"Claude Code offered no MCP tools within {CONNECT_BUDGET_S}s"
+            r = yield tool_use("Glob", {"pattern": "*.none"}).after(0.3)
+        self.seen["offered"] = r.mcp_tools()
+        r = yield tool_use(MCP + "gamma__read", {"text": "first"})
+        self.seen["read"] = tool_result_text(r)
+        self.ready.set()
+        busy, deadline = 0, time.monotonic() + 120
+        while "gamma__write" not in r.mcp_tools():
+            assert time.monotonic() < deadline, "gamma__write was not offered within 120 s"
+            busy += 1
+            r = yield tool_use(MCP + "gamma__read", {"text": f"busy {busy}"}).after(0.1)
+        self.seen["offered_after"], self.seen["busy"] = r, busy
+        r = yield tool_use(MCP + "gamma__write", {"text": "granted"})
+        self.seen["write"] = tool_result_text(r)
+        r = yield tool_use(MCP + "everything__echo", {"message": HELD})
+        self.seen["echo"] = tool_result_text(r)
+        self.done.set()
+        yield text("done")
+
+
+def audit_records(story: Story) -> list[dict]:
+    """Every audit record in the shared proxy replicas' logs."""
+    out = story.kubectl("logs", "-n", story.system_ns, "-l", f"app.kubernetes.io/component={COMPONENT}",
+                        "--tail", "-1")
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"recordType"' in line]
+
+
+def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_turn_and_waits_for_approval(shared):
+    story = shared
+    ns, task = story.work_ns, "claude"
+    script = SharedAgent()
+    story.model = ScriptedModel(script, port=MODEL_PORT).start()
+    story.cleanup.callback(story.model.stop)
+    story.kubectl("create", "secret", "generic", "anthropic", "-n", ns,
+                  "--from-literal=api-key=sk-ant-stand-in-shared")
+    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver",
+                  "--user=alice")
+    tr = agent_task(task, 31, "shared", "read, then write, then echo", {
+        "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 120}},
+        "mcpServers": [{"name": "gamma", "tools": {"allow": ["read"]}},
+                       {"name": "everything", "tools": {"allow": ["echo"]}}],
+    })
+    tr["spec"]["proxy"] = {"mode": "shared"}
+    story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(tr))
+    pod = running_agent(story, task)
+    names = [c["name"] for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]]
+    assert "mcp-proxy" not in names and "zone-everything" in names, names
+
+    def failed(what: str) -> str:
+        logs = story.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "agent", "--tail", "60")
+        return f"{what}\nthe agent's log:\n{logs}\nthe shared proxy's log:\n{proxy_log(story)}"
+
+    # Claude Code ran the rendered headersHelper (its pod's token): the shared proxy served it.
+    assert script.ready.wait(180), failed(f"Claude Code did not get through its first call: {script.seen}")
+    assert script.seen["offered"] == ["everything__echo", "gamma__read"], script.seen["offered"]
+    # (The SDK's server answers with structured content too: Claude Code passes the model that.)
+    assert "read:first" in script.seen["read"] and "ERROR" not in script.seen["read"], script.seen
+
+    # A person grants gamma's write; the model is offered it on Claude Code's next turn.
+    started = time.time()
+    done = story.cli("task", "add-context", task, "--enable-tools", "gamma:write", "--wait-synced")
+    assert done.returncode == 0, done.stdout + done.stderr
+    synced = time.time()
+    assert wait_until("the model to be offered gamma__write", lambda: "offered_after" in script.seen,
+                      timeout=120, interval=0.1)
+    offered = script.seen["offered_after"]
+    print(f"shared mode, Claude Code: add-context --wait-synced returned {synced - started:.2f} s after it started; "
+          f"the model was offered the granted tool {offered.wall - started:.2f} s after it started "
+          f"({script.seen['busy']} busy calls)")
+    assert offered.mcp_tools() == ["everything__echo", "gamma__read", "gamma__write"], offered.mcp_tools()
+    assert offered.wall - started <= 5, f"the grant reached the model {offered.wall - started:.1f} s after add-context"
+    status = story.json("get", "taskrun", task, "-n", ns)["status"]
+    assert status.get("servedContextVersion") == status.get("contextVersion"), status
+
+    # The granted write runs; echo is held until alice approves it.
+    def held():
+        for a in story.json("get", "taskrun", task, "-n", ns).get("status", {}).get("approvals", []):
+            if a["state"] == "Pending" and HELD in (a.get("params") or ""):
+                return a
+        return None
+
+    pending = wait_until("echo to wait for approval", held, timeout=120, interval=0.2)
+    assert "write:granted" in script.seen["write"] and "ERROR" not in script.seen["write"], script.seen
+    assert "echo" not in script.seen, "the held call answered before any decision"
+    approved = story.cli("--as", "alice", "task", "approve", task, pending["id"], "--digest", pending["digest"])
+    assert approved.returncode == 0, approved.stderr
+    assert script.done.wait(60), failed(f"echo did not answer after the approval: {script.seen}")
+    assert script.seen["echo"] == f"Echo: {HELD}", script.seen
+    assert story.model.error is None, story.model.error
+
+    answered = time.time()
+    tr = wait_until("the TaskRun to succeed", lambda: (lambda t: t if t.get("status", {}).get("phase") in (
+        "Succeeded", "Failed") else None)(story.json("get", "taskrun", task, "-n", ns)), timeout=120, interval=0.5)
+    assert tr["status"]["phase"] == "Succeeded", failed(json.dumps(tr["status"])[:3000])
+    print(f"the approved echo answered -> TaskRun Succeeded: {time.time() - answered:.1f} s")
+    assert tr["status"]["proxyMode"] == "shared" and tr["status"].get("result", {}).get("subtype") == "success", \
+        tr["status"]
+    states = {a["id"]: (a["state"], a.get("decidedBy")) for a in tr["status"].get("approvals", [])}
+    assert states == {pending["id"]: ("Approved", "alice")}, states
+
+    # The shared proxy's audit: this task's calls, under its uid, from Claude Code.
+    uid = tr["metadata"]["uid"]
+    mine = [r for r in audit_records(story) if r.get("taskUid") == uid and r.get("recordType") == "tool_call"]
+    calls = [(r["server"], r["upstreamTool"], r["outcome"]) for r in mine]
+    assert ("gamma", "read", "ok") in calls and ("gamma", "write", "ok") in calls, calls
+    assert ("everything", "echo", "ok") in calls, calls
+    assert all(r["task"] == task and r["proxyMode"] == "shared" for r in mine), mine[:3]
+    assert {r["client"].split("/")[0] for r in mine} == {"claude-code"}, {r["client"] for r in mine}
+    gamma = [json.loads(line)["text"] for line in story.records["gamma"].read_text().splitlines() if line.strip()]
+    assert gamma[0] == "first" and "granted" in gamma, gamma
+
