@@ -5,7 +5,8 @@ reached which server (and that a refused one never did).
 
     python3 http_tools_server.py PORT RECORD_FILE TOOL [TOOL...]
 
-Each tool `T(text: str)` answers `T:<text>`. Binds 127.0.0.1 only."""
+Each tool `T(text: str)` answers `T:<text>`; a tool named `slow` records its call, then takes
+SLOW_S seconds to answer (a call a test can cut). Binds 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import json
 import sys
 import time
 
+import anyio
 import mcp_types as types
 from mcp.server.mcpserver import MCPServer
+
+SLOW_S = 30
 
 
 def main() -> None:
@@ -22,9 +26,11 @@ def main() -> None:
     server = MCPServer(f"tools-{port}", log_level="WARNING")
 
     def make(name: str):
-        def tool(text: str) -> str:
+        async def tool(text: str) -> str:
             with open(record, "a") as f:
                 f.write(json.dumps({"tool": name, "text": text, "time": time.time()}) + "\n")
+            if name == "slow":
+                await anyio.sleep(SLOW_S)
             return f"{name}:{text}"
 
         tool.__name__ = name

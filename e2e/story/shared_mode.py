@@ -152,8 +152,9 @@ def running_agent(story: Story, job: str) -> dict:
 
 def shared_story(cleanup: ExitStack, records: Path, servers: list[tuple[str, int]]) -> Story:
     """The chart with its shared proxy on the real node (2 replicas, a fixed ClusterIP: the node's
-    pods have no cluster DNS), and one HTTP tools server per (name, port) on the host, in the
-    catalog, each recording its calls in records/<name>.jsonl (story.records)."""
+    pods have no cluster DNS), and one HTTP tools server per (name, port[, tool...]) on the host
+    (tools `read` and `write` unless named), in the catalog, each recording its calls in
+    records/<name>.jsonl (story.records)."""
     cluster_ip = f"10.96.15.{random.randrange(2, 250)}"
     story = Story(say=lambda *_: None, helm_values=[
         "sharedProxy.enabled=true",
@@ -165,11 +166,11 @@ def shared_story(cleanup: ExitStack, records: Path, servers: list[tuple[str, int
         "sharedProxy.tolerations[0].effect=NoSchedule",
     ])
     story.records = {}
-    for name, port in servers:
+    for name, port, *tools in servers:
         record = records / f"{name}.jsonl"
         record.touch()
         proc = subprocess.Popen([sys.executable, str(REPO / "e2e/story/http_tools_server.py"), str(port),
-                                 str(record), "read", "write"],
+                                 str(record), *(tools or ["read", "write"])],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         cleanup.callback(proc.wait, 10)
         cleanup.callback(proc.terminate)
@@ -178,11 +179,11 @@ def shared_story(cleanup: ExitStack, records: Path, servers: list[tuple[str, int
     # The servers join the catalog (the operator watches its ConfigMap).
     cm = story.json("get", "configmap", "orchestrator-catalog", "-n", story.system_ns)
     catalog = yaml.safe_load(cm["data"]["catalog.yaml"])
-    names = {name for name, _ in servers}
+    names = {name for name, *_ in servers}
     catalog["servers"] = [s for s in catalog["servers"] if s["name"] not in names] + [
         {"name": name, "description": f"the {name} test server",
          "http": {"url": f"http://127.0.0.1:{port}/mcp"}}
-        for name, port in servers]
+        for name, port, *_ in servers]
     cm["data"]["catalog.yaml"] = yaml.safe_dump(catalog)
     story.kubectl("apply", "-f", "-", stdin=json.dumps(cm))
     deployment = wait_until("the shared proxy Deployment", lambda: story.json(
