@@ -31,8 +31,10 @@ image's Python, not Claude Code), driven with `kubectl exec` (shared_mode.PROBE)
    - the TaskRuns are deleted and their pods waited out before the next phase.
    sidecar TaskRuns set spec.proxy.resources to a 10m CPU request (the default 50m would not fit
    50 pods on the 2 cores' allocatable; a request is no limit and changes no measured figure).
-3. The crossover: sidecar's proxy cost grows as s * N, shared's as R + t * N (R and t fitted to
-   the replicas' measured totals at 0 and each N); shared costs less from N > R / (s - t).
+3. The crossover: each mode's proxy total fitted as a line over the measured N: sidecar
+   a_s + s * N (a_s: the binary's pages the proxies share, which PSS splits among them), shared
+   R + t * N (with the replicas' totals at 0 tenants); shared costs less from
+   N > (R - a_s) / (s - t).
 
 Prints the samples, Markdown tables and the machine's load at each phase; writes every figure as
 JSON to --out. Needs the cluster with its real node and pod network (e2e/cluster up); hold
@@ -302,8 +304,10 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def crossover(phases: list[dict]) -> dict:
-    """Sidecar: s per task (the mean over the phases, per task); shared: R + t N fitted to the
-    replicas' totals (each phase's base at 0 tenants, and at N)."""
+    """Each mode's total as a line fitted to its measured totals: sidecar a_s + s N (its
+    intercept is the binary's pages the proxies share, which PSS splits among them), shared
+    R + t N (with the replicas' totals at 0 tenants too); shared costs less from
+    N > (R - a_s) / (s - t). Workload CPU has no fixed part: per task, each mode's mean."""
     side = [p for p in phases if p["mode"] == "sidecar"]
     shared = [p for p in phases if p["mode"] == "shared"]
     if not side or not shared:
@@ -315,15 +319,20 @@ def crossover(phases: list[dict]) -> dict:
         "idle_cpu_ms_per_s": (lambda p: p["idle_proxy_cpu_ms_per_s"], None),
         "workload_cpu_ms": (lambda p: statistics.median(r["proxy_cpu_ms_minus_idle"] for r in p["runs"]), None),
     }
+
+    def line(points):
+        return fit(points) if len({x for x, _ in points}) > 1 else (0.0, points[0][1] / points[0][0])
+
     for key, (value, base) in figures.items():
-        s = statistics.fmean(value(p) / p["tasks"] for p in side)
-        if key == "workload_cpu_ms":  # no fixed part: the same calls cost this much per task
+        if key == "workload_cpu_ms":
+            a_s, s = 0.0, statistics.fmean(value(p) / p["tasks"] for p in side)
             a, t = 0.0, statistics.fmean(value(p) / p["tasks"] for p in shared)
         else:
+            a_s, s = line([(p["tasks"], value(p)) for p in side])
             points = [(p["tasks"], value(p)) for p in shared] + ([(0, base(p)) for p in shared] if base else [])
             a, t = fit(points) if len({x for x, _ in points}) > 1 else (points[0][1], 0.0)
-        out[key] = {"sidecar_per_task": s, "shared_fixed": a, "shared_per_task": t,
-                    "crossover_tasks": (a / (s - t)) if s > t else None}
+        out[key] = {"sidecar_fixed": a_s, "sidecar_per_task": s, "shared_fixed": a, "shared_per_task": t,
+                    "crossover_tasks": ((a - a_s) / (s - t)) if s > t else None}
     return out
 
 
@@ -360,12 +369,12 @@ def tables(result: dict, calls: int) -> str:
                      f"{p['machine_before']['load']} -> {p['machine_after']['load']} |")
     cross = result.get("crossover") or {}
     if cross:
-        lines += ["", "| figure | sidecar per task | shared fixed | shared per task | shared cheaper from N > |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "| figure (fitted lines) | sidecar fixed + per task | shared fixed + per task | "
+                  "shared cheaper from N > |", "|---|---|---|---|"]
         for key, c in cross.items():
             at = f"{c['crossover_tasks']:.1f}" if c["crossover_tasks"] is not None else "never"
-            lines.append(f"| {key} | {c['sidecar_per_task']:.2f} | {c['shared_fixed']:.2f} | "
-                         f"{c['shared_per_task']:.2f} | {at} |")
+            lines.append(f"| {key} | {c['sidecar_fixed']:.2f} + {c['sidecar_per_task']:.2f} N | "
+                         f"{c['shared_fixed']:.2f} + {c['shared_per_task']:.2f} N | {at} |")
     return "\n".join(lines)
 
 
