@@ -79,6 +79,18 @@ def machine(story: Story) -> dict:
             "node_pods": len(pods), "at": time.strftime("%H:%M:%S", time.gmtime())}
 
 
+def anon_mib(pid: int) -> float:
+    """The process's Pss_Anon (its heap and stacks; not the binary's file pages, which PSS
+    splits among every process mapping them, the other mode's included)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss_Anon:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def cpu_ns(pid: int) -> int:
     """The container's cgroup CPU time (cgroup v1 cpuacct.usage, v2 cpu.stat usage_usec), ns."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
@@ -113,14 +125,17 @@ def measure(story: Story, task_pods: set[str], mode: str) -> dict:
     replicas = containers(story, story.system_ns, None, f"app.kubernetes.io/component={COMPONENT}")
     out: dict = {"pods_seen": len({p for p, _, _ in found}), "containers": {}}
     for _, name, pid in found:
-        c = out["containers"].setdefault(name, {"pss": 0.0, "cpu_ms": 0.0, "n": 0})
+        c = out["containers"].setdefault(name, {"pss": 0.0, "anon": 0.0, "cpu_ms": 0.0, "n": 0})
         c["pss"] += sum(pss_mib(p) for p in [pid, *descendants(pid)])
+        c["anon"] += sum(anon_mib(p) for p in [pid, *descendants(pid)])
         c["cpu_ms"] += cpu_ns(pid) / 1e6
         c["n"] += 1
     out["replicas"] = {"pss": sum(pss_mib(p) for _, _, pid in replicas for p in [pid, *descendants(pid)]),
+                       "anon": sum(anon_mib(p) for _, _, pid in replicas for p in [pid, *descendants(pid)]),
                        "cpu_ms": sum(cpu_ns(pid) / 1e6 for _, _, pid in replicas), "n": len(replicas)}
-    proxy = out["replicas"] if mode == "shared" else out["containers"].get("mcp-proxy", {"pss": 0.0, "cpu_ms": 0.0})
-    out["proxy_pss"], out["proxy_cpu_ms"] = proxy["pss"], proxy["cpu_ms"]
+    proxy = out["replicas"] if mode == "shared" else out["containers"].get("mcp-proxy", {"pss": 0.0, "anon": 0.0,
+                                                                                           "cpu_ms": 0.0})
+    out["proxy_pss"], out["proxy_anon"], out["proxy_cpu_ms"] = proxy["pss"], proxy["anon"], proxy["cpu_ms"]
     out["agent_pss"] = out["containers"].get("agent", {}).get("pss", 0.0)
     return out
 
@@ -316,6 +331,9 @@ def crossover(phases: list[dict]) -> dict:
     figures = {
         "memory_mib": (lambda p: p["idle"]["proxy_pss"], lambda p: p["base"]["replicas"]["pss"]),
         "memory_after_calls_mib": (lambda p: p["after"]["proxy_pss"], lambda p: p["base"]["replicas"]["pss"]),
+        "anon_memory_mib": (lambda p: p["idle"].get("proxy_anon", 0.0), lambda p: p["base"]["replicas"].get("anon", 0.0)),
+        "anon_memory_after_calls_mib": (lambda p: p["after"].get("proxy_anon", 0.0),
+                                        lambda p: p["base"]["replicas"].get("anon", 0.0)),
         "idle_cpu_ms_per_s": (lambda p: p["idle_proxy_cpu_ms_per_s"], None),
         "workload_cpu_ms": (lambda p: statistics.median(r["proxy_cpu_ms_minus_idle"] for r in p["runs"]), None),
     }
@@ -363,7 +381,7 @@ def tables(result: dict, calls: int) -> str:
         after = p["after"]
         zones = sum(c["pss"] for name, c in after["containers"].items() if name not in ("agent", "mcp-proxy"))
         lines.append(f"| {n} {p['mode']} | {idle['proxy_pss']:.1f} / {idle['proxy_pss'] / n:.2f} | "
-                     f"{after['proxy_pss']:.1f} / {after['proxy_pss'] / n:.2f} | "
+                     f"{after['proxy_pss']:.1f} / {after['proxy_pss'] / n:.2f} (anon {after.get('proxy_anon', 0) / n:.2f}) | "
                      f"{idle['agent_pss'] / n:.2f} | {zones / n:.2f} | {p['base']['replicas']['pss']:.1f} | "
                      f"{p['idle_proxy_cpu_ms_per_s']:.1f} | {cpu:.0f} / {cpu / n:.1f} | {p['apply_to_all_served_s']} | "
                      f"{p['machine_before']['load']} -> {p['machine_after']['load']} |")
