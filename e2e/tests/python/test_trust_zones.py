@@ -318,6 +318,42 @@ def lease_writers(story: Story, name: str) -> set[str]:
     return {f["manager"] for f in lease["metadata"].get("managedFields", [])}
 
 
+def check_lease_writers(story: Story, taskrun: str, pod: dict) -> None:
+    """Only the operator and the task's proxy wrote the task's Lease (the proxy did: it reports
+    there). The field managers name the program, not the identity: in shared mode the identity
+    is checked too. The Role that may patch the Lease is bound to the shared proxy's
+    ServiceAccount, not the pod's (and the Lease is marked shared, which the chart's admission
+    policy admits from the shared proxy's account only): a token of the pod's own account, bound
+    to the task pod (what a sidecar proxy holds), is refused."""
+    writers = lease_writers(story, taskrun)
+    assert "orchestrator-mcp-proxy" in writers and writers <= PROXY_AND_OPERATOR, writers
+    print(f"\n{story.mode} mode, the Lease {taskrun}'s field managers: {sorted(writers)}")
+    if story.mode != "shared":
+        return
+    ns = story.work_ns
+    lease = story.json("get", "lease", taskrun, "-n", ns)
+    assert lease["metadata"]["annotations"].get("orchestrator.io/proxy-mode") == "shared", lease["metadata"]
+    shared_account = story.json("get", "deployment", story.shared_proxy, "-n", story.system_ns)[
+        "spec"]["template"]["spec"]["serviceAccountName"]
+    pod_account = pod["spec"]["serviceAccountName"]
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(story.bins / "kubectl"), "--kubeconfig", str(story.kubeconfig), *args],
+                              capture_output=True, text=True)
+
+    def may_patch(user: str) -> bool:
+        return kubectl("auth", "can-i", "patch", f"leases/{taskrun}", "-n", ns, "--as", user).stdout.strip() == "yes"
+
+    assert may_patch(f"system:serviceaccount:{story.system_ns}:{shared_account}")
+    assert not may_patch(f"system:serviceaccount:{ns}:{pod_account}")
+    bound = story.kubectl("create", "token", pod_account, "-n", ns, "--duration", "10m", "--bound-object-kind", "Pod",
+                          "--bound-object-name", pod["metadata"]["name"], "--bound-object-uid",
+                          pod["metadata"]["uid"]).strip()
+    out = kubectl("--token", bound, "patch", "lease", taskrun, "-n", ns, "--type", "merge",
+                  "-p", json.dumps({"metadata": {"annotations": {"pwned": "yes"}}}))
+    assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out
+
+
 def task_token(story: Story, pids: dict[str, int]) -> str:
     """The token that is the task's identity: in sidecar mode the proxy's API token (in its
     container only), in shared mode the agent's token for the shared proxy (in the agent's only)."""
@@ -484,8 +520,7 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
         "the github token": token, "the task's token": task, **{f"zone {s}'s key": k for s, k in keys.items()}})
 
     # The task's identity was used by the proxy and the operator only.
-    writers = lease_writers(story, "hostile-agent")
-    assert writers and writers <= PROXY_AND_OPERATOR, writers
+    check_lease_writers(story, "hostile-agent", pod)
     if shared:
         # The agent's token is no API token: the API server refuses it, the Lease stays as it was.
         out = subprocess.run([str(story.bins / "kubectl"), "--kubeconfig", str(story.kubeconfig), "--token", task,
@@ -542,6 +577,8 @@ def zone_ports_refuse_the_agent(story: Story, pod: dict, pids: dict[str, int], z
     assert control["answer"]["event"] == "started" and control["zone_proved"], control
     wait_until("zone git's log of the control's start", lambda: starts_from(zone_log(story, name, "zone-git"), ip) == 1,
                timeout=10, interval=0.2)
+    print(f"\nshared mode, the agent at its zones' ports: {len(tried)} handshakes without the key, all refused "
+          f"({sorted({o['answer']['message'] for o in tried})}); with git's key: {control['answer']['event']}")
 
 
 # The managers that write a task's Lease: the operator creates it and binds it to the pod, the
@@ -672,7 +709,7 @@ def test_a_hostile_upstream_reads_only_its_own_secret_and_cannot_patch_the_lease
     assert not any(p.get("token") for p in patches), patches
     lease = story.json("get", "lease", "hostile-upstream", "-n", story.work_ns)
     assert "pwned" not in (lease["metadata"].get("annotations") or {}), lease["metadata"]
-    assert lease_writers(story, "hostile-upstream") <= PROXY_AND_OPERATOR
+    check_lease_writers(story, "hostile-upstream", pod)
     # The other server it shares the pod with still works.
     assert "UTC" in next(l for l in log.splitlines() if l.startswith("time__get_current_time ")), log
     # (Its own Secret and key it hands the agent in its answer, which the agent logs: a server can
@@ -707,6 +744,12 @@ def other_zones_refuse_the_hostile_server(story: Story, pod: str, tried: list[di
         if server != "hostile":
             assert starts_from(log, ip) == 0, f"zone {server} started a server for the hostile server:\n{log}"
             assert log.count("refused a connection") >= 2, log
+        else:
+            # Its own zone logged the two starts it granted (the shared proxy's come from another pod).
+            assert starts_from(log, ip) == 2, log
+    print(f"\nshared mode, the hostile server at its pod's zone ports with its own key: "
+          + ", ".join(f"{s}: {[(o.get('answer') or {}).get('message', 'started') for o in outs]}"
+                      for s, outs in sorted(answers.items())))
 
 
 HOSTILE_AGENT_CALLS_ONLY = SERVED + r"""
