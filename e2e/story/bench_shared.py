@@ -411,8 +411,17 @@ def main() -> int:
     args = parser.parse_args()
     if args.report:
         runs = [json.loads(Path(f).read_text()) for f in args.report]
-        merged = {"phases": [p for r in runs for p in r["phases"]],
-                  "latency": next((r["latency"] for r in runs if r.get("latency")), None)}
+        merged: dict = {"phases": [p for r in runs for p in r["phases"]], "latency": None}
+        for r in runs:  # the latency samples of every run, pooled
+            lat = r.get("latency")
+            if not lat:
+                continue
+            if merged["latency"] is None:
+                merged["latency"] = json.loads(json.dumps(lat))
+                continue
+            for key in ("calls_ms", "round_p50_ms", "add_context"):
+                for mode in ("sidecar", "shared"):
+                    merged["latency"][key][mode] += lat[key][mode]
         merged["crossover"] = crossover(merged["phases"])
         print(tables(merged, runs[0]["args"]["calls"]))
         return 0
