@@ -327,3 +327,43 @@ fn decided_approvals_are_bounded_and_pending_ones_kept() {
     assert_eq!(done, MAX_DECIDED);
     assert_eq!(pending_left, 2, "r0 and r1 are still held");
 }
+
+#[test]
+fn a_request_of_a_shared_replica_that_died_stays_pending_while_listed_until_it_expires() {
+    // Shared mode: each entry names its holder; the operator reads the request alone (the
+    // `holder` key is not part of ApprovalRequest and is ignored).
+    let listed: Vec<ApprovalRequest> =
+        serde_json::from_value(serde_json::json!([serde_json::to_value(request("a1"))
+            .map(|mut v| {
+                v["holder"] = "shared-proxy-7f9c-x2k4p".into();
+                v
+            })
+            .unwrap_or_default()]))
+        .unwrap_or_default();
+    assert_eq!(listed, [request("a1")]);
+    let (pending, _) = merge(&[], Some(&listed), |_| None, at("2026-01-01T00:01:00Z"));
+    // Its holder is gone, the entry stays on the Lease (the other replicas write only their
+    // own): still pending, a person can still decide, and another replica adopt it.
+    let (still, t) = merge(
+        &pending,
+        Some(&listed),
+        |_| None,
+        at("2026-01-01T00:04:00Z"),
+    );
+    assert_eq!((still[0].state, t.len()), (ApprovalState::Pending, 0));
+    // Adopted (the same id and digest, another holder): the same approval, no conflict.
+    let (adopted, t) = merge(
+        &still,
+        Some(&[request("a1")]),
+        |_| None,
+        at("2026-01-01T00:04:30Z"),
+    );
+    assert_eq!((adopted[0].state, t.len()), (ApprovalState::Pending, 0));
+    let (expired, _) = merge(
+        &adopted,
+        Some(&listed),
+        |_| None,
+        at("2026-01-01T00:05:00Z"),
+    );
+    assert_eq!(expired[0].state, ApprovalState::Expired);
+}
