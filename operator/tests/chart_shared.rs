@@ -144,12 +144,15 @@ fn the_shared_proxy_renders_with_its_autoscaler_and_the_operator_pointed_at_it()
     assert_eq!(delegator["subjects"][0]["name"], name);
     let role = find(&docs, "Role", name);
     assert_eq!(role["metadata"]["namespace"], "sys");
-    assert_eq!(role["rules"].as_array().map(Vec::len), Some(1));
+    assert_eq!(role["rules"].as_array().map(Vec::len), Some(2));
     assert_eq!(role["rules"][0]["resources"], json!(["configmaps"]));
     assert_eq!(
         verbs(&role["rules"][0]),
         ["get", "list", "watch"].map(String::from).into()
     );
+    // Its sibling replicas' pods, get only: whether a call's holder is gone (adoption).
+    assert_eq!(role["rules"][1]["resources"], json!(["pods"]));
+    assert_eq!(verbs(&role["rules"][1]), ["get"].map(String::from).into());
 
     // The operator's Role there: exactly rbac::RULES' shared-proxy scope.
     let operator_role = find(&docs, "Role", "r-orchestrator-operator-shared-proxy");
