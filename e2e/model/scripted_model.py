@@ -122,14 +122,17 @@ class Recorded:
         return self.body.get("messages", []) or []
 
     def tool_results(self) -> list[dict]:
-        """The tool_result blocks of the last user message (the answers to the last tool calls)."""
-        if not self.messages:
-            return []
-        last = self.messages[-1]
-        content = last.get("content")
-        if last.get("role") != "user" or not isinstance(content, list):
-            return []
-        return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        """The tool_result blocks of the user messages after the last assistant message (the
+        answers to the last tool calls). Claude Code may follow the results with a user message
+        of its own (a note that the deferred tools changed), so not only the last one."""
+        out = []
+        for m in reversed(self.messages):
+            if m.get("role") != "user":
+                break
+            content = m.get("content")
+            if isinstance(content, list):
+                out[:0] = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        return out
 
 
 # Claude Code's notes on the tools it offers (2.1.x): a header sentence, then the tool names (one

@@ -211,6 +211,7 @@ class SharedAgent:
         self.seen["offered_after"], self.seen["busy"] = r, busy
         r = yield tool_use(MCP + "gamma__write", {"text": "granted"})
         self.seen["write"] = tool_result_text(r)
+        self.seen["write_request_tail"] = json.dumps(r.messages[-3:])[-3000:]
         r = yield tool_use(MCP + "everything__echo", {"message": HELD})
         self.seen["echo"] = tool_result_text(r)
         self.done.set()
@@ -252,6 +253,10 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
     # Claude Code ran the rendered headersHelper (its pod's token): the shared proxy served it.
     assert script.ready.wait(180), failed(f"Claude Code did not get through its first call: {script.seen}")
     assert script.seen["offered"] == ["everything__echo", "gamma__read"], script.seen["offered"]
+    # The default agent command waited until the shared proxy served the pod's token (with the
+    # image's Python: the agent image has no Node.js), without complaint.
+    waited = story.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "agent")
+    assert "not found" not in waited and "does not serve" not in waited and "no python3" not in waited, waited
     # (The SDK's server answers with structured content too: Claude Code passes the model that.)
     assert "read:first" in script.seen["read"] and "ERROR" not in script.seen["read"], script.seen
 
@@ -279,7 +284,8 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
         return None
 
     pending = wait_until("echo to wait for approval", held, timeout=120, interval=0.2)
-    assert "write:granted" in script.seen["write"] and "ERROR" not in script.seen["write"], script.seen
+    assert "write:granted" in script.seen["write"] and "ERROR" not in script.seen["write"], \
+        (script.seen["write"], script.seen["write_request_tail"])
     assert "echo" not in script.seen, "the held call answered before any decision"
     approved = story.cli("--as", "alice", "task", "approve", task, pending["id"], "--digest", pending["digest"])
     assert approved.returncode == 0, approved.stderr

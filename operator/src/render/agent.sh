@@ -5,24 +5,31 @@ out=/tmp/.claude-result.json
 # uid and IP on the task's proxy config), a moment after the pod starts; wait for that (30 s at
 # most) so that Claude Code's first connection is served.
 if [ -n "${ORCHESTRATOR_MCP_TOKEN_FILE:-}" ]; then
-  node -e '
-const url = process.env.ORCHESTRATOR_MCP_URL, file = process.env.ORCHESTRATOR_MCP_TOKEN_FILE;
-const until = Date.now() + 30000;
-(async () => {
-  for (;;) {
-    let body = "";
-    try {
-      const token = require("fs").readFileSync(file, "utf8").trim();
-      const r = await fetch(url, { method: "POST", headers: { authorization: "Bearer " + token,
-        "content-type": "application/json", accept: "application/json, text/event-stream" },
-        body: "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}" });
-      body = await r.text();
-    } catch (e) { body = String(e); }
-    if (!/PROXY\.(TASK_NOT_READY|UNKNOWN_TASK)|ECONNREFUSED|fetch failed/.test(body)) return;
-    if (Date.now() > until) { console.error("the shared proxy does not serve this task yet: " + body.slice(0, 300)); return; }
-    await new Promise((ok) => setTimeout(ok, 200));
-  }
-})();'
+  # Python: the agent image has no Node.js (Claude Code is its native binary).
+  if command -v python3 >/dev/null; then python3 - <<'PY'
+import os, re, sys, time, urllib.error, urllib.request
+url, path = os.environ["ORCHESTRATOR_MCP_URL"], os.environ["ORCHESTRATOR_MCP_TOKEN_FILE"]
+until = time.monotonic() + 30
+while True:
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+        request = urllib.request.Request(url, data=b'{"jsonrpc":"2.0","id":0,"method":"ping"}', headers={
+            "authorization": "Bearer " + token, "content-type": "application/json",
+            "accept": "application/json, text/event-stream"})
+        with urllib.request.urlopen(request, timeout=5) as r:
+            body = r.read(4096).decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        body = e.read(4096).decode(errors="replace")
+    except OSError as e:
+        body = "unreachable: %s" % e
+    if not re.search(r"PROXY\.(TASK_NOT_READY|UNKNOWN_TASK)|^unreachable", body):
+        break
+    if time.monotonic() > until:
+        sys.exit("the shared proxy does not serve this task yet: " + body[:300])
+    time.sleep(0.2)
+PY
+  else echo "no python3 in the agent image: Claude Code starts without waiting for the shared proxy" >&2; fi
 fi
 claude -p --output-format json --strict-mcp-config --mcp-config "$ORCHESTRATOR_MCP_CONFIG" \
   --settings "$ORCHESTRATOR_SETTINGS" < "$ORCHESTRATOR_TASK_FILE" > "$out" &
