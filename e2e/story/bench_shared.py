@@ -390,7 +390,8 @@ def tables(result: dict, calls: int) -> str:
         lines += ["", "| figure (fitted lines) | sidecar fixed + per task | shared fixed + per task | "
                   "shared cheaper from N > |", "|---|---|---|---|"]
         for key, c in cross.items():
-            at = f"{c['crossover_tasks']:.1f}" if c["crossover_tasks"] is not None else "never"
+            at = c["crossover_tasks"]
+            at = "never" if at is None else "any N" if at <= 0 else f"{at:.1f}"
             lines.append(f"| {key} | {c['sidecar_fixed']:.2f} + {c['sidecar_per_task']:.2f} N | "
                          f"{c['shared_fixed']:.2f} + {c['shared_per_task']:.2f} N | {at} |")
     return "\n".join(lines)
