@@ -445,7 +445,7 @@ def main() -> int:
                     result["phases"].append(bench.phase(mode, n))
             result["crossover"] = crossover(result["phases"])
             result["machine_end"] = machine(story)
-    except StoryError as e:
+    except AssertionError as e:  # StoryError, and exec_agent's failed exec
         print(f"\nbench failed: {e}", file=sys.stderr)
         return 1
     finally:
