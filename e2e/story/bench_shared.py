@@ -1,8 +1,9 @@
 """Shared-service mode against sidecar mode on the real node, in one sitting (docs/benchmarks.md,
 "Shared-service mode (issue 31)").
 
-    python e2e/story/bench_shared.py [--tasks 1,10,50] [--runs 3] [--calls 10]
+    python e2e/story/bench_shared.py [--tasks 1,10,50] [--runs 3] [--calls 10] [--profile http|stdio]
                                      [--latency-rounds 4] [--changes 10] [--out FILE]
+    python e2e/story/bench_shared.py --report FILE [FILE...]   # the tables of earlier runs, merged
 
 One chart install with its shared proxy (2 replicas, shared_mode.shared_story) and one HTTP MCP
 tools server on the host (the HTTP-only profile: the server is reached through the pods' portal
