@@ -123,13 +123,13 @@ class Recorded:
 
     def tool_results(self) -> list[dict]:
         """The tool_result blocks of the user messages after the last assistant message (the
-        answers to the last tool calls). Claude Code may follow the results with a user message
-        of its own (a note that the deferred tools changed), so not only the last one."""
+        answers to the last tool calls). Claude Code may follow the results with a message of its
+        own (a `system` note that an MCP server is still connecting), so not only the last one."""
         out = []
         for m in reversed(self.messages):
-            if m.get("role") != "user":
+            if m.get("role") == "assistant":
                 break
-            content = m.get("content")
+            content = m.get("content") if m.get("role") == "user" else None
             if isinstance(content, list):
                 out[:0] = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
         return out

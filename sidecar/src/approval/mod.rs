@@ -28,7 +28,7 @@ pub mod lease;
 pub mod mask;
 mod shared;
 
-pub use shared::{Adopted, Adopter};
+pub use shared::{Adopted, Adopter, shown_meta};
 #[cfg(test)]
 mod tests;
 

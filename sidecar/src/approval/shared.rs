@@ -7,12 +7,40 @@ use std::{sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
 use orchestrator_crds::approval::ApprovalRequest;
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{
     Approvals, Held, HoldCall, Outcome, Pending, REMEMBERED_IDS, digest, lease, outcome_of,
 };
 use crate::sync::lock;
+
+/// The `_meta` of `request` as its first sender sent it (what a person saw: the call's `params`
+/// as shown), `Some(None)` when it had none. `None`: it cannot be known from what was shown (a
+/// Secret value is masked in it).
+pub fn shown_meta(request: &ApprovalRequest) -> Option<Option<Value>> {
+    let shown: Value = serde_json::from_str(&request.params).ok()?;
+    let meta = shown.get("_meta").cloned();
+    let masked = meta.as_ref().is_some_and(|m| {
+        !request.mask_nonce.is_empty() && m.to_string().contains(request.mask_nonce.as_str())
+    });
+    (!masked).then_some(meta)
+}
+
+/// `params` (a call sent again) with the `_meta` of `request`'s first sender: a client sends
+/// a call again with `_meta` of its own (Claude Code: a new `claudecode/toolUseId`), and the
+/// adopted request was approved as first sent, so that is what is compared, and forwarded
+/// (`proxy::call::held`). `None`: the first `_meta` cannot be known.
+fn as_first_sent(params: &Value, request: &ApprovalRequest) -> Option<Value> {
+    let meta = shown_meta(request)?;
+    let mut params = params.clone();
+    let object = params.as_object_mut()?;
+    match meta {
+        Some(meta) => object.insert("_meta".into(), meta),
+        None => object.remove("_meta"),
+    };
+    Some(params)
+}
 
 /// Shared mode: finds the entry of `call` held by a replica that is gone and takes it over
 /// (`api::holders`, through [`Approvals::adopted`] and [`Approvals::known_verdict`]).
@@ -92,7 +120,16 @@ impl Approvals {
             current,
             me,
             |id| self.held_here(id),
-            |r| r.server == call.server && digest(place, &r.id, call) == r.digest,
+            |r| {
+                r.server == call.server
+                    && as_first_sent(call.params, r).is_some_and(|params| {
+                        let call = HoldCall {
+                            params: &params,
+                            ..*call
+                        };
+                        digest(place, &r.id, &call) == r.digest
+                    })
+            },
             jiff::Timestamp::now(),
         )
     }

@@ -223,3 +223,36 @@ async fn a_verdict_known_when_adopting_decides_at_once_and_takes_the_request_off
         "an approved id is used once"
     );
 }
+
+#[tokio::test]
+async fn a_call_sent_again_with_its_clients_own_meta_adopts_and_takes_the_first_senders_meta() {
+    // Claude Code sends a call again with a new `_meta` (its tool use id): the same call.
+    let lease = Arc::new(Fake::default());
+    let h1 = holders("r1", &lease, &[]);
+    let r1 = approvals("r1", h1.clone());
+    let first = json!({"name": "create_issue", "arguments": {"title": "one"},
+                       "_meta": {"claudecode/toolUseId": "toolu_1"}});
+    let held = r1.hold(call(&first), WAIT).expect("held");
+    h1.publish(&r1, &r1.current().1).await.expect("published");
+    let id = held.id().to_string();
+    std::mem::forget(held); // r1 was killed.
+
+    let h2 = holders("r2", &lease, &["r1"]);
+    let r2 = approvals("r2", h2.clone());
+    // Other arguments under the first sender's `_meta` are another call.
+    let other = json!({"name": "create_issue", "arguments": {"title": "two"},
+                       "_meta": {"claudecode/toolUseId": "toolu_1"}});
+    assert!(r2.adopt(call(&other)).await.is_none());
+    let again = json!({"name": "create_issue", "arguments": {"title": "one"},
+                       "_meta": {"claudecode/toolUseId": "toolu_2"}});
+    let adopted = match r2.adopt(call(&again)).await {
+        Some(Adopted::Held(held)) => held,
+        _ => panic!("the call sent again was not adopted"),
+    };
+    assert_eq!(adopted.id(), id);
+    // What goes, if approved, is the call as first sent (what a person saw).
+    assert_eq!(
+        crate::approval::shown_meta(&adopted.request),
+        Some(Some(json!({"claudecode/toolUseId": "toolu_1"})))
+    );
+}

@@ -14,15 +14,39 @@ use orchestrator_crds::approval::{ApprovalRequest, Decision, MAX_PENDING};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use tokio_util::sync::CancellationToken;
 
-use super::super::{CallRequest, Snapshot};
+use serde_json::Value;
+
+use super::super::{CallRequest, Snapshot, upstream_meta};
 use super::forward::shown_params;
 use crate::{
-    approval::{Adopted, Approvals, Held, HoldCall, NotHeld, Outcome},
+    approval::{Adopted, Approvals, Held, HoldCall, NotHeld, Outcome, shown_meta},
     error::Error,
     metrics::Metrics,
     policy::refusal::{ApprovalNote, Reason, Refusal},
     router::Route,
+    telemetry,
 };
+
+/// An adopted request was approved as its first sender sent it: the call goes with that
+/// sender's `_meta` (the bytes a person saw; adoption compared the call with it,
+/// `approval::shared`), keeping this client's own keys that are never forwarded
+/// (`progressToken` and the like: `upstream_meta` drops them; the trace context, when the
+/// proxy sends its own).
+fn first_sent_meta(req: &mut CallRequest, request: &ApprovalRequest) {
+    let Some(shown) = shown_meta(request) else {
+        return;
+    };
+    let forwarded = upstream_meta(&req.meta, true);
+    let mut meta = req.meta.clone();
+    meta.0.0.retain(|key, _| {
+        !forwarded.0.0.contains_key(key)
+            || (telemetry::tracing_on() && matches!(key.as_str(), "traceparent" | "tracestate"))
+    });
+    if let Some(Value::Object(shown)) = shown {
+        meta.0.0.extend(shown);
+    }
+    req.meta = meta;
+}
 
 /// How often a held call's client is told it still waits.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -53,7 +77,7 @@ impl Gate<'_> {
         &self,
         snap: &Snapshot,
         route: &Route,
-        req: &CallRequest,
+        req: &mut CallRequest,
     ) -> Result<Option<ApprovalNote>, Refusal> {
         let Some(policy) = &snap.config.require_approval else {
             return Ok(None);
@@ -84,8 +108,12 @@ impl Gate<'_> {
         };
         // Shared mode: the same call's request, held by a replica that is gone, is taken over.
         let (waited, request) = match self.approvals.adopt(call).await {
-            Some(Adopted::Decided { request, outcome }) => (Wait::Decided(outcome), request),
+            Some(Adopted::Decided { request, outcome }) => {
+                first_sent_meta(req, &request);
+                (Wait::Decided(outcome), request)
+            }
             Some(Adopted::Held(mut held)) => {
+                first_sent_meta(req, &held.request);
                 (self.wait(&mut held, req).await, held.request.clone())
             }
             None => {

@@ -87,7 +87,10 @@ impl Proxy {
         // 5. The arguments against the tool's inputSchema.
         steps::arguments(&self.validators, &call.snap, &route, &call.req).await?;
         // 6. A person's approval, when policy.requireApproval names the call.
-        let approved = self.gate().approval(&call.snap, &route, &call.req).await?;
+        let approved = self
+            .gate()
+            .approval(&call.snap, &route, &mut call.req)
+            .await?;
         let held = |refusal: Refusal| refusal.held(approved.clone());
         // 7. After an approval (the wait may have been long): still on offer, as approved, and
         //    still the very call approved (its digest).
