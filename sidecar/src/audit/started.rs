@@ -4,12 +4,13 @@
 //! follows as usual; a started record without its `tool_call` (paired by `requestId`, `session`
 //! and `replica`) is a call cut by the replica's death.
 //!
-//! The arguments are never in it, only [`arguments_digest`]: the SHA-256 of their canonical JSON.
+//! The arguments are never in it, only [`arguments_digest`]: the SHA-256 of their RFC 8785
+//! canonical JSON.
 
 use std::path::PathBuf;
 
+use orchestrator_crds::policy::sha256_jcs;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::{Audit, RecordType, Sink, Stamped, write_batch};
 
@@ -29,55 +30,20 @@ pub struct Started<'a> {
     pub tool: &'a str,
     pub server: &'a str,
     pub upstream_tool: &'a str,
-    /// `sha256:` and 64 hex digits over the arguments' canonical JSON (keys sorted, compact);
-    /// `sha256:` of `{}` when the call has none.
+    /// `sha256:` and 64 hex digits over the arguments' RFC 8785 canonical JSON (keys sorted,
+    /// compact); `sha256:` of `{}` when the call has none.
     pub arguments_digest: String,
     /// The approval the call was made under, when one held it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<&'a str>,
 }
 
-/// The digest of a call's arguments (see [`Started::arguments_digest`]).
+/// The digest of a call's arguments (see [`Started::arguments_digest`]): the project's
+/// [`sha256_jcs`], as tool pins and approval digests are made.
 pub fn arguments_digest(arguments: Option<&serde_json::Map<String, serde_json::Value>>) -> String {
-    let mut text = String::new();
     match arguments {
-        Some(map) => canonical(&serde_json::Value::Object(map.clone()), &mut text),
-        None => text.push_str("{}"),
-    }
-    let digest = Sha256::digest(text.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
-}
-
-/// `value` as compact JSON with every object's keys sorted.
-fn canonical(value: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                canonical(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
+        Some(map) => sha256_jcs(map),
+        None => sha256_jcs(&serde_json::Map::new()),
     }
 }
 
@@ -119,6 +85,8 @@ impl Audit {
 
 #[cfg(test)]
 mod tests {
+    use sha2::{Digest, Sha256};
+
     use super::*;
     use crate::audit::Stamp;
 
@@ -136,9 +104,7 @@ mod tests {
         let digest = arguments_digest(Some(&a));
         assert_eq!(digest, arguments_digest(Some(&b)));
         assert_ne!(digest, arguments_digest(Some(&c)));
-        let mut text = String::new();
-        canonical(&serde_json::Value::Object(a), &mut text);
-        assert_eq!(text, r#"{"a":"hunter2","b":{"x":[2,"s"],"y":1}}"#);
+        let text = r#"{"a":"hunter2","b":{"x":[2,"s"],"y":1}}"#;
         let expected: String = Sha256::digest(text.as_bytes())
             .iter()
             .map(|b| format!("{b:02x}"))
