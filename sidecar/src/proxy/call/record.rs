@@ -316,9 +316,7 @@ impl Ledger<'_> {
         };
         self.audit.record(config.audit.path.as_ref(), &record);
     }
-}
 
-impl Ledger<'_> {
     /// Shared mode: the `tool_call_started` line of a call about to be forwarded, awaited until
     /// written (`audit::started`). Elsewhere nothing.
     pub async fn started(
