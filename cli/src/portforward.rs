@@ -25,11 +25,19 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-/// `GET path_and_query` at `127.0.0.1:port` inside `pod`, with `Host: localhost`.
-pub async fn get(pods: &Api<Pod>, pod: &str, port: u16, path_and_query: &str) -> Result<Answer> {
+/// `GET path_and_query` at `127.0.0.1:port` inside `pod`, with `Host: localhost` and, when
+/// given, `Authorization: Bearer <bearer>`.
+pub async fn get(
+    pods: &Api<Pod>,
+    pod: &str,
+    port: u16,
+    path_and_query: &str,
+    bearer: Option<&str>,
+) -> Result<Answer> {
     let what =
         format!("GET {path_and_query} on port {port} of pod {pod} (through pods/portforward)");
-    match tokio::time::timeout(TIMEOUT, exchange(pods, pod, port, path_and_query, &what)).await {
+    let exchange = exchange(pods, pod, port, path_and_query, bearer, &what);
+    match tokio::time::timeout(TIMEOUT, exchange).await {
         Ok(answer) => answer,
         Err(_) => Err(Error::Timeout {
             what,
@@ -43,6 +51,7 @@ async fn exchange(
     pod: &str,
     port: u16,
     path_and_query: &str,
+    bearer: Option<&str>,
     what: &str,
 ) -> Result<Answer> {
     let mut forwarder = pods
@@ -67,8 +76,11 @@ async fn exchange(
                 .await
                 .map_err(|e| Error::Cluster(format!("{what}: {e}")))?;
         tokio::spawn(connection);
-        let request = hyper::Request::get(path_and_query)
-            .header(hyper::header::HOST, "localhost")
+        let mut request = hyper::Request::get(path_and_query).header(hyper::header::HOST, "localhost");
+        if let Some(token) = bearer {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
             .body(Empty::<Bytes>::new())
             .map_err(|e| Error::Usage(format!("{what}: {e}")))?;
         let response = sender

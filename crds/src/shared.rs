@@ -71,10 +71,21 @@ pub const LEASE_MODE_ANNOTATION: &str = "orchestrator.io/proxy-mode";
 /// The default audience of the agent's token for the shared proxy.
 pub const DEFAULT_AUDIENCE: &str = "orchestrator.io/mcp-proxy";
 
-/// Where the agent container finds its token for the shared proxy.
+/// Where the agent container finds its credential for its proxy, in both modes: in shared mode a
+/// projected ServiceAccount token for the shared proxy's audience; in sidecar mode the random
+/// token the pod's proxy writes there (a volume only the proxy's and the agent's containers
+/// mount).
 pub const TOKEN_DIR: &str = "/var/run/secrets/orchestrator.io/mcp";
 /// The token file inside [`TOKEN_DIR`].
 pub const TOKEN_FILE: &str = "token";
+
+/// The Secret, one per tasks' namespace, whose key [`AUDITOR_TOKEN_KEY`] is the auditors'
+/// credential for the task proxies' read-only endpoints (`GET /audit`, `/tools`, `/metrics`):
+/// the operator creates it (random) when missing, each sidecar mounts it, and `orchestrator-cli
+/// task audit` reads it with its caller's own rights (`get` on this Secret by name).
+pub const AUDITOR_SECRET: &str = "orchestrator-task-auditor";
+/// The auditors' token inside [`AUDITOR_SECRET`].
+pub const AUDITOR_TOKEN_KEY: &str = "token";
 
 /// The prefix of the per-task ConfigMaps (`task.<namespace>.<name>`).
 pub const CONFIG_MAP_PREFIX: &str = "task.";

@@ -6,8 +6,10 @@ Used by the host tests of the real agent (e2e/tests/python/test_claude_code.py) 
 e2e/story/tool_bytes.py. What differs from the pod, and only that: file paths (a temp dir instead
 of the ConfigMap volume), the proxy's port (a free one), the proxy's cache directory and audit
 file (so a test can restart the proxy with a warm cache and read its audit lines), and the model
-URL (the stand-in). The render snapshots are what the operator's unit tests pin, so these are the
-bytes a pod gets.
+URL (the stand-in), and where the agent's credential lives (a directory of the run's, setgid to
+the pod's group as the pod's volume is, instead of the memory-backed volume; the rendered
+headersHelper is given the host proxy's port and uid). The render snapshots are what the
+operator's unit tests pin, so these are the bytes a pod gets.
 """
 
 from __future__ import annotations
@@ -117,20 +119,31 @@ def descendants(pid: int) -> list[int]:
 
 @dataclass
 class HostProxy:
-    """orchestrator-mcp-proxy running the rendered proxy.yaml on a free port."""
+    """orchestrator-mcp-proxy running the rendered proxy.yaml on a free port, requiring the
+    agent's credential it writes to `token_file` (as the operator runs it)."""
 
     process: subprocess.Popen
     port: int
     work: Path
     audit: Path
+    token_file: Path
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
+    @property
+    def headers(self) -> dict:
+        """The agent's credential as a header (what its headersHelper prints)."""
+        return {"Authorization": "Bearer " + self.token_file.read_text().strip()}
+
+    def _get(self, path: str) -> bytes:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers=self.headers)
+        with urllib.request.urlopen(request, timeout=5) as r:
+            return r.read()
+
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            return r.read().decode()
+        return self._get("/metrics").decode()
 
     def starts(self) -> dict[tuple[str, str], int]:
         """(server, reason) -> upstream starts so far (mcp_proxy_upstream_starts_total)."""
@@ -142,8 +155,7 @@ class HostProxy:
 
     def status(self) -> dict:
         """`GET /tools`: each server's state (running/stopped/failed) and its tools' verdicts."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/tools", timeout=5) as r:
-            return json.loads(r.read())
+        return json.loads(self._get("/tools"))
 
     def running(self) -> list[str]:
         return [s["name"] for s in self.status()["servers"] if s["state"] == "running"]
@@ -203,9 +215,18 @@ def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
             env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT))
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    cmd = [proxy_bin(), "--config", str(config), "--cache-dir", str(cache_dir) if cache_dir else ""]
+    # The agent's credential: the proxy writes it (0640) into a directory of the pod's group,
+    # setgid as the pod's fsGroup volume is, so the agent's uid reads it and no one else does.
+    credential = work / f"{name}-credential"
+    credential.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(credential, 0, POD_USER)
+    os.chmod(credential, 0o2750)
+    token_file = credential / "token"
+    cmd = [proxy_bin(), "--config", str(config), "--cache-dir", str(cache_dir) if cache_dir else "",
+           "--client-token-file", str(token_file)]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    proxy = HostProxy(process, port, work, audit, zones)
+    proxy = HostProxy(process, port, work, audit, token_file, zones)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -244,13 +265,15 @@ def _as_pod_user() -> dict:
     return {"user": POD_USER, "group": POD_USER, "extra_groups": []}
 
 
-def run_claude(model: ScriptedModel, proxy_url: str, work: Path, *, mcp_config: dict | None = None,
+def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_config: dict | None = None,
                settings: dict | None = None, env: dict | None = None, as_pod_user: bool = True,
                timeout: float = 180) -> AgentRun:
     """The agent container's rendered command (`sh -c "exec claude -p ... < task.md"`) with its
-    rendered env, the rendered files at host paths (mcp-config.json pointed at `proxy_url`), as
-    the pod's uid when run by root (unless `as_pod_user` is false). `mcp_config` / `settings`
-    replace the rendered ones."""
+    rendered env, the rendered files at host paths (mcp-config.json pointed at the proxy's URL,
+    its headersHelper given the host proxy's port, uid and token file), as the pod's uid when run
+    by root (unless `as_pod_user` is false). `mcp_config` / `settings` replace the rendered ones;
+    a plain URL for `proxy` means a server that takes no credential."""
+    proxy_url = proxy if isinstance(proxy, str) else proxy.url
     files = rendered_files()
     container = agent_container()
     home = Path(tempfile.mkdtemp(prefix="agent-", dir=work))
@@ -265,7 +288,17 @@ def run_claude(model: ScriptedModel, proxy_url: str, work: Path, *, mcp_config: 
         shutil.copy2(source, claude)
     mcp = mcp_config if mcp_config is not None else json.loads(files["mcp-config.json"])
     if mcp_config is None:
-        mcp["mcpServers"]["orchestrator"]["url"] = proxy_url
+        server = mcp["mcpServers"]["orchestrator"]
+        server["url"] = proxy_url
+        if isinstance(proxy, HostProxy):
+            # The rendered headersHelper, with the host proxy's port and uid (the pod's: 8080 and
+            # the proxy container's 65533) and its path here.
+            script = files["mcp-headers.sh"]
+            script = re.sub(r"^port=\d+ uid=\d+", f"port={proxy.port} uid={os.geteuid()}", script, count=1, flags=re.M)
+            (tools / "mcp-headers.sh").write_text(script)
+            server["headersHelper"] = server["headersHelper"].replace("/etc/orchestrator/tools", str(tools))
+        else:
+            server.pop("headersHelper", None)
     (tools / "mcp-config.json").write_text(json.dumps(mcp))
     (tools / "settings.json").write_text(json.dumps(settings) if settings is not None else files["settings.json"])
     (task / "task.md").write_text(files["task.md"])
@@ -280,6 +313,10 @@ def run_claude(model: ScriptedModel, proxy_url: str, work: Path, *, mcp_config: 
                     break
             run_env[e["name"]] = value
     run_env["ORCHESTRATOR_MCP_URL"] = proxy_url
+    if isinstance(proxy, HostProxy):
+        run_env["ORCHESTRATOR_MCP_TOKEN_FILE"] = str(proxy.token_file)
+    else:
+        run_env.pop("ORCHESTRATOR_MCP_TOKEN_FILE", None)
     run_env["ANTHROPIC_API_KEY"] = "sk-ant-stand-in"  # the rendered secretKeyRef's stand-in
     run_env["ANTHROPIC_BASE_URL"] = model.url
     run_env.update(env or {})

@@ -59,7 +59,7 @@ def measure(first) -> dict:
     }
 
 
-def offered(proxy_url: str, work: Path, mcp_config: dict | None, settings: dict, tool_search: bool) -> dict:
+def offered(proxy, work: Path, mcp_config: dict | None, settings: dict, tool_search: bool) -> dict:
     seen = {}
 
     def script(first):
@@ -75,26 +75,30 @@ def offered(proxy_url: str, work: Path, mcp_config: dict | None, settings: dict,
     if not tool_search:
         env["ENABLE_TOOL_SEARCH"] = "false"
     with ScriptedModel(script) as model:
-        run = run_claude(model, proxy_url, work, mcp_config=mcp_config, settings=settings, env=env,
+        run = run_claude(model, proxy, work, mcp_config=mcp_config, settings=settings, env=env,
                          as_pod_user=False)
     if run.returncode != 0 or "measured" not in seen:
         sys.exit(f"claude exited {run.returncode} ({model.error!r}): {run.stdout[-1000:]} {run.stderr[-2000:]}")
     return seen["measured"]
 
 
-def retrieve_every_tool(url: str) -> dict:
+def retrieve_every_tool(proxy) -> dict:
     """The `retrieve_tools` answer for every tool (no query, the largest limit), as the model
     would get it: its tools and the bytes of its text. The client declares roots, as Claude Code
     does (server-everything offers get-roots-list only then)."""
     import anyio
+    import httpx2
     import mcp_types as types
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     async def roots(context):
         return types.ListRootsResult(roots=[])
 
     async def ask() -> str:
-        async with Client(url, mode="legacy", list_roots_callback=roots) as client:
+        # With the agent's credential, as its headersHelper sends it.
+        transport = streamable_http_client(proxy.url, http_client=httpx2.AsyncClient(headers=proxy.headers))
+        async with Client(transport, mode="legacy", list_roots_callback=roots) as client:
             result = await client.call_tool("retrieve_tools", {"limit": 100})
             return "".join(getattr(c, "text", "") for c in result.content)
 
@@ -121,12 +125,12 @@ def compare() -> list[tuple[str, str, dict]]:
     try:
         with host_proxy(work, None) as proxy, \
                 host_proxy(work, None, "intent", policy={"toolMode": "intent"}) as intent:
-            every = retrieve_every_tool(intent.url)
+            every = retrieve_every_tool(intent)
             for tool_search in (True, False):
-                for label, url, mcp, sett in ((PROXIED, proxy.url, None, settings),
-                                              (INTENT, intent.url, None, settings),
-                                              (DIRECT, proxy.url, direct, direct_settings)):
-                    m = offered(url, work, mcp, sett, tool_search)
+                for label, target, mcp, sett in ((PROXIED, proxy, None, settings),
+                                                 (INTENT, intent, None, settings),
+                                                 (DIRECT, proxy, direct, direct_settings)):
+                    m = offered(target, work, mcp, sett, tool_search)
                     if label == INTENT:
                         m["retrieve_every_tool"] = every
                     rows.append((label, DEFERRED if tool_search else ALL_DEFINITIONS, m))

@@ -99,6 +99,18 @@ pub struct Args {
     /// a PodMonitor; the MCP listener stays where it is (loopback).
     #[arg(long, env = "MCP_PROXY_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// The agent's credential (sidecar mode): a random bearer token the proxy writes to this file
+    /// (mode 0640; kept when the file already holds one, so a restarted proxy keeps it), on a
+    /// volume only the proxy's and the agent's containers mount. `/mcp` then requires it, and
+    /// `/tools`, `/audit` and `/metrics` require it or the auditors' token. Without it (and
+    /// without --auditor-token-file) every process that reaches the listener is served.
+    #[arg(long, env = "MCP_PROXY_CLIENT_TOKEN_FILE", value_parser = nonempty_path)]
+    client_token_file: Option<PathBuf>,
+    /// The auditors' credential: a file holding a token (at least 32 characters; a Secret's
+    /// key, re-read at each request) that reads `/tools`, `/audit` and `/metrics` and never
+    /// calls `/mcp`.
+    #[arg(long, env = "MCP_PROXY_AUDITOR_TOKEN_FILE", value_parser = nonempty_path)]
+    auditor_token_file: Option<PathBuf>,
     /// Also export each audit record as an OTLP log record (event name
     /// `mcp.audit.<recordType>`) to OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or
     /// OTEL_EXPORTER_OTLP_ENDPOINT, per OTEL_EXPORTER_OTLP_PROTOCOL.
@@ -123,7 +135,9 @@ pub enum Command {
     #[command(hide = true)]
     Guard,
     /// Health probe for exec probes: GET the URL (e.g. http://127.0.0.1:8080/readyz), exit 0 on
-    /// a 2xx answer within 2 s, 1 otherwise. Lets kubelet probe a proxy bound to loopback.
+    /// a 2xx answer within 2 s, 1 otherwise. Lets kubelet probe a proxy bound to loopback. For a
+    /// loopback URL the listening socket must also be this container's uid's: another process
+    /// of the pod that took the port fails the probe, whatever it answers.
     Probe { url: String },
     /// Serve many tasks from one process (shared mode): each task's ConfigMap (labelled
     /// orchestrator.io/shared-proxy-config=true in --namespace) is a task, and a request is
@@ -240,6 +254,8 @@ impl Args {
             mask_secrets_dir: self.mask_secrets_dir.clone(),
             metrics_listen: self.metrics_listen,
             audit_otlp: self.audit_otlp,
+            client_token_file: self.client_token_file.clone(),
+            auditor_token_file: self.auditor_token_file.clone(),
             api: ApiOptions {
                 watch_config_map: self.watch_config_map.clone(),
                 served_lease: self.served_lease.clone(),
@@ -308,6 +324,22 @@ fn validate(file: &Path, json: bool) -> ExitCode {
 }
 
 fn probe(url: &str) -> ExitCode {
+    // On loopback any container of the pod could have taken the port: the answer counts only
+    // when the listening socket is this container's uid's (the proxy's).
+    let loopback = url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| {
+            let ip = u.host()?.trim_matches(['[', ']']).parse::<std::net::IpAddr>().ok()?;
+            Some(SocketAddr::new(ip, u.port_u16().unwrap_or(80)))
+        })
+        .filter(|a| a.ip().is_loopback());
+    if let Some(addr) = loopback
+        && let Err(e) = crate::probe::served_by_own_uid(addr)
+    {
+        eprintln!("{url}: {e}");
+        return ExitCode::FAILURE;
+    }
     match crate::probe::get(url, Duration::from_secs(2)) {
         Ok(status) if (200..300).contains(&status) => ExitCode::SUCCESS,
         Ok(status) => {

@@ -17,7 +17,11 @@ use crate::{
     metrics::Metrics,
     proxy::Proxy,
     reaper, reload,
-    server::{Front, http, listener},
+    server::{
+        Front,
+        auth::{AgentToken, AuditorToken, ClientAuth},
+        http, listener,
+    },
     upstream::{Deps, Shared, cache::DiskCache, guard::Guard, pool::Pool},
 };
 
@@ -53,6 +57,10 @@ pub struct Options {
     pub metrics_listen: Option<SocketAddr>,
     /// Also export each audit record as an OTLP log record.
     pub audit_otlp: bool,
+    /// Where to write (or find) the agent's token; the HTTP front then requires it.
+    pub client_token_file: Option<PathBuf>,
+    /// The auditors' token (read-only endpoints).
+    pub auditor_token_file: Option<PathBuf>,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
@@ -128,11 +136,18 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+            .map_err(|e| bind_failed(listen, &e))?;
+        // Only once the port is ours: the agent's client finds the token when the proxy is the
+        // one listening.
+        let auth = client_auth(&opts)?;
+        if auth.is_open() {
+            tracing::warn!(%listen, "no --client-token-file: every process that reaches {listen} is served as the agent (the operator always sets it in a task pod)");
+        }
         let settings = http::Settings {
             listen,
             session_idle: opts.session_idle,
             max_sessions: opts.max_sessions,
+            auth,
         };
         let app = http::app(proxy.clone(), &settings, sessions_cancel.clone());
         tracing::info!(%listen, "serving MCP at http://{listen}/mcp");
@@ -237,6 +252,32 @@ pub struct SharedOptions {
     pub audit_otlp: bool,
 }
 
+/// The HTTP front's credentials from the flags: the agent's token is created (or found) now.
+fn client_auth(opts: &Options) -> anyhow::Result<ClientAuth> {
+    let agent = opts
+        .client_token_file
+        .as_deref()
+        .map(AgentToken::load_or_create)
+        .transpose()?;
+    let auditor = opts.auditor_token_file.clone().map(AuditorToken::new);
+    Ok(ClientAuth::new(agent, auditor))
+}
+
+/// Why the listener could not be bound, naming who holds the port when another process of the
+/// pod does (its uid, from the socket table).
+fn bind_failed(listen: SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        let holders = crate::probe::listeners(listen).unwrap_or_default();
+        if let Some(uid) = holders.first() {
+            return anyhow::anyhow!(
+                "cannot listen on {listen}: it is held by uid {uid} (another process of the pod \
+                 took the proxy's port; the agent's client will not send its token there)"
+            );
+        }
+    }
+    anyhow::anyhow!("cannot listen on {listen}: {e}")
+}
+
 /// Serves every task whose ConfigMap is labelled for the shared proxy in `opts.namespace`.
 pub async fn run_shared(opts: SharedOptions) -> anyhow::Result<()> {
     use crate::tenant::{auth, dispatch, registry, watch};
@@ -260,6 +301,8 @@ pub async fn run_shared(opts: SharedOptions) -> anyhow::Result<()> {
             listen: opts.listen,
             session_idle: opts.session_idle,
             max_sessions: opts.max_sessions,
+            // Each request is authenticated by its token's TokenReview (`tenant::auth`).
+            auth: ClientAuth::default(),
         },
         start_timeout: opts.start_timeout,
         kill_grace: opts.kill_grace,

@@ -1,8 +1,9 @@
 //! `task audit`: the recent audit records of a running task's MCP proxy (its `GET /audit`),
-//! read through the API server (`pods/portforward`), filtered there, printed as a table or as
-//! the proxy's JSON.
+//! read through the API server (`pods/portforward`) with the auditors' token (the namespace's
+//! Secret `orchestrator-task-auditor`, read with the caller's rights), filtered there, printed as
+//! a table or as the proxy's JSON.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -12,6 +13,7 @@ use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result};
 use crate::output::{self, Format, Table};
 use crate::portforward;
+use orchestrator_crds::shared::{AUDITOR_SECRET, AUDITOR_TOKEN_KEY};
 use orchestrator_crds::taskrun::TaskRun;
 
 /// The proxy's container in a task pod.
@@ -89,6 +91,40 @@ struct RawAnswer {
     records: Vec<Box<RawValue>>,
 }
 
+/// The auditors' token of the namespace (Secret `orchestrator-task-auditor`, key `token`), read
+/// with the caller's own rights: who may not `get` it may not read the audit.
+async fn auditor_token(cluster: &Cluster) -> Result<String> {
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let what = format!(
+        "reading the auditors' token (Secret {}/{AUDITOR_SECRET}, key {AUDITOR_TOKEN_KEY})",
+        cluster.namespace
+    );
+    let secret = match secrets.get(AUDITOR_SECRET).await {
+        Ok(secret) => secret,
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return Err(Error::Cluster(format!(
+                "{what}: forbidden ({}); `task audit` needs get on secrets named {AUDITOR_SECRET} \
+                 in {} beside pods/portforward (docs/cli.md, the task-auditor Role)",
+                e.message, cluster.namespace
+            )));
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            return Err(Error::Cluster(format!(
+                "{what}: it does not exist; the operator creates it with a task's Job (sidecar mode), \
+                 so a namespace that has run no task since has none"
+            )));
+        }
+        Err(e) => return Err(Error::kube(what, e)),
+    };
+    let token = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(AUDITOR_TOKEN_KEY))
+        .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+        .filter(|t| !t.is_empty());
+    token.ok_or_else(|| Error::Cluster(format!("{what}: the Secret has no key {AUDITOR_TOKEN_KEY}")))
+}
+
 /// What a task's proxy answered to `GET /audit?QUERY`: its pod, the body's bytes, parsed.
 pub struct Read {
     pub pod: String,
@@ -115,7 +151,17 @@ pub async fn read(cluster: &Cluster, tr: &TaskRun, query: &str) -> Result<Read> 
     let pod_name = pod.name_any();
     let port = proxy_port(pod);
     let path = format!("/audit?{query}");
-    let answer = portforward::get(&pods, &pod_name, port, &path).await?;
+    let token = auditor_token(cluster).await?;
+    let answer = portforward::get(&pods, &pod_name, port, &path, Some(&token)).await?;
+    if answer.status == 401 {
+        return Err(Error::Cluster(format!(
+            "the proxy of pod {pod_name} refused the auditors' token of Secret {}/{AUDITOR_SECRET} \
+             (HTTP 401): the pod was started before the Secret existed or was rotated, or the \
+             Secret was changed by hand; its proxy reads the Secret's current value at each request \
+             once the kubelet has updated it (a minute at most)",
+            cluster.namespace
+        )));
+    }
     let body: Value = serde_json::from_slice(&answer.body).map_err(|e| {
         Error::Cluster(format!(
             "the proxy of pod {pod_name} answered HTTP {} with no JSON ({e}): {}",

@@ -63,7 +63,7 @@ def conversation(model: ScriptedModel) -> str:
 
 def agent(model: ScriptedModel, proxy, work: Path):
     # A failed script step is an API error: no retries (their backoff would take minutes).
-    run = run_claude(model, proxy.url, work, env={"CLAUDE_CODE_MAX_RETRIES": "0"})
+    run = run_claude(model, proxy, work, env={"CLAUDE_CODE_MAX_RETRIES": "0"})
     assert run.returncode == 0, \
         f"claude exited {run.returncode}: {run.stdout[-2000:]} {run.stderr[-2000:]}\n{conversation(model)}"
     assert model.error is None, f"the model's script failed: {model.error!r}"

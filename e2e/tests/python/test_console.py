@@ -338,12 +338,17 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
     story.cleanup.callback(story.model.stop)
     story.kubectl("create", "secret", "generic", "anthropic", "-n", ns, "--from-literal=api-key=sk-ant-stand-in-console")
     # alice: the chart's approver role, and what the page's other buttons need (add-context and
-    # cancel patch the TaskRun; the audit reads the proxy through pods/portforward).
+    # cancel patch the TaskRun; the audit reads the proxy through pods/portforward, with the
+    # auditors' token).
     story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver", f"--user={APPROVER}")
     story.kubectl("create", "role", "task-operator", "-n", ns, "--verb=get,list,watch,patch", "--resource=taskruns.orchestrator.io")
     story.kubectl("create", "rolebinding", "alice-operates", "-n", ns, "--role=task-operator", f"--user={APPROVER}")
     story.kubectl("create", "role", "task-audit", "-n", ns, "--verb=get,list,create", "--resource=pods,pods/portforward")
     story.kubectl("create", "rolebinding", "alice-audits", "-n", ns, "--role=task-audit", f"--user={APPROVER}")
+    # ... with the auditors' token the proxy asks for (docs/cli.md, `task audit`).
+    story.kubectl("create", "role", "task-audit-token", "-n", ns, "--verb=get", "--resource=secrets",
+                  "--resource-name=orchestrator-task-auditor")
+    story.kubectl("create", "rolebinding", "alice-audit-token", "-n", ns, "--role=task-audit-token", f"--user={APPROVER}")
     # mallory: may read TaskRuns, no approver role.
     story.kubectl("create", "role", "taskrun-reader", "-n", ns, "--verb=get,list,watch", "--resource=taskruns.orchestrator.io")
     story.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=taskrun-reader", f"--user={VIEWER}")

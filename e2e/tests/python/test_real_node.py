@@ -11,9 +11,11 @@ container IDs to pids). Needs the cluster with its real node (`./test` provides 
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -21,6 +23,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -112,6 +116,19 @@ def mounts(pid: int) -> dict[str, set[str]]:
     return out
 
 
+# The head of a script for `in_pod_netns`: an MCP SDK client transport to the pod's proxy with the
+# agent's credential (TOKEN replaced by it).
+AUTHENTICATED = """
+        import asyncio
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        def transport():
+            return streamable_http_client("http://127.0.0.1:8080/mcp",
+                                          http_client=httpx2.AsyncClient(headers={"Authorization": "Bearer TOKEN"}))
+"""
+
+
 def in_pod_netns(pid: int, script: str) -> subprocess.CompletedProcess:
     """Runs a Python script (this interpreter, with the MCP SDK) in the pod's network namespace."""
     return subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", sys.executable, "-c", textwrap.dedent(script)],
@@ -139,13 +156,27 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     assert descendants(pids["zone-everything"]) == [] and descendants(pids["zone-github"]) == [], \
         "a server's process starts on its first use, not with the pod"
 
+    # The proxy serves only the agent's credential, which it wrote into the volume only its
+    # container and the agent's mount: from the pod's network namespace without it, 401.
+    credential = f"/proc/{pids['agent']}/root/run/secrets/orchestrator.io/mcp/token"
+    agent_token = Path(credential).read_text().strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", agent_token), "the agent's token: 32 random bytes in hex"
+    bare = in_pod_netns(pids["mcp-proxy"], """
+        import urllib.request, urllib.error
+        for path in ("/mcp", "/tools", "/audit"):
+            try:
+                urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:8080" + path, method="POST" if path == "/mcp" else "GET",
+                    data=b"{}" if path == "/mcp" else None, headers={"Content-Type": "application/json"}), timeout=5)
+                print(path, 200)
+            except urllib.error.HTTPError as e:
+                print(path, e.code)
+    """)
+    assert bare.stdout.split() == ["/mcp", "401", "/tools", "401", "/audit", "401"], bare.stdout + bare.stderr
     # The pod's first proxy lists the tools from the catalog's pinned definitions: a tools/list
-    # from inside the pod's network namespace starts no server.
-    listed = in_pod_netns(pids["mcp-proxy"], """
-        import asyncio
-        from mcp import Client
+    # from inside the pod's network namespace, with the agent's credential, starts no server.
+    listed = in_pod_netns(pids["mcp-proxy"], AUTHENTICATED.replace("TOKEN", agent_token) + """
         async def main():
-            async with Client("http://127.0.0.1:8080/mcp", mode="legacy") as c:
+            async with Client(transport(), mode="legacy") as c:
                 print(sorted(t.name for t in (await c.list_tools()).tools))
         asyncio.run(main())
     """)
@@ -155,11 +186,9 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
         "listing the catalog-pinned tools started a server"
     # Start both upstream servers: reading a resource no server is known to have starts every
     # server whose capabilities are not known yet, to ask it (the read itself fails).
-    started = in_pod_netns(pids["mcp-proxy"], """
-        import asyncio
-        from mcp import Client
+    started = in_pod_netns(pids["mcp-proxy"], AUTHENTICATED.replace("TOKEN", agent_token) + """
         async def main():
-            async with Client("http://127.0.0.1:8080/mcp", mode="legacy") as c:
+            async with Client(transport(), mode="legacy") as c:
                 try:
                     await c.read_resource("orchestrator-test://start-every-server")
                 except Exception as e:
@@ -289,6 +318,8 @@ AUDIT_ROLE_RULES = [
     # kube-rs opens the port-forward as a WebSocket (a GET upgrade): "get"; Kubernetes 1.35 also
     # checks "create" on WebSocket upgrades. Either alone: 403 (tried).
     {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"]},
+    # The auditors' token the proxy asks for on its read-only endpoints.
+    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["orchestrator-task-auditor"], "verbs": ["get"]},
 ]
 
 
@@ -328,6 +359,46 @@ def kubeconfig_for(story: Story, account: str, path: Path) -> Path:
     }
     path.write_text(json.dumps(config))
     return path
+
+
+def auditor_can_read_but_not_call(story: Story, pod: dict, kubeconfig: Path) -> None:
+    """As the auditor (the documented Role): `kubectl port-forward` to the task pod's proxy, then
+    the auditors' token (read with the auditor's own rights) on each endpoint."""
+    secret_doc = json.loads(subprocess.run(
+        [str(story.bins / "kubectl"), "--kubeconfig", str(kubeconfig), "get", "secret", "orchestrator-task-auditor",
+         "-n", story.work_ns, "-o", "json"], capture_output=True, text=True, check=True).stdout)
+    token = base64.b64decode(secret_doc["data"]["token"]).decode().strip()
+    forward = subprocess.Popen(
+        [str(story.bins / "kubectl"), "--kubeconfig", str(kubeconfig), "port-forward", "-n", story.work_ns,
+         f"pod/{pod['metadata']['name']}", ":8080"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = forward.stdout.readline()
+        m = re.search(r"127\.0\.0\.1:(\d+) -> 8080", line)
+        assert m, f"kubectl port-forward: {line}"
+        port = int(m.group(1))
+
+        def ask(method: str, path: str, bearer: str | None) -> int:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "auditor", "version": "1"}}}).encode()
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}{path}", method=method, data=body if method == "POST" else None,
+                headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                         **({"Authorization": f"Bearer {bearer}"} if bearer else {})})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        seen = {f"{m} {p} {who}": ask(m, p, t) for m, p, who, t in [
+            ("GET", "/audit", "auditor", token), ("GET", "/tools", "auditor", token),
+            ("POST", "/mcp", "auditor", token), ("POST", "/mcp", "none", None), ("GET", "/audit", "none", None)]}
+        assert seen == {"GET /audit auditor": 200, "GET /tools auditor": 200, "POST /mcp auditor": 401,
+                        "POST /mcp none": 401, "GET /audit none": 401}, seen
+        print(f"\nport-forwarded auditor: {seen}")
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
 
 
 def test_task_audit_reads_the_running_proxys_records_through_the_api_server(cluster: Story, tmp_path: Path):
@@ -412,7 +483,17 @@ def test_task_audit_reads_the_running_proxys_records_through_the_api_server(clus
     as_auditor = audit("--decision", "denied", "-o", "json", kubeconfig=auditor)
     assert as_auditor.returncode == 0, as_auditor.stderr
     assert json.loads(as_auditor.stdout)["records"] == denied
-    role["rules"] = AUDIT_ROLE_RULES[:2]
+    # The auditor reads and never calls: through its own port-forward, its token reads /audit
+    # and /tools, and /mcp answers 401 to it as to no token at all; nothing starts.
+    auditor_can_read_but_not_call(story, pod, auditor)
+    # Without get on the auditors' Secret, no token: the refusal names the Secret.
+    role["rules"] = [r for r in AUDIT_ROLE_RULES if r["resources"] != ["secrets"]]
+    story.kubectl("apply", "-f", "-", stdin=json.dumps(role))
+    no_token = wait_until("the Role without the Secret to apply", lambda: (
+        lambda out: out if out.returncode != 0 else None)(audit(kubeconfig=auditor)), timeout=30, interval=0.5)
+    assert no_token.returncode == 1 and "orchestrator-task-auditor" in no_token.stderr \
+        and "forbidden" in no_token.stderr, no_token.stderr
+    role["rules"] = AUDIT_ROLE_RULES[:2] + AUDIT_ROLE_RULES[3:]
     story.kubectl("apply", "-f", "-", stdin=json.dumps(role))
     refused = wait_until("the Role without pods/portforward to apply", lambda: (
         lambda out: out if out.returncode != 0 else None)(audit(kubeconfig=auditor)), timeout=30, interval=0.5)

@@ -39,6 +39,10 @@ pub async fn create_if_missing(
     apply_identity(&ctx.client, &seen.ns, plan.identity()).await?;
     // Shared mode: each zone's key, which its container mounts (the pod waits for none).
     super::zone_keys::create_if_missing(ctx, &seen.ns, plan).await?;
+    // Sidecar mode: the auditors' credential the proxy accepts on its read-only endpoints.
+    if plan.shared().is_none() {
+        super::auditor::create_if_missing(ctx, &seen.ns).await?;
+    }
     let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &seen.ns);
     let created = JobFacts::of(&apply(&jobs, plan.job()).await?);
     let note = format!(

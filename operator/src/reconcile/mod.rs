@@ -17,12 +17,13 @@
 //! (`status.contextHistory`) and `retention`; the steps of a reconcile (`reconcile_inner` takes
 //! them in another order): `observe` (the TaskRun, its recorded status and its Job), `config`
 //! (the ConfigMap: prepared, checked, applied), `zone_keys` (a shared task's zone keys, before
-//! its Job), `job` (the pod's identity and the Job; its TTL),
+//! its Job), `auditor` (a sidecar task's namespace's auditor token, before its Job), `job` (the pod's identity and the Job; its TTL),
 //! `status_write` (the status), `refuse` (render, or say why not: also a name taken, a config
 //! too large); `cancel` (a cancelled task: its Job deleted, its outcome recorded); `finished` (a
 //! task whose outcome is recorded); `tests`.
 
 pub mod approvals;
+mod auditor;
 mod binding;
 mod cached_job;
 mod cancel;

@@ -3,8 +3,9 @@ umask 002
 out=/tmp/.claude-result.json
 # Shared mode: the shared proxy serves this pod's token once the operator has bound the pod (its
 # uid and IP on the task's proxy config), a moment after the pod starts; wait for that (30 s at
-# most) so that Claude Code's first connection is served.
-if [ -n "${ORCHESTRATOR_MCP_TOKEN_FILE:-}" ]; then
+# most) so that Claude Code's first connection is served. (In sidecar mode the pod's proxy is
+# ready before this container starts.)
+if [ "${ORCHESTRATOR_PROXY_MODE:-}" = shared ] && [ -n "${ORCHESTRATOR_MCP_TOKEN_FILE:-}" ]; then
   # Python: the agent image has no Node.js (Claude Code is its native binary).
   if command -v python3 >/dev/null; then python3 - <<'PY'
 import os, re, sys, time, urllib.error, urllib.request

@@ -14,6 +14,9 @@ use orchestrator_crds::proxy::{
 use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
 
+use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
+
+use super::pod::{PROXY_UID, TOOLS_DIR};
 use super::resolve::{Problem, Resolved};
 use super::zone::zone_socket;
 
@@ -23,6 +26,8 @@ pub const MCP_CONFIG_FILE: &str = "mcp-config.json";
 pub const SETTINGS_FILE: &str = "settings.json";
 /// The task text when given inline.
 pub const TASK_FILE: &str = "task.md";
+/// Sidecar mode: the agent's `headersHelper` (see [`headers_script`]).
+pub const HEADERS_HELPER_FILE: &str = "mcp-headers.sh";
 /// The name of the proxy in the agent's MCP config; Claude Code names its tools
 /// `mcp__orchestrator__<server>__<tool>`.
 pub const PROXY_SERVER_NAME: &str = "orchestrator";
@@ -32,6 +37,8 @@ pub const PROXY_SERVER_NAME: &str = "orchestrator";
 pub struct Files {
     proxy: ProxyConfig,
     mcp_config: String,
+    /// Sidecar mode: the script printing the agent's credential header.
+    headers_helper: String,
     settings: String,
     task: Option<String>,
     /// Shared mode: the proxy config is not the pod's (it goes to the shared proxy's ConfigMap).
@@ -120,6 +127,7 @@ impl Files {
         Files {
             proxy,
             mcp_config: pretty(&mcp_config(proxy_addr)),
+            headers_helper: headers_script(proxy_addr),
             settings: pretty(&settings(tr)),
             task: tr.spec.task.prompt.clone(),
             shared: false,
@@ -154,6 +162,10 @@ impl Files {
         ]);
         if !self.shared {
             data.insert(PROXY_CONFIG_FILE.to_string(), proxy_yaml);
+            data.insert(
+                HEADERS_HELPER_FILE.to_string(),
+                self.headers_helper.clone(),
+            );
         }
         if let Some(task) = &self.task {
             data.insert(TASK_FILE.to_string(), task.clone());
@@ -214,16 +226,44 @@ pub fn too_large<'a>(
     })
 }
 
-/// The proxy is the agent's only MCP server (used with `--strict-mcp-config`).
+/// The proxy is the agent's only MCP server (used with `--strict-mcp-config`), reached with the
+/// agent's credential (the proxy requires it): Claude Code runs `headersHelper` when it connects
+/// and reconnects.
 fn mcp_config(proxy_addr: &str) -> serde_json::Value {
     json!({
         "mcpServers": {
             PROXY_SERVER_NAME: {
                 "type": "http",
                 "url": format!("http://{proxy_addr}/mcp"),
+                "headersHelper": format!("sh {TOOLS_DIR}/{HEADERS_HELPER_FILE}"),
             }
         }
     })
+}
+
+/// Sidecar mode: a shell script printing `{"Authorization":"Bearer <the agent's token>"}`, but
+/// only when the proxy's port on the pod's loopback is held by the proxy's uid (the kernel's
+/// socket table, `/proc/net/tcp`, which shows the pod's network namespace): while the proxy
+/// restarts, any other container of the pod could bind the port, and must not be sent the
+/// token. The address is printed as the kernel holds it (little-endian on amd64 and arm64; the
+/// big-endian form is accepted too).
+pub fn headers_script(proxy_addr: &str) -> String {
+    let port = proxy_addr
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .unwrap_or(8080);
+    format!(
+        r#"# Claude Code's headersHelper (sidecar mode): the agent's credential for its proxy, sent only
+# when 127.0.0.1:{port} is held by the proxy's uid ({PROXY_UID}), never to another process of the pod.
+port={port} uid={PROXY_UID} token=${{ORCHESTRATOR_MCP_TOKEN_FILE:-{TOKEN_DIR}/{TOKEN_FILE}}}
+held=$(awk -v want="$(printf '%04X' "$port")" '$4 == "0A" {{ split($2, a, ":"); if (a[2] == want && (a[1] == "0100007F" || a[1] == "7F000001" || a[1] == "00000000")) {{ print $8; exit }} }}' /proc/net/tcp)
+if [ "$held" != "$uid" ]; then
+  echo "127.0.0.1:$port is held by uid ${{held:-nobody}}, not the MCP proxy's ($uid): the agent's token is not sent" >&2
+  exit 1
+fi
+printf '{{"Authorization":"Bearer %s"}}' "$(cat "$token")"
+"#
+    )
 }
 
 /// Shared mode: the agent reaches the shared proxy at `url` with its pod's token (audience the

@@ -23,14 +23,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
-    DownwardAPIVolumeFile, EnvVar, ExecAction, KeyToPath, ObjectFieldSelector, PodSecurityContext,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath, ObjectFieldSelector, PodSecurityContext,
     PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
     SecretProjection, SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
-use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
+use orchestrator_crds::shared::{AUDITOR_SECRET, AUDITOR_TOKEN_KEY, TOKEN_DIR, TOKEN_FILE};
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::agent::DEFAULT_AGENT_SCRIPT;
@@ -48,8 +49,7 @@ use super::{RenderSettings, SharedProxy, config_map_name};
 pub const PROXY_CONTAINER: &str = "mcp-proxy";
 /// Name of the agent container.
 pub const AGENT_CONTAINER: &str = "agent";
-/// Where the task's ConfigMap is mounted (a directory, in both containers).
-pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";
+pub use super::pod::TOOLS_DIR;
 /// Where the task text is mounted for the agent.
 pub const TASK_DIR: &str = "/etc/orchestrator/task";
 
@@ -70,6 +70,14 @@ pub const METRICS_PORT_NAME: &str = "metrics";
 pub const PROXY_SERVICE_NAME: &str = "orchestrator-mcp-proxy";
 /// Where the proxy reads them (`--mask-secrets-dir`).
 pub const MASK_DIR: &str = "/etc/orchestrator/mask";
+/// Sidecar mode: the agent's credential, written by the proxy at [`TOKEN_DIR`] (a memory-backed
+/// emptyDir mounted read-write in the proxy's container and read-only in the agent's; no other
+/// container mounts it).
+const AGENT_CREDENTIAL_VOLUME: &str = "agent-credential";
+/// The auditors' token (the namespace's Secret [`AUDITOR_SECRET`]), in the proxy's container.
+const AUDITOR_VOLUME: &str = "auditor-token";
+/// Where the proxy reads it (`--auditor-token-file`).
+pub const AUDITOR_DIR: &str = "/etc/orchestrator/auditor";
 
 pub struct JobInput<'a> {
     pub taskrun: &'a TaskRun,
@@ -193,7 +201,20 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
     let mut mounts = vec![
         mount(TOOLS_VOLUME, TOOLS_DIR, true),
         mount(PROXY_TMP_VOLUME, "/tmp", false),
+        // The agent's credential: the proxy writes it once it holds its port.
+        mount(AGENT_CREDENTIAL_VOLUME, TOKEN_DIR, false),
+        mount(AUDITOR_VOLUME, AUDITOR_DIR, true),
     ];
+    vars.extend([
+        env(
+            "MCP_PROXY_CLIENT_TOKEN_FILE",
+            &format!("{TOKEN_DIR}/{TOKEN_FILE}"),
+        ),
+        env(
+            "MCP_PROXY_AUDITOR_TOKEN_FILE",
+            &format!("{AUDITOR_DIR}/{AUDITOR_TOKEN_KEY}"),
+        ),
+    ]);
     mounts.extend(zones(input.resolved).map(|z| {
         mount(
             &z.socket_volume(),
@@ -346,13 +367,17 @@ fn agent_container(input: &JobInput<'_>) -> Container {
         mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
         mount(AGENT_TMP_VOLUME, "/tmp", false),
     ];
+    // The credential the agent presents to its proxy: in shared mode a token for the shared
+    // proxy's audience, in sidecar mode the one the pod's proxy wrote; read-only here.
+    vars.push(env(
+        "ORCHESTRATOR_MCP_TOKEN_FILE",
+        &format!("{TOKEN_DIR}/{TOKEN_FILE}"),
+    ));
     if input.shared.is_some() {
-        // The token the agent presents to the shared proxy, in this container only.
-        vars.push(env(
-            "ORCHESTRATOR_MCP_TOKEN_FILE",
-            &format!("{TOKEN_DIR}/{TOKEN_FILE}"),
-        ));
+        vars.push(env("ORCHESTRATOR_PROXY_MODE", "shared"));
         mounts.push(mount(TOKEN_VOLUME, TOKEN_DIR, true));
+    } else {
+        mounts.push(mount(AGENT_CREDENTIAL_VOLUME, TOKEN_DIR, true));
     }
     // The user's env comes last and replaces ours of the same name.
     vars.retain(|e| !agent.env.iter().any(|u| u.name == e.name));
@@ -448,6 +473,8 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
         empty_dir(WORKSPACE_VOLUME),
         empty_dir(PROXY_TMP_VOLUME),
         empty_dir(AGENT_TMP_VOLUME),
+        agent_credential_volume(),
+        auditor_volume(),
     ];
     for zone in zones(input.resolved) {
         volumes.push(empty_dir(&zone.socket_volume()));
@@ -458,6 +485,37 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
     }
     volumes.extend(mask_volume(&masked(input)));
     volumes
+}
+
+/// The agent's credential: in memory (never on the node's disk), a few bytes.
+fn agent_credential_volume() -> Volume {
+    Volume {
+        name: AGENT_CREDENTIAL_VOLUME.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(Quantity("64Ki".into())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The auditors' token, only its key (0440: root and the pod's `fsGroup`; only the proxy's
+/// container mounts it). The Secret is optional: until it exists no auditor is accepted.
+fn auditor_volume() -> Volume {
+    Volume {
+        name: AUDITOR_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(AUDITOR_SECRET.into()),
+            items: Some(vec![KeyToPath {
+                key: AUDITOR_TOKEN_KEY.into(),
+                path: AUDITOR_TOKEN_KEY.into(),
+                ..Default::default()
+            }]),
+            default_mode: Some(0o440),
+            optional: Some(true),
+        }),
+        ..Default::default()
+    }
 }
 
 /// The Secret keys the proxy masks: every one the pod gets (see [`mask_keys`]).

@@ -368,6 +368,8 @@ pub fn short_hex(hash: &[u8]) -> String {
 }
 
 #[cfg(test)]
+mod credential_tests;
+#[cfg(test)]
 mod shared_tests;
 #[cfg(test)]
 mod tests;

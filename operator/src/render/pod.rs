@@ -12,6 +12,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::SecretBinding;
 
+/// Where the task's ConfigMap is mounted (a directory, in the agent's and the proxy's containers).
+pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";
 /// The agent's working directory, and the servers' whose catalog entry gives them `workspace`.
 pub const WORKSPACE_DIR: &str = "/workspace";
 /// The workspace's volume (an emptyDir).

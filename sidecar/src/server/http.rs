@@ -1,6 +1,7 @@
-//! The HTTP app: MCP at `/mcp` (behind a `Host` check that follows config reloads, the body and
-//! session limits of `limits`), and `/healthz`, `/readyz`, `/metrics`, `GET /tools`,
-//! `GET /audit` (`super::audit`).
+//! The HTTP app: MCP at `/mcp` (behind a `Host` check that follows config reloads, the client
+//! credential of `auth`, the body and session limits of `limits`), and `/healthz`, `/readyz`,
+//! `/metrics`, `GET /tools`, `GET /audit` (`super::audit`; these three for the agent or an
+//! auditor).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -18,7 +19,11 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{Front, hosts, limits, sessions};
+use super::{
+    Front,
+    auth::{self, Access, ClientAuth},
+    hosts, limits, sessions,
+};
 use crate::{proxy::Proxy, router::KnownTool};
 
 /// The HTTP front's settings (flags).
@@ -30,6 +35,8 @@ pub struct Settings {
     pub session_idle: Duration,
     /// Initialize-era sessions open at once.
     pub max_sessions: usize,
+    /// Who may call (`/mcp`) and read (`/tools`, `/audit`, `/metrics`); open when empty.
+    pub auth: ClientAuth,
 }
 
 /// Builds the whole HTTP app.
@@ -41,11 +48,21 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
     let audit = Router::new()
         .route("/audit", get(super::audit::audit))
         .with_state(super::audit::AuditState::new(proxy.clone()));
-    let revealing = Router::new()
+    let reading = Router::new()
         .route("/metrics", get(metrics))
         .route("/tools", get(tools))
         .with_state(proxy.clone())
         .merge(audit)
+        .layer(middleware::from_fn_with_state(
+            (settings.auth.clone(), Access::Read),
+            auth::require,
+        ));
+    // The credential is checked before the body is read or a session opened.
+    let mcp = mcp.layer(middleware::from_fn_with_state(
+        (settings.auth.clone(), Access::Call),
+        auth::require,
+    ));
+    let revealing = reading
         .merge(mcp)
         .layer(middleware::from_fn_with_state(
             (proxy.clone(), listen),

@@ -1,11 +1,18 @@
 //! Bounds on what a client can make the HTTP front hold: the request body ([`MAX_BODY`], the same
-//! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]; the session cap is `sessions`'). Also
-//! the JSON-RPC answer to a body rmcp cannot read as a message.
+//! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]), and all bodies at once: those larger
+//! than [`SMALL_BODY`] share the process-wide [`BODY_BUDGET`] from their first byte to their
+//! answer's last (a body is held several times over while it is parsed, checked, masked and
+//! forwarded), so many concurrent large bodies get 503 instead of the container's memory limit
+//! (the session cap is `sessions`'). Also the JSON-RPC answer to a body rmcp cannot read as a
+//! message.
 
-use std::time::Duration;
+use std::{
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
 use axum::{
-    body::{Body, Bytes},
+    body::{Body, BodyDataStream, Bytes},
     extract::Request,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::Next,
@@ -13,6 +20,7 @@ use axum::{
 };
 use futures::StreamExt;
 use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, RequestId};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{error::Error, names::clip};
 
@@ -20,6 +28,40 @@ use crate::{error::Error, names::clip};
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
 /// A request body must arrive within this (a client trickling one holds a connection).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bodies up to this size are not counted: with at most `listener::MAX_CONNECTIONS` requests at
+/// once they hold 16 MiB at most, and an agent's ordinary calls are far smaller.
+pub const SMALL_BODY: usize = 64 * 1024;
+/// Bytes of larger bodies held at once, by the whole process (every task in shared mode): eight
+/// bodies of [`MAX_BODY`]. Each is held about four times over at its peak (the bytes, the parsed
+/// message, what is forwarded), well under the sidecar's 256 MiB limit.
+pub const BODY_BUDGET: usize = 32 * 1024 * 1024;
+/// The budget's unit: a permit is one KiB.
+const UNIT: usize = 1024;
+
+static BUDGET: LazyLock<Arc<Semaphore>> =
+    LazyLock::new(|| Arc::new(Semaphore::new(BODY_BUDGET / UNIT)));
+
+/// Takes `bytes` more of the budget onto `held` (none: the first), or says it is spent.
+fn reserve(held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> Result<(), Collect> {
+    let units = u32::try_from(bytes.div_ceil(UNIT)).map_err(|_| Collect::Busy)?;
+    if units == 0 {
+        return Ok(());
+    }
+    let more = BUDGET
+        .clone()
+        .try_acquire_many_owned(units)
+        .map_err(|_| Collect::Busy)?;
+    match held {
+        Some(h) => h.merge(more),
+        None => *held = Some(more),
+    }
+    Ok(())
+}
+
+/// The budget left, in bytes (tests, metrics).
+pub fn budget_left() -> usize {
+    BUDGET.available_permits() * UNIT
+}
 
 /// Reads a POST body whole (bounded in size and time) before anything else looks at it, so the
 /// layers inside see a complete body and rmcp's own limit never has to cut a stream. A JSON body
@@ -45,9 +87,19 @@ pub async fn read_body(request: Request, next: Next) -> Response {
         return too_large();
     }
     let (parts, body) = request.into_parts();
-    let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, collect(body)).await {
+    let mut held = None;
+    // A declared size is reserved at once: a body that cannot fit is refused without being kept.
+    if let Some(n) = declared.map(|n| n as usize).filter(|n| *n > SMALL_BODY)
+        && reserve(&mut held, n).is_err()
+    {
+        return busy(body.into_data_stream()).await;
+    }
+    let mut stream = body.into_data_stream();
+    let read = collect(&mut stream, declared.map(|n| n as usize), &mut held);
+    let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(Collect::TooLarge)) => return too_large(),
+        Ok(Err(Collect::Busy)) => return busy(stream).await,
         Ok(Err(Collect::Broken)) => {
             return (
                 StatusCode::BAD_REQUEST,
@@ -69,7 +121,18 @@ pub async fn read_body(request: Request, next: Next) -> Response {
     if json && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return unreadable(&bytes);
     }
-    response
+    drop(bytes);
+    match held {
+        // The budget is given back when the answer is sent (an SSE answer streams while its call
+        // runs, holding the request's arguments).
+        Some(permit) => response.map(|body| {
+            Body::from_stream(body.into_data_stream().map(move |chunk| {
+                let _ = &permit;
+                chunk
+            }))
+        }),
+        None => response,
+    }
 }
 
 /// The JSON-RPC error for a body that is not a message: not JSON at all (-32700), JSON but not a
@@ -103,17 +166,35 @@ fn unreadable(body: &[u8]) -> Response {
 enum Collect {
     TooLarge,
     Broken,
+    Busy,
 }
 
-async fn collect(body: Body) -> Result<Bytes, Collect> {
-    let mut stream = body.into_data_stream();
+/// Reads the body whole; past [`SMALL_BODY`] (when no size was declared and reserved) it takes
+/// the budget as it grows.
+async fn collect(
+    stream: &mut BodyDataStream,
+    declared: Option<usize>,
+    held: &mut Option<OwnedSemaphorePermit>,
+) -> Result<Bytes, Collect> {
     let mut first: Option<Bytes> = None;
     let mut more: Vec<u8> = Vec::new();
+    let mut reserved = if held.is_some() {
+        declared.unwrap_or(0)
+    } else {
+        SMALL_BODY
+    };
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| Collect::Broken)?;
         let len = first.as_ref().map_or(0, Bytes::len) + more.len() + chunk.len();
         if len > MAX_BODY {
             return Err(Collect::TooLarge);
+        }
+        if len > reserved {
+            // Steps of 256 KiB, so a trickled body does not take the budget a KiB at a time.
+            let upto = len.next_multiple_of(256 * 1024).min(MAX_BODY);
+            let first_step = held.is_none();
+            reserve(held, upto - if first_step { 0 } else { reserved })?;
+            reserved = upto;
         }
         match &first {
             // Most bodies arrive in one chunk: keep it without copying.
@@ -131,6 +212,35 @@ async fn collect(body: Body) -> Result<Bytes, Collect> {
     } else {
         more.into()
     })
+}
+
+/// 503 for a body the budget cannot hold: the rest of it is read and dropped first (bounded in
+/// size and time, keeping nothing), so its client, still sending, reads the answer instead of a
+/// reset connection.
+async fn busy(mut stream: BodyDataStream) -> Response {
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > MAX_BODY {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(BODY_READ_TIMEOUT, drain).await;
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "Service Unavailable: large request bodies in flight already hold the proxy's budget \
+             ({} MiB); send it again in a moment\n",
+            BODY_BUDGET / (1024 * 1024)
+        ),
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 fn too_large() -> Response {

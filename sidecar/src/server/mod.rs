@@ -5,6 +5,7 @@
 #![allow(deprecated)]
 
 pub mod audit;
+pub mod auth;
 pub mod hosts;
 pub mod http;
 pub mod limits;
