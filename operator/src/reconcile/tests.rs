@@ -491,6 +491,7 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
             "PATCH roles",
             "PATCH rolebindings",
             "PATCH leases",
+            "POST secrets",
             "PATCH jobs",
             "POST events",
             "PATCH taskruns/status"
@@ -498,6 +499,14 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
     );
     assert_eq!(version_annotation(&writes), ["1"]);
     assert_eq!(events(&writes), [("Normal".into(), "JobCreated".into())]);
+    // The namespace's auditors' token, before the Job whose proxy mounts it: random, unowned.
+    let auditor = h
+        .fake
+        .get(&path("secrets", "orchestrator-task-auditor"))
+        .expect("the auditors' Secret");
+    let token = auditor["stringData"]["token"].as_str().unwrap_or_default();
+    assert_eq!(token.len(), 64, "{auditor}");
+    assert!(auditor["metadata"]["ownerReferences"].is_null(), "{auditor}");
     let history = &writes[1].body["status"];
     assert_eq!(history.as_object().map(|o| o.len()), Some(1), "{history}");
     let first = &history["contextHistory"][0];
@@ -515,7 +524,7 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
         writes[3].body["rules"][0]["resourceNames"],
         json!([crate::render::config_map_name("task-1001")])
     );
-    let job = &writes[6].body;
+    let job = &writes[7].body;
     assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "TaskRun");
     assert_eq!(job["metadata"]["ownerReferences"][0]["controller"], true);
     let status = written_status(&writes);
@@ -723,6 +732,7 @@ async fn a_missing_secret_blocks_the_job_and_says_how_to_create_it() {
             "PATCH roles",
             "PATCH rolebindings",
             "PATCH leases",
+            "POST secrets",
             "PATCH jobs",
             "POST events",
             "PATCH taskruns/status"
@@ -1314,6 +1324,7 @@ async fn the_taskruns_own_children_are_not_taken_and_a_settled_task_reads_nothin
             "PATCH roles",
             "PATCH rolebindings",
             "PATCH leases",
+            "POST secrets",
             "PATCH jobs",
             "POST events"
         ]

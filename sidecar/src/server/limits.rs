@@ -185,7 +185,13 @@ async fn collect(
     };
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| Collect::Broken)?;
-        let len = first.as_ref().map_or(0, Bytes::len) + more.len() + chunk.len();
+        // Once a second chunk came, `more` holds the first too.
+        let held_so_far = if more.is_empty() {
+            first.as_ref().map_or(0, Bytes::len)
+        } else {
+            more.len()
+        };
+        let len = held_so_far + chunk.len();
         if len > MAX_BODY {
             return Err(Collect::TooLarge);
         }
@@ -201,6 +207,8 @@ async fn collect(
             None => first = Some(chunk),
             Some(f) => {
                 if more.is_empty() {
+                    // The declared size at once: no doubling past it while the body arrives.
+                    more.reserve(declared.unwrap_or(0).min(MAX_BODY).max(len));
                     more.extend_from_slice(f);
                 }
                 more.extend_from_slice(&chunk);
