@@ -76,7 +76,8 @@ async fn exchange(
                 .await
                 .map_err(|e| Error::Cluster(format!("{what}: {e}")))?;
         tokio::spawn(connection);
-        let mut request = hyper::Request::get(path_and_query).header(hyper::header::HOST, "localhost");
+        let mut request =
+            hyper::Request::get(path_and_query).header(hyper::header::HOST, "localhost");
         if let Some(token) = bearer {
             request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
         }

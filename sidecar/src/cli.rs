@@ -330,7 +330,11 @@ fn probe(url: &str) -> ExitCode {
         .parse::<http::Uri>()
         .ok()
         .and_then(|u| {
-            let ip = u.host()?.trim_matches(['[', ']']).parse::<std::net::IpAddr>().ok()?;
+            let ip = u
+                .host()?
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .ok()?;
             Some(SocketAddr::new(ip, u.port_u16().unwrap_or(80)))
         })
         .filter(|a| a.ip().is_loopback());

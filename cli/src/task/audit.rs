@@ -122,7 +122,8 @@ async fn auditor_token(cluster: &Cluster) -> Result<String> {
         .and_then(|d| d.get(AUDITOR_TOKEN_KEY))
         .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
         .filter(|t| !t.is_empty());
-    token.ok_or_else(|| Error::Cluster(format!("{what}: the Secret has no key {AUDITOR_TOKEN_KEY}")))
+    token
+        .ok_or_else(|| Error::Cluster(format!("{what}: the Secret has no key {AUDITOR_TOKEN_KEY}")))
 }
 
 /// What a task's proxy answered to `GET /audit?QUERY`: its pod, the body's bytes, parsed.

@@ -510,6 +510,77 @@ def test_task_audit_reads_the_running_proxys_records_through_the_api_server(clus
     story.kubectl("delete", "taskrun", "audited", "-n", story.work_ns)
 
 
+# A flooding agent (the agent image's Python, with its credential): argv[1] concurrent requests
+# of just under 4 MiB each (an echo of 4 MiB), all let go at once, and meanwhile one small call;
+# prints one JSON line of what it got, then waits for SIGTERM.
+FLOODING_AGENT = CLIENT + r"""
+import threading, time
+n = int(sys.argv[1])
+session = connect("flooding-agent")
+message = "x" * (4 * 1024 * 1024 - 200)
+got, gate = [], threading.Barrier(n + 1)
+
+def big(i):
+    body = {"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call",
+            "params": {"name": "everything__echo", "arguments": {"message": message}}}
+    gate.wait()
+    try:
+        post(body, session)
+        got.append(200)
+    except urllib.error.HTTPError as e:
+        got.append(e.code)
+        e.read()
+    except Exception as e:
+        got.append(type(e).__name__)
+
+threads = [threading.Thread(target=big, args=(i,)) for i in range(n)]
+[t.start() for t in threads]
+gate.wait()
+began = time.monotonic()
+_, small = post({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                 "params": {"name": "everything__get-sum", "arguments": {"a": 2, "b": 3}}}, session)
+small_s = time.monotonic() - began
+[t.join() for t in threads]
+print(json.dumps({"statuses": got, "small": small, "small_s": small_s}), flush=True)
+signal.pause()
+"""
+
+
+def test_a_flood_of_large_bodies_leaves_the_proxy_alive_with_bounded_memory_and_the_agent_served(cluster: Story):
+    """200 concurrent bodies of 4 MiB from the agent (who holds the credential) to its proxy,
+    whose container is limited to 256 MiB: the bodies the budget cannot hold get 503 at once, the
+    rest are served, a small call meanwhile is answered, and the proxy is neither killed nor
+    restarted (its peak resident memory, VmHWM, is printed)."""
+    story = cluster
+    n = 200
+    apply_task(story, "flooded", 2004,
+               agent={"command": ["python3", "-c", FLOODING_AGENT, str(n)]},
+               servers=[{"name": "everything", "tools": {"allow": ["echo", "get-sum"]}}])
+    pod = running_pod(story, "flooded")
+    name = pod["metadata"]["name"]
+    log = wait_until("the flood to end", lambda: (lambda l: l if '"statuses"' in l else None)(
+        story.kubectl("logs", "-n", story.work_ns, name, "-c", "agent")), timeout=300, interval=1)
+    seen = json.loads(next(l for l in log.splitlines() if l.startswith('{"statuses"')))
+    statuses = seen["statuses"]
+    pids = story.container_pids(story.json("get", "pod", name, "-n", story.work_ns))
+    peak_kib = int(proc_status(pids["mcp-proxy"])["VmHWM"].split()[0])
+    proxy = next(s for s in story.json("get", "pod", name, "-n", story.work_ns)["status"]["initContainerStatuses"]
+                 if s["name"] == "mcp-proxy")
+    print(f"\n{n} concurrent 4 MiB bodies on the real node: {statuses.count(200)} served, "
+          f"{statuses.count(503)} got 503, other {[s for s in statuses if s not in (200, 503)]}; "
+          f"the proxy's peak RSS {peak_kib / 1024:.0f} MiB (limit 256 MiB), restarts {proxy['restartCount']}; "
+          f"a small call meanwhile {seen['small_s']:.2f} s")
+    assert len(statuses) == n and set(statuses) <= {200, 503}, statuses
+    assert statuses.count(200) >= 1 and statuses.count(503) >= 1, statuses
+    assert "is 5" in json.dumps(seen["small"]), seen["small"]
+    assert proxy["restartCount"] == 0 and proxy["ready"], proxy
+    assert peak_kib < 240 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
+    os.kill(pids["agent"], signal.SIGTERM)
+    wait_until("the TaskRun to succeed", lambda: story.json("get", "taskrun", "flooded", "-n", story.work_ns)
+               .get("status", {}).get("phase") == "Succeeded", timeout=120, interval=0.5)
+    story.kubectl("delete", "taskrun", "flooded", "-n", story.work_ns)
+
+
 # --- The pod network (e2e/node: a bridge and kube-proxy in the node's own network namespace) ---
 
 # A backend: answers every GET with its pod's name and the peer address it sees, as JSON.

@@ -506,7 +506,10 @@ async fn a_new_task_gets_its_config_map_then_its_job_then_its_status() {
         .expect("the auditors' Secret");
     let token = auditor["stringData"]["token"].as_str().unwrap_or_default();
     assert_eq!(token.len(), 64, "{auditor}");
-    assert!(auditor["metadata"]["ownerReferences"].is_null(), "{auditor}");
+    assert!(
+        auditor["metadata"]["ownerReferences"].is_null(),
+        "{auditor}"
+    );
     let history = &writes[1].body["status"];
     assert_eq!(history.as_object().map(|o| o.len()), Some(1), "{history}");
     let first = &history["contextHistory"][0];

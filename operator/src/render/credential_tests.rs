@@ -18,7 +18,8 @@ use super::*;
 fn plan() -> Plan {
     let catalog = Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("catalog");
     let mut tr: TaskRun =
-        serde_saphyr::from_str(include_str!("../../../config/samples/taskrun.yaml")).expect("sample");
+        serde_saphyr::from_str(include_str!("../../../config/samples/taskrun.yaml"))
+            .expect("sample");
     tr.metadata.namespace = Some("team-a".into());
     tr.metadata.uid = Some("0b6a3c9e-1b1e-4c57-9a43-5f1d2d6c1001".into());
     let settings = RenderSettings {
@@ -69,7 +70,11 @@ fn only_the_proxy_and_the_agent_mount_the_agents_credential_and_only_the_proxy_t
         .find(|v| v.name == "agent-credential")
         .expect("the credential volume");
     let empty = credential.empty_dir.as_ref().expect("an emptyDir");
-    assert_eq!(empty.medium.as_deref(), Some("Memory"), "never on the node's disk");
+    assert_eq!(
+        empty.medium.as_deref(),
+        Some("Memory"),
+        "never on the node's disk"
+    );
     let auditor = pod
         .volumes
         .iter()
@@ -83,7 +88,12 @@ fn only_the_proxy_and_the_agent_mount_the_agents_credential_and_only_the_proxy_t
     for c in containers(&pod) {
         for m in c.volume_mounts.iter().flatten() {
             if m.name == "agent-credential" || m.name == "auditor-token" {
-                mounted.push((c.name.clone(), m.name.clone(), m.mount_path.clone(), m.read_only));
+                mounted.push((
+                    c.name.clone(),
+                    m.name.clone(),
+                    m.mount_path.clone(),
+                    m.read_only,
+                ));
             }
         }
     }
@@ -91,7 +101,12 @@ fn only_the_proxy_and_the_agent_mount_the_agents_credential_and_only_the_proxy_t
     assert_eq!(
         mounted,
         vec![
-            ("agent".into(), "agent-credential".into(), TOKEN_DIR.into(), Some(true)),
+            (
+                "agent".into(),
+                "agent-credential".into(),
+                TOKEN_DIR.into(),
+                Some(true)
+            ),
             (
                 "mcp-proxy".into(),
                 "agent-credential".into(),
@@ -144,7 +159,10 @@ fn the_helper_sends_the_token_only_to_a_listener_of_the_proxys_uid() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let own = std::fs::metadata("/proc/self").expect("proc").uid();
-    let dir = std::env::temp_dir().join(format!("orchestrator-headers-{}-{port}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "orchestrator-headers-{}-{port}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("dir");
     let token = dir.join("token");
     std::fs::File::create(&token)
@@ -165,7 +183,9 @@ fn the_helper_sends_the_token_only_to_a_listener_of_the_proxys_uid() {
     assert!(refused.stdout.is_empty(), "{:?}", refused.stdout);
     let why = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        why.contains(&format!("127.0.0.1:{port} is held by uid {own}, not the MCP proxy's (65533)")),
+        why.contains(&format!(
+            "127.0.0.1:{port} is held by uid {own}, not the MCP proxy's (65533)"
+        )),
         "{why}"
     );
     // Held by the uid it names: the header.

@@ -162,10 +162,7 @@ impl Files {
         ]);
         if !self.shared {
             data.insert(PROXY_CONFIG_FILE.to_string(), proxy_yaml);
-            data.insert(
-                HEADERS_HELPER_FILE.to_string(),
-                self.headers_helper.clone(),
-            );
+            data.insert(HEADERS_HELPER_FILE.to_string(), self.headers_helper.clone());
         }
         if let Some(task) = &self.task {
             data.insert(TASK_FILE.to_string(), task.clone());

@@ -23,9 +23,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
-    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath, ObjectFieldSelector, PodSecurityContext,
-    PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
-    SecretProjection, SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection,
+    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};

@@ -238,9 +238,7 @@ mod tests {
         if let Some(a) = auth {
             builder = builder.header(header::AUTHORIZATION, a);
         }
-        builder
-            .body(axum::body::Body::empty())
-            .expect("a request")
+        builder.body(axum::body::Body::empty()).expect("a request")
     }
 
     #[test]

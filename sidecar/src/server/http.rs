@@ -62,12 +62,10 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         (settings.auth.clone(), Access::Call),
         auth::require,
     ));
-    let revealing = reading
-        .merge(mcp)
-        .layer(middleware::from_fn_with_state(
-            (proxy.clone(), listen),
-            hosts::check_host,
-        ));
+    let revealing = reading.merge(mcp).layer(middleware::from_fn_with_state(
+        (proxy.clone(), listen),
+        hosts::check_host,
+    ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
