@@ -192,6 +192,13 @@ pub struct StdioSpec {
     /// the zone runs, kept for display.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// With `socket` (required there): the uid the server's zone runs as. The proxy starts the
+    /// server only when `socket` is a socket (not a symbolic link) owned by this uid and the
+    /// peer that answers on it is of this uid (`SO_PEERCRED`), and only when the zone's first
+    /// line names this server: a server whose process can write its socket's directory cannot
+    /// send the proxy to another server's zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_uid: Option<u32>,
     /// Shared mode: the zone listens on the task pod's IP at this port
     /// (`orchestrator-mcp-proxy zone --listen`); the shared proxy connects to it there, with the
     /// key in `zoneKey`. Like `socket`, `env`, `passEnv` and `cwd` must then be empty.

@@ -204,6 +204,8 @@ def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
         sock = work / "zones" / s["name"] / "mcp.sock"
         sock.parent.mkdir(parents=True, exist_ok=True)
         stdio["socket"] = str(sock)
+        # The zone runs here as this process's uid, not the pod's (the proxy holds it to it).
+        stdio["zoneUid"] = os.getuid()
         command = container["command"]
         server_command = command[command.index("--") + 1:]
         env = {"PATH": os.environ["PATH"], "HOME": str(work)}
@@ -211,7 +213,7 @@ def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
         if "MEMORY_FILE_PATH" in env:
             env["MEMORY_FILE_PATH"] = str(work / "memory.jsonl")
         zones.append(subprocess.Popen(
-            [proxy_bin(), "zone", "--socket", str(sock), "--", *server_command],
+            [proxy_bin(), "zone", "--socket", str(sock), "--server", s["name"], "--", *server_command],
             env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT))
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg))

@@ -19,6 +19,9 @@ pub enum Error {
     Telemetry(String),
     #[error("drawing a random key: {0}")]
     Random(String),
+    /// A child's name taken by an object that is not the TaskRun's, found while creating it.
+    #[error("{0}")]
+    Taken(String),
     #[error("serving metrics and health on {addr}: {source}")]
     Serve {
         addr: String,
@@ -40,6 +43,7 @@ impl Error {
             Error::LostLease(_) => "lease",
             Error::Telemetry(_) => "telemetry",
             Error::Random(_) => "random",
+            Error::Taken(_) => "taken",
             Error::Serve { .. } => "serve",
         }
     }

@@ -142,7 +142,7 @@ pub const RULES: &[Rule] = &[
         group: "",
         resource: "secrets",
         verbs: &["get", "create"],
-        why: "check that the Secret keys a new pod needs exist (key names only; values are never used); in shared mode the task's Role grants get on them by name, and the operator creates the task's <taskrun>-zone-keys Secret once (create only: it never reads, updates or deletes one; the owner reference deletes it with the TaskRun); in sidecar mode it creates the namespace's orchestrator-task-auditor Secret (the auditors' token for the proxies' read-only endpoints) when missing, the same way",
+        why: "check that the Secret keys a new pod needs exist (key names only; values are never used); in shared mode the task's Role grants get on them by name, and the operator creates the task's <taskrun>-zone-keys Secret once (it reads an existing one's metadata only, to check that the TaskRun owns it, and never updates or deletes one; the owner reference deletes it with the TaskRun); in sidecar mode it creates the namespace's orchestrator-task-auditor Secret (the auditors' token for the proxies' read-only endpoints) when missing (create only; an existing one is used as it is)",
         scope: Scope::Tasks,
     },
     Rule {

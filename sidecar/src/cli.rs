@@ -157,17 +157,18 @@ pub enum Command {
         /// The unix socket to listen on (mode 0660; a stale one is replaced).
         #[arg(long, required_unless_present = "listen", conflicts_with = "listen")]
         socket: Option<PathBuf>,
-        /// Listen on TCP instead (shared mode: the proxy is in another pod); needs --key-file
-        /// and --server.
-        #[arg(long, value_name = "IP:PORT", requires_all = ["key_file", "server"])]
+        /// Listen on TCP instead (shared mode: the proxy is in another pod); needs --key-file.
+        #[arg(long, value_name = "IP:PORT", requires = "key_file")]
         listen: Option<std::net::SocketAddr>,
         /// With --listen: the zone's key, at least 32 random bytes as hex digits
         /// (`openssl rand -hex 32`). A peer must prove it holds it.
         #[arg(long, value_name = "FILE", requires = "listen")]
         key_file: Option<PathBuf>,
-        /// With --listen: this zone's server name (the peer's proof covers it).
-        #[arg(long, value_name = "NAME", requires = "listen")]
-        server: Option<String>,
+        /// This zone's server name: the zone's first line names it (the proxy starts nothing in
+        /// a zone of another server), a start for another server is refused, and with --listen
+        /// the peer's proof covers it.
+        #[arg(long, value_name = "NAME")]
+        server: String,
         /// Only a peer with this uid (the proxy's) may start the server.
         #[arg(long, conflicts_with = "listen")]
         peer_uid: Option<u32>,
@@ -201,22 +202,20 @@ impl Command {
                     eprintln!("zone: no command");
                     return ExitCode::from(2);
                 };
-                let listen = match (socket, listen, key_file, server) {
-                    (_, Some(addr), Some(key_file), Some(server)) => zone::Listen::Tcp {
+                let listen = match (socket, listen, key_file) {
+                    (_, Some(addr), Some(key_file)) => zone::Listen::Tcp {
                         addr: *addr,
                         key_file: key_file.clone(),
-                        server: server.clone(),
                     },
-                    (Some(socket), None, _, _) => zone::Listen::Socket(socket.clone()),
+                    (Some(socket), None, _) => zone::Listen::Socket(socket.clone()),
                     _ => {
-                        eprintln!(
-                            "zone: give --socket PATH, or --listen IP:PORT with --key-file and --server"
-                        );
+                        eprintln!("zone: give --socket PATH, or --listen IP:PORT with --key-file");
                         return ExitCode::from(2);
                     }
                 };
                 let options = ZoneOptions {
                     listen,
+                    server: server.clone(),
                     peer_uid: *peer_uid,
                     grace: Duration::from_secs(*grace_seconds),
                     command: program.clone(),

@@ -69,6 +69,13 @@ impl JobFacts {
         !name.is_empty() && self.lines().any(|(c, env)| c == container && env == name)
     }
 
+    /// The pod's sidecar containers, in the pod's order.
+    pub fn containers(&self) -> impl Iterator<Item = &str> {
+        self.lines()
+            .filter(|(_, env)| env.is_empty())
+            .map(|(c, _)| c)
+    }
+
     fn lines(&self) -> impl Iterator<Item = (&str, &str)> {
         self.init_env.lines().filter_map(|l| l.split_once('\t'))
     }

@@ -8,7 +8,7 @@ use orchestrator_crds::taskrun::TaskRun;
 use super::children::JobFacts;
 use crate::error::Result;
 use crate::render::job::PROXY_CONTAINER;
-use crate::render::zone::zone_container_name;
+use crate::render::zone::{ZONE_CONTAINER_PREFIX, zone_container_name};
 use crate::render::{Plan, Problem};
 
 /// Secrets and task sources a new pod needs, checked before the Job is created.
@@ -102,6 +102,30 @@ pub fn not_in_pod(job: &JobFacts, plan: &Plan) -> Vec<Problem> {
             ),
         })
         .collect();
+    // A zone's uid (sidecar mode, the proxy config's `zoneUid`) and port (shared mode) are its
+    // position among the stdio servers: the config must keep the pod's positions, or the proxy
+    // would hold a zone to another's uid (and refuse to start it) or reach another's port.
+    let in_pod: Vec<&str> = job
+        .containers()
+        .filter(|c| c.starts_with(ZONE_CONTAINER_PREFIX))
+        .collect();
+    for (at, server) in plan.zoned_servers().enumerate() {
+        let container = zone_container_name(server);
+        if let Some(was) = in_pod.iter().position(|c| *c == container)
+            && was != at
+        {
+            problems.push(Problem {
+                reason: "ServerMovedInPod",
+                message: format!(
+                    "server {server} is stdio server {} of the TaskRun, but the running task's pod was created with it as \
+                     stdio server {} (each zone's uid and port follow that order): list the stdio servers in the order the \
+                     task started with, and to stop using one set enabled: false instead of removing it",
+                    at + 1,
+                    was + 1
+                ),
+            });
+        }
+    }
     for b in plan.required_secret_env() {
         for server in &b.servers {
             let container = if plan.zoned_servers().any(|s| s == server) {
@@ -182,6 +206,35 @@ mod tests {
         // Listed from the start, disabled: it has its container, and enabling it later is fine.
         let listed = created_with(json!([{"name": "time"}, {"name": "git", "enabled": false}]));
         assert!(not_in_pod(&listed, &plan(json!([{"name": "time"}, {"name": "git"}]))).is_empty());
+    }
+
+    #[test]
+    fn a_stdio_server_moved_from_its_place_in_the_pod_is_named_with_the_fix() {
+        let pod = created_with(json!([{"name": "time"}, {"name": "git"}, {"name": "memory"}]));
+        // Disabled in place: fine. An HTTP server may come and go.
+        let disabled =
+            json!([{"name": "time", "enabled": false}, {"name": "git"}, {"name": "memory"}]);
+        assert!(not_in_pod(&pod, &plan(disabled)).is_empty());
+        // Removed, or reordered: the servers after it would be held to another zone's uid.
+        let problems = not_in_pod(&pod, &plan(json!([{"name": "git"}, {"name": "memory"}])));
+        let moved: Vec<(&str, &str)> = problems
+            .iter()
+            .map(|p| (p.reason, p.message.split(' ').nth(1).unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            moved,
+            [("ServerMovedInPod", "git"), ("ServerMovedInPod", "memory")]
+        );
+        assert!(
+            problems[0].message.starts_with(
+                "server git is stdio server 1 of the TaskRun, but the running task's pod was \
+                 created with it as stdio server 2"
+            ) && problems[0]
+                .message
+                .contains("set enabled: false instead of removing it"),
+            "{}",
+            problems[0].message
+        );
     }
 
     #[test]

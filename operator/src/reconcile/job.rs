@@ -38,7 +38,7 @@ pub async fn create_if_missing(
     // refused by admission, and the Job controller would only retry with backoff.
     apply_identity(&ctx.client, &seen.ns, plan.identity()).await?;
     // Shared mode: each zone's key, which its container mounts (the pod waits for none).
-    super::zone_keys::create_if_missing(ctx, &seen.ns, plan).await?;
+    super::zone_keys::create_if_missing(ctx, &seen.ns, tr, plan).await?;
     // Sidecar mode: the auditors' credential the proxy accepts on its read-only endpoints.
     if plan.shared().is_none() {
         super::auditor::create_if_missing(ctx, &seen.ns).await?;

@@ -17,7 +17,9 @@ use super::config::Config;
 use super::observe::Observed;
 use super::status::{self, Cond};
 use super::status_write::{Tools, write_status};
-use super::{Context, SECRET_RETRY, approvals, events, inputs, mode, shared, soonest, taken};
+use super::{
+    Context, SECRET_RETRY, approvals, events, inputs, mode, shared, soonest, taken, zone_keys,
+};
 use crate::error::Result;
 use crate::render::files::CONFIG_TOO_LARGE;
 use crate::render::{self, Plan, Problem};
@@ -88,6 +90,9 @@ pub async fn check(
             // Secret key would hang in CreateContainerConfigError.
             None => {
                 problems.extend(taken::identity(&ctx.client, &seen.ns, tr, plan.identity()).await?);
+                if zone_keys::wanted(plan) {
+                    problems.extend(zone_keys::not_ours(&ctx.client, &seen.ns, tr).await?);
+                }
                 inputs = inputs::missing_inputs(tr, plan, &ctx.client, &seen.ns).await?;
             }
             // A running pod's containers and env cannot change: a server added since, or a

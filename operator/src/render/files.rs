@@ -18,7 +18,7 @@ use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
 
 use super::pod::{PROXY_UID, TOOLS_DIR};
 use super::resolve::{Problem, Resolved};
-use super::zone::zone_socket;
+use super::zone::{zone_socket, zone_uid};
 
 /// The agent's MCP client config (Claude Code `--mcp-config`).
 pub const MCP_CONFIG_FILE: &str = "mcp-config.json";
@@ -68,6 +68,7 @@ impl Files {
                         pass_env: Vec::new(),
                         cwd: None,
                         socket: Some(zone_socket(&s.spec.name)),
+                        zone_uid: zone_uid(resolved, &s.spec.name),
                         zone_port: None,
                         zone_key: None,
                     }),

@@ -151,6 +151,7 @@ impl SharedConfig {
                 continue;
             };
             stdio.socket = None;
+            stdio.zone_uid = None;
             stdio.zone_port = Some(zone.port());
             stdio.zone_key = Some(SecretKey {
                 name: zone_keys_secret_name(&name),

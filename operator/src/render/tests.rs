@@ -362,7 +362,13 @@ fn each_stdio_server_listed_gets_its_own_zone_uid_mounts_and_socket() {
     assert!(!has(&container(&plan, "mcp-proxy"), "/workspace"));
     // Each server's socket directory: in its container and the proxy's, nowhere else.
     let proxy = container(&plan, "mcp-proxy");
-    for (server, zone) in [("github", "zone-github"), ("git", "zone-git")] {
+    let data = plan.config_map(1).data.expect("data");
+    let config: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
+    for (server, zone) in [
+        ("github", "zone-github"),
+        ("filesystem", "zone-filesystem"),
+        ("git", "zone-git"),
+    ] {
         let z = container(&plan, zone);
         let (volume, _, _) = mounts(&z)
             .into_iter()
@@ -397,6 +403,20 @@ fn each_stdio_server_listed_gets_its_own_zone_uid_mounts_and_socket() {
         );
         assert_eq!(z.restart_policy.as_deref(), Some("Always"));
         assert!(z.image == proxy.image);
+        // It names its server; the proxy config names its uid (the proxy starts the server
+        // only in a zone of that uid that names that server).
+        let named = command
+            .iter()
+            .position(|a| a == "--server")
+            .expect("--server");
+        assert_eq!(command[named + 1], server);
+        let stdio = config
+            .servers
+            .iter()
+            .find(|s| s.name == server)
+            .and_then(|s| s.stdio.clone())
+            .expect("a stdio server");
+        assert_eq!(stdio.zone_uid.map(i64::from), uid(&z), "{server}");
     }
     // The git server's env: the catalog's hardening, nothing of the proxy's.
     let git = container(&plan, "zone-git");

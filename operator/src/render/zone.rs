@@ -90,6 +90,16 @@ impl Zone<'_> {
     }
 }
 
+/// Sidecar mode: the uid the zone of `server` (a stdio server the TaskRun lists) runs as, which
+/// the proxy config names (`stdio.zoneUid`): the proxy starts the server only in a zone of that
+/// uid. By position, as the pod's containers are (the positions are the pod's as long as the
+/// TaskRun lists its stdio servers in the order its pod was created with).
+pub fn zone_uid(resolved: &Resolved<'_>, server: &str) -> Option<u32> {
+    zones(resolved)
+        .find(|zone| zone.server.spec.name == server)
+        .and_then(|zone| u32::try_from(zone.uid()).ok())
+}
+
 /// Every stdio server the TaskRun lists, enabled or not: a container is created with the pod
 /// and cannot be added later, so a server a running task is to get must be listed from the start.
 pub fn zones<'a>(resolved: &'a Resolved<'a>) -> impl Iterator<Item = Zone<'a>> + 'a {
@@ -175,8 +185,6 @@ pub fn zone_container(
             format!("$(POD_IP):{}", zone.port()),
             "--key-file".into(),
             format!("{ZONE_KEY_DIR}/{ZONE_KEY_FILE}"),
-            "--server".into(),
-            name.clone(),
         ]);
     } else {
         command.extend([
@@ -186,6 +194,8 @@ pub fn zone_container(
             PROXY_UID.to_string(),
         ]);
     }
+    // The zone names its server to whoever connects, and starts it for no other name.
+    command.extend(["--server".into(), name.clone()]);
     command.extend(["--".into(), stdio.command.clone()]);
     command.extend(stdio.args.iter().cloned());
     let working_dir = stdio.cwd.clone().unwrap_or_else(|| {

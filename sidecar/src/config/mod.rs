@@ -123,6 +123,8 @@ pub struct StdioTransport {
     /// The zone's socket: the process runs in the server's own container (`env`, `passEnv` and
     /// `cwd` are then empty).
     pub socket: Option<PathBuf>,
+    /// With `socket`: the uid the zone runs as (its socket's owner and the peer on it).
+    pub zone_uid: Option<u32>,
     /// Shared mode: the zone's port on the task pod's IP (`TASK_POD_IP_ANNOTATION`), reached over
     /// TCP with the key in `zone_key` (env, passEnv and cwd are then empty, as with `socket`).
     pub zone_port: Option<u16>,
@@ -161,6 +163,9 @@ impl SpecHash {
                 // Only when set: the hashes (and caches) of servers without one stay as they were.
                 if let Some(socket) = &s.socket {
                     stdio["socket"] = serde_json::json!(socket);
+                }
+                if let Some(uid) = s.zone_uid {
+                    stdio["zoneUid"] = serde_json::json!(uid);
                 }
                 if let Some(port) = s.zone_port {
                     stdio["zonePort"] = serde_json::json!(port);

@@ -277,6 +277,7 @@ fn server(spec: &ServerSpec, at: &str, problems: &mut Vec<Problem>) -> Option<Se
                 pass_env,
                 cwd: stdio.cwd.as_ref().map(PathBuf::from),
                 socket: stdio.socket.as_ref().map(PathBuf::from),
+                zone_uid: stdio.zone_uid,
                 zone_port: stdio.zone_port,
                 zone_key: stdio.zone_key.clone(),
             })

@@ -625,7 +625,7 @@ fn tool_mode_is_direct_or_intent() {
     );
 }
 
-const ZONED: &str = "task: {name: t}\nservers:\n  - name: git\n    stdio: {command: mcp-server-git, args: [--repository, /workspace], socket: /run/orchestrator/zones/git/mcp.sock}\n";
+const ZONED: &str = "task: {name: t}\nservers:\n  - name: git\n    stdio: {command: mcp-server-git, args: [--repository, /workspace], socket: /run/orchestrator/zones/git/mcp.sock, zoneUid: 65602}\n";
 
 fn stdio_of(config: &Config) -> &StdioTransport {
     match &config.servers[0].transport {
@@ -641,13 +641,19 @@ fn a_zoned_server_carries_its_socket_which_is_part_of_its_spec_hash() {
         stdio_of(&zoned).socket.as_deref(),
         Some(std::path::Path::new("/run/orchestrator/zones/git/mcp.sock"))
     );
+    assert_eq!(stdio_of(&zoned).zone_uid, Some(65602));
     assert!(stdio_of(&zoned).env.is_empty() && stdio_of(&zoned).pass_env.is_empty());
     let elsewhere = valid(&ZONED.replace("zones/git/", "zones/git2/"));
-    let local = valid(&ZONED.replace(", socket: /run/orchestrator/zones/git/mcp.sock", ""));
+    let local = valid(&ZONED.replace(
+        ", socket: /run/orchestrator/zones/git/mcp.sock, zoneUid: 65602",
+        "",
+    ));
     assert_eq!(stdio_of(&local).socket, None);
-    let hashes = [&zoned, &elsewhere, &local].map(|c| c.servers[0].spec_hash.clone());
+    let other_uid = valid(&ZONED.replace("65602", "65603"));
+    let hashes = [&zoned, &elsewhere, &local, &other_uid].map(|c| c.servers[0].spec_hash.clone());
     assert_ne!(hashes[0], hashes[1], "another socket is another server");
     assert_ne!(hashes[0], hashes[2], "a zoned server is not the local one");
+    assert_ne!(hashes[0], hashes[3], "another zone's uid is another server");
     // A server without a socket keeps the hash it had before the field existed (its cached
     // tool lists stay valid).
     let before = serde_json::json!({"stdio": {
@@ -659,9 +665,52 @@ fn a_zoned_server_carries_its_socket_which_is_part_of_its_spec_hash() {
     assert_eq!(hashes[2].0, hex);
 }
 
+/// The proxy starts a zoned server only in a zone of a known uid: `socket` without `zoneUid`
+/// is refused, and so is `zoneUid` without `socket`, each naming the field.
+#[test]
+fn a_socket_needs_its_zones_uid_and_the_uid_its_socket() {
+    let problems = |text: &str| -> Vec<(String, String, String)> {
+        load(text)
+            .problems
+            .0
+            .iter()
+            .map(|p| {
+                (
+                    p.code.as_str().to_string(),
+                    p.path.clone(),
+                    p.message.clone(),
+                )
+            })
+            .collect()
+    };
+    let no_uid = problems(&ZONED.replace(", zoneUid: 65602", ""));
+    assert_eq!(
+        no_uid,
+        [(
+            "PROXY.SOCKET_CONFLICT".to_string(),
+            "servers[0].stdio.zoneUid".to_string(),
+            "`socket` needs `zoneUid`, the uid the server's zone runs as: the proxy starts the \
+             server only in a zone of that uid (its socket's owner, and the peer on it)"
+                .to_string()
+        )]
+    );
+    let no_socket = problems(&ZONED.replace("socket: /run/orchestrator/zones/git/mcp.sock, ", ""));
+    assert_eq!(
+        no_socket
+            .iter()
+            .map(|(c, p, _)| (c.as_str(), p.as_str()))
+            .collect::<Vec<_>>(),
+        [("PROXY.SOCKET_CONFLICT", "servers[0].stdio.zoneUid")]
+    );
+    assert!(
+        no_socket[0].2.contains("`zoneUid` without `socket`"),
+        "{no_socket:?}"
+    );
+}
+
 #[test]
 fn a_socket_with_the_containers_env_or_cwd_or_a_bad_path_is_refused_by_field() {
-    let text = "task: {name: t}\nservers:\n  - name: git\n    stdio: {command: x, socket: run/git.sock, env: {LOG: info}, passEnv: [GIT_TOKEN], cwd: /workspace}\n";
+    let text = "task: {name: t}\nservers:\n  - name: git\n    stdio: {command: x, socket: run/git.sock, zoneUid: 65600, env: {LOG: info}, passEnv: [GIT_TOKEN], cwd: /workspace}\n";
     let loaded = load(text);
     assert!(loaded.config.is_none());
     let got: Vec<(&str, &str)> = loaded
@@ -776,7 +825,7 @@ fn a_zone_over_tcp_needs_its_key_and_neither_a_socket_nor_the_containers_env() {
     assert_eq!(
         paths(&ok.replace(
             "zonePort: 9100",
-            "zonePort: 9100, socket: /run/z/mcp.sock, cwd: /w"
+            "zonePort: 9100, socket: /run/z/mcp.sock, zoneUid: 65600, cwd: /w"
         )),
         [
             pair("PROXY.SOCKET_CONFLICT", "servers[0].stdio.zonePort"),

@@ -1,7 +1,7 @@
 //! What a zoned server (its process runs in its own container) may say: reached over a unix
-//! socket (`stdio.socket`: an absolute path that fits a socket address) or over TCP in shared
-//! mode (`stdio.zonePort` with `stdio.zoneKey`), not both, and none of what belongs to that
-//! container.
+//! socket (`stdio.socket`: an absolute path that fits a socket address, with `stdio.zoneUid`, the
+//! uid the proxy holds the zone to) or over TCP in shared mode (`stdio.zonePort` with
+//! `stdio.zoneKey`), not both, and none of what belongs to that container.
 
 use orchestrator_crds::proxy::StdioSpec;
 
@@ -13,6 +13,23 @@ const MAX_SOCKET_PATH: usize = 107;
 /// A zoned server (`socket`, or `zonePort` with `zoneKey`): one way to reach its zone, and none
 /// of what belongs to the zone's container.
 pub(super) fn check_socket(stdio: &StdioSpec, at: &str, problems: &mut Vec<Problem>) {
+    match (&stdio.socket, stdio.zone_uid) {
+        (Some(_), None) => problems.push(Problem::new(
+            Code::SocketConflict,
+            format!("{at}.zoneUid"),
+            "`socket` needs `zoneUid`, the uid the server's zone runs as: the proxy starts the \
+             server only in a zone of that uid (its socket's owner, and the peer on it)"
+                .to_string(),
+        )),
+        (None, Some(_)) => problems.push(Problem::new(
+            Code::SocketConflict,
+            format!("{at}.zoneUid"),
+            "`zoneUid` without `socket`: it is the uid of the zone behind `socket`; name the \
+             socket, or remove `zoneUid`"
+                .to_string(),
+        )),
+        _ => {}
+    }
     let by = match (&stdio.socket, stdio.zone_port) {
         (None, None) => {
             if stdio.zone_key.is_some() {

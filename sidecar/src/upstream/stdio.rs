@@ -143,7 +143,8 @@ fn command(spec: &StdioTransport) -> Command {
     }
 }
 
-/// Starts the server's process: in its zone when it has a `socket` (sidecar mode) or a
+/// Starts the server's process: in its zone when it has a `socket` (sidecar mode; the zone
+/// checked to be of `zoneUid` and to name this server, see `zoned::start`) or a
 /// `zonePort` (shared mode: on the task pod's IP, `shared.zone_host`, with the key read from
 /// the task's Secret), else as the proxy's child (`pod` names this pod in what a failure says).
 pub async fn spawn(
@@ -158,9 +159,23 @@ pub async fn spawn(
         // The zone is in the task's pod, not this one (the shared proxy's): name that one.
         return spawn_in_zone(server, &target, Some("<the task's pod>")).await;
     }
-    match &spec.socket {
-        Some(socket) => spawn_in_zone(server, &zoned::ZoneTarget::Unix(socket.clone()), pod).await,
-        None => spawn_child(server, spec, guard),
+    match (&spec.socket, spec.zone_uid) {
+        (Some(socket), Some(uid)) => {
+            let target = zoned::ZoneTarget::Unix {
+                socket: socket.clone(),
+                uid,
+            };
+            spawn_in_zone(server, &target, pod).await
+        }
+        // The config's check refuses a socket without its zone's uid: never started blind.
+        (Some(_), None) => Err(Error::StartFailed {
+            server: server.clone(),
+            reason: format!(
+                "server {server} has stdio.socket but no stdio.zoneUid: the proxy starts a \
+                 zoned server only in a zone of a known uid"
+            ),
+        }),
+        (None, _) => spawn_child(server, spec, guard),
     }
 }
 
@@ -444,6 +459,7 @@ mod tests {
             ],
             cwd: None,
             socket: None,
+            zone_uid: None,
             zone_port: None,
             zone_key: None,
         };
@@ -484,6 +500,7 @@ mod tests {
             pass_env: vec![],
             cwd: None,
             socket: None,
+            zone_uid: None,
             zone_port: Some(9101),
             zone_key: Some(orchestrator_crds::proxy::SecretKey {
                 name: "fix-1-zone-keys".into(),

@@ -36,8 +36,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where a server's zone listens.
 #[derive(Clone, Debug)]
 pub enum ZoneTarget {
-    /// The zone's unix socket, in a volume the proxy's container shares (sidecar mode).
-    Unix(PathBuf),
+    /// The zone's unix socket, in a volume the proxy's container shares (sidecar mode), and the
+    /// uid the zone runs as: the socket's owner and the peer on it must be that uid.
+    Unix { socket: PathBuf, uid: u32 },
     /// The zone's TCP address in the task's pod, and its key (shared mode).
     Tcp { addr: SocketAddr, key: ZoneKey },
 }
@@ -45,7 +46,7 @@ pub enum ZoneTarget {
 impl fmt::Display for ZoneTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ZoneTarget::Unix(path) => write!(f, "{}", path.display()),
+            ZoneTarget::Unix { socket, .. } => write!(f, "{}", socket.display()),
             ZoneTarget::Tcp { addr, .. } => write!(f, "{addr}"),
         }
     }
@@ -97,14 +98,14 @@ pub async fn connect(
         reason: format!("{what}; {}", its_log(server, pod)),
     };
     match target {
-        ZoneTarget::Unix(socket) => {
+        ZoneTarget::Unix { socket, uid } => {
             let Started {
                 pid,
                 stdin,
                 stdout,
                 stderr,
                 control,
-            } = start(server, socket, pod).await?;
+            } = start(server, socket, *uid, pod).await?;
             let pipes = |e: std::io::Error| {
                 failed(format!(
                     "server {server}'s container handed over unusable pipes: {e}"
@@ -166,8 +167,19 @@ fn plain_text(text: &str) -> String {
     }
 }
 
-/// Connects to the zone at `socket` and has it start the server's process.
-pub async fn start(server: &ServerName, socket: &Path, pod: Option<&str>) -> Result<Started> {
+/// Connects to the zone at `socket`, which must be server `server`'s zone (uid `uid`), and has
+/// it start the server's process. Before anything is asked of it: `socket` is the socket itself
+/// (not a symbolic link) and owned by `uid`, the peer that accepts the connection is of `uid`
+/// (`SO_PEERCRED`; a link put there after the first check leads to a peer of another uid), and
+/// the zone's hello names `server`. A server's process can write its socket's directory; these
+/// are what keep it from sending the proxy to another server's zone, which would start its own
+/// server, with its own Secrets, under this server's name, patterns and rules.
+pub async fn start(
+    server: &ServerName,
+    socket: &Path,
+    uid: u32,
+    pod: Option<&str>,
+) -> Result<Started> {
     let failed = |what: String| Error::StartFailed {
         server: server.clone(),
         reason: format!("{what}; {}", its_log(server, pod)),
@@ -178,6 +190,22 @@ pub async fn start(server: &ServerName, socket: &Path, pod: Option<&str>) -> Res
             socket.display()
         ))
     };
+    let refused = |why: String| {
+        tracing::warn!(
+            %server,
+            socket = %socket.display(),
+            zone_uid = uid,
+            "refused to start the server: {why}; nothing was started"
+        );
+        failed(format!(
+            "refused to start server {server}: {why}; nothing was started"
+        ))
+    };
+    match is_the_zones_socket(socket, uid) {
+        Ok(()) => {}
+        Err(Check::Unreachable(e)) => return Err(unreachable(plain(&e))),
+        Err(Check::Wrong(why)) => return Err(refused(why)),
+    }
     let control = match tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(socket)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => return Err(unreachable(plain(&e))),
@@ -188,9 +216,27 @@ pub async fn start(server: &ServerName, socket: &Path, pod: Option<&str>) -> Res
             )));
         }
     };
-    match tokio::time::timeout(REPLY_TIMEOUT, request(control)).await {
+    // Who accepted: the zone's launcher runs as the zone's uid, any other zone's as its own.
+    match control.peer_cred().map(|peer| peer.uid()) {
+        Ok(peer) if peer == uid => {}
+        Ok(peer) => {
+            return Err(refused(format!(
+                "the peer on {} is uid {peer}, not server {server}'s zone (uid {uid})",
+                socket.display()
+            )));
+        }
+        Err(e) => {
+            return Err(refused(format!(
+                "the peer on {} cannot be identified ({})",
+                socket.display(),
+                plain(&e)
+            )));
+        }
+    }
+    match tokio::time::timeout(REPLY_TIMEOUT, request(control, server, socket)).await {
         Ok(Ok(started)) => Ok(started),
-        Ok(Err(why)) => Err(failed(format!("server {server}'s container {why}"))),
+        Ok(Err(Answer::Wrong(why))) => Err(refused(why)),
+        Ok(Err(Answer::Said(why))) => Err(failed(format!("server {server}'s container {why}"))),
         Err(_) => Err(failed(format!(
             "server {server}'s container did not start the process within {}s",
             REPLY_TIMEOUT.as_secs()
@@ -198,28 +244,142 @@ pub async fn start(server: &ServerName, socket: &Path, pod: Option<&str>) -> Res
     }
 }
 
-/// The start request and its answer; `Err` says what the zone did instead.
-async fn request(control: UnixStream) -> std::result::Result<Started, String> {
-    // A zone that refuses the peer says why and closes without reading: the request may then
-    // fail to go out (EPIPE), and the answer is still there to read.
-    let sent = protocol::send(&control, &Request::Start { v: VERSION }).await;
+/// Why a path is not a zone's socket.
+enum Check {
+    /// Nothing there, or nothing the proxy may look at: the zone is not (yet) listening.
+    Unreachable(std::io::Error),
+    /// Something there that is not the zone's socket.
+    Wrong(String),
+}
+
+/// Whether `socket` is a socket owned by `uid` (by its own metadata: a symbolic link is not
+/// followed).
+fn is_the_zones_socket(socket: &Path, uid: u32) -> std::result::Result<(), Check> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::symlink_metadata(socket).map_err(Check::Unreachable)?;
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        let to = std::fs::read_link(socket)
+            .map(|to| format!(" to {}", to.display()))
+            .unwrap_or_default();
+        return Err(Check::Wrong(format!(
+            "{} is a symbolic link{to}, not the zone's socket (a zone binds its socket itself; \
+             a link there was made by a process of its container)",
+            socket.display()
+        )));
+    }
+    if !kind.is_socket() {
+        return Err(Check::Wrong(format!(
+            "{} is not a socket (a {})",
+            socket.display(),
+            kind_name(&kind)
+        )));
+    }
+    if meta.uid() != uid {
+        return Err(Check::Wrong(format!(
+            "{} is owned by uid {}, not by the zone's uid {uid}",
+            socket.display(),
+            meta.uid()
+        )));
+    }
+    Ok(())
+}
+
+fn kind_name(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_file() {
+        "regular file"
+    } else if kind.is_fifo() {
+        "fifo"
+    } else {
+        "device"
+    }
+}
+
+/// What the zone did instead of starting the process.
+enum Answer {
+    /// It is not server's zone: refused by the proxy, nothing started.
+    Wrong(String),
+    /// What it said or did (its own refusal, a failure to run the command, a broken line).
+    Said(String),
+}
+
+/// How long the zone may take to say hello once it accepted the connection.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The zone's hello, then (when it names `server`) the start request and its answer.
+async fn request(
+    control: UnixStream,
+    server: &ServerName,
+    socket: &Path,
+) -> std::result::Result<Started, Answer> {
     let mut lines = Lines::default();
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, lines.next_with_fds(&control))
+        .await
+        .map_err(|_| {
+            Answer::Said(format!(
+                "sent no hello within {}s (a zone speaks first since protocol version \
+                 {VERSION}: is the container running an older image than the proxy's?)",
+                HELLO_TIMEOUT.as_secs()
+            ))
+        })?;
+    let (line, fds) = hello.map_err(|e| Answer::Said(format!("greeted unreadably ({e})")))?;
+    let Some(line) = line else {
+        return Err(Answer::Said("closed the connection without a word".into()));
+    };
+    match protocol::parse::<Event>(&line) {
+        Ok(Event::Hello { server: theirs, .. }) if theirs == server.as_str() && fds.is_empty() => {}
+        Ok(Event::Hello { server: theirs, .. }) if theirs == server.as_str() => {
+            return Err(Answer::Wrong(format!(
+                "the zone on {} sent descriptors with its hello",
+                socket.display()
+            )));
+        }
+        Ok(Event::Hello { server: theirs, .. }) => {
+            return Err(Answer::Wrong(format!(
+                "the zone on {} is server {theirs:?}'s, not server {server}'s",
+                socket.display()
+            )));
+        }
+        // Its own refusal (a peer uid it does not serve, say).
+        Ok(Event::Error { message }) => {
+            return Err(Answer::Said(format!(
+                "did not start the process: {message}"
+            )));
+        }
+        Ok(other) => {
+            return Err(Answer::Said(format!(
+                "greeted with {other:?} instead of its hello"
+            )));
+        }
+        Err(e) => return Err(Answer::Said(format!("greeted unreadably ({e})"))),
+    }
+    // A zone that refuses the start says why and closes without reading further: the request
+    // may then fail to go out (EPIPE), and the answer is still there to read.
+    let start = Request::Start {
+        v: VERSION,
+        server: server.to_string(),
+    };
+    let sent = protocol::send(&control, &start).await;
+    let said = Answer::Said;
     let (line, fds) = lines
         .next_with_fds(&control)
         .await
-        .map_err(|e| format!("answered the start request unreadably ({e})"))?;
+        .map_err(|e| said(format!("answered the start request unreadably ({e})")))?;
     let Some(line) = line else {
-        return Err(match sent {
+        return Err(said(match sent {
             Err(e) => format!("closed the connection ({})", plain(&e)),
             Ok(()) => "closed the connection without starting the process".into(),
-        });
+        }));
     };
     match protocol::parse::<Event>(&line) {
         Ok(Event::Started { pid, .. }) => {
             let Ok([stdin, stdout, stderr]) = <[OwnedFd; FDS]>::try_from(fds) else {
-                return Err(format!(
+                return Err(said(format!(
                     "started process {pid} but did not hand over its {FDS} pipes"
-                ));
+                )));
             };
             Ok(Started {
                 pid,
@@ -233,9 +393,9 @@ async fn request(control: UnixStream) -> std::result::Result<Started, String> {
                 }),
             })
         }
-        Ok(Event::Error { message }) => Err(format!("did not start the process: {message}")),
-        Ok(other) => Err(format!("answered the start request with {other:?}")),
-        Err(e) => Err(format!("answered the start request unreadably ({e})")),
+        Ok(Event::Error { message }) => Err(said(format!("did not start the process: {message}"))),
+        Ok(other) => Err(said(format!("answered the start request with {other:?}"))),
+        Err(e) => Err(said(format!("answered the start request unreadably ({e})"))),
     }
 }
 
@@ -287,158 +447,4 @@ impl Control {
 mod tcp_tests;
 
 #[cfg(test)]
-mod tests {
-    use std::{path::PathBuf, sync::Arc};
-
-    use tokio::{
-        io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
-        net::unix::pipe,
-        sync::oneshot,
-        task::JoinHandle,
-    };
-
-    use super::*;
-    use crate::zone::{self, ZoneOptions};
-
-    /// A zone serving `sh -c SCRIPT` on a socket in `dir`; send on the sender to stop it.
-    fn zone_with(
-        dir: &Path,
-        peer_uid: Option<u32>,
-        script: &str,
-    ) -> (PathBuf, oneshot::Sender<()>, JoinHandle<()>) {
-        let socket = dir.join("mcp.sock");
-        let listener = zone::bind(&socket).expect("the socket binds");
-        let options = ZoneOptions {
-            listen: zone::Listen::Socket(socket.clone()),
-            peer_uid,
-            grace: Duration::from_secs(1),
-            command: "sh".into(),
-            args: vec!["-c".into(), script.into()],
-        };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(zone::serve(listener, Arc::new(options), async move {
-            let _ = stopped.await;
-        }));
-        (socket, stop, task)
-    }
-
-    async fn exit_of(started: Started, signal: Option<SignalName>) -> String {
-        let (signals, signals_rx) = mpsc::unbounded_channel();
-        let (exit, mut exit_rx) = tokio::sync::watch::channel(None);
-        started
-            .control
-            .supervise(ServerName::new("git"), signals_rx, move |status| {
-                let _ = exit.send(Some(status));
-            });
-        if let Some(signal) = signal {
-            signals.send(signal).expect("supervised");
-        }
-        let info = tokio::time::timeout(Duration::from_secs(10), exit_rx.wait_for(|e| e.is_some()))
-            .await
-            .expect("the exit arrives")
-            .expect("the watch stays")
-            .clone();
-        info.expect("an exit")
-    }
-
-    fn gone(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_or(true, |stat| stat.contains(") Z "))
-    }
-
-    #[tokio::test]
-    async fn the_zone_hands_over_the_pipes_and_reports_the_exit_and_signals_the_group() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let script = r#"read line; echo "got $line"; echo "a complaint" >&2; read again; exit 3"#;
-        let (socket, stop, zone) = zone_with(dir.path(), None, script);
-        let server = ServerName::new("git");
-
-        let started = start(&server, &socket, Some("pod-x"))
-            .await
-            .expect("started");
-        let mut stdin = pipe::Sender::from_owned_fd(started.stdin.try_clone().expect("dup"))
-            .expect("stdin is a pipe");
-        let stdout = pipe::Receiver::from_owned_fd(started.stdout.try_clone().expect("dup"))
-            .expect("stdout is a pipe");
-        let stderr = pipe::Receiver::from_owned_fd(started.stderr.try_clone().expect("dup"))
-            .expect("stderr is a pipe");
-        stdin.write_all(b"hello\n").await.expect("written");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .await
-            .expect("read");
-        assert_eq!(line, "got hello\n");
-        let mut complaint = String::new();
-        BufReader::new(stderr)
-            .read_line(&mut complaint)
-            .await
-            .expect("read");
-        assert_eq!(complaint, "a complaint\n");
-        stdin.write_all(b"done\n").await.expect("written");
-        assert_eq!(exit_of(started, None).await, "exit status: 3");
-
-        // Several processes at once, each its own; a signal reaches the group.
-        let first = start(&server, &socket, None).await.expect("started");
-        let second = start(&server, &socket, None).await.expect("started");
-        assert_ne!(first.pid, second.pid);
-        assert!(
-            exit_of(first, Some(SignalName::Kill))
-                .await
-                .starts_with("signal: 9")
-        );
-        // A connection the proxy drops (its `Child` is gone) ends the process.
-        let pid = second.pid;
-        drop(second);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !gone(pid) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{pid} outlived its connection"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-
-        // The zone stops with a process running: it ends it and returns.
-        let running = start(&server, &socket, None).await.expect("started");
-        let _ = stop.send(());
-        tokio::time::timeout(Duration::from_secs(5), zone)
-            .await
-            .expect("the zone stops within its grace")
-            .expect("the zone task");
-        assert!(exit_of(running, None).await.starts_with("signal: 15"));
-    }
-
-    #[tokio::test]
-    async fn a_refused_peer_and_a_missing_zone_say_what_happened_and_where_to_look() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let other_uid = rustix::process::getuid().as_raw() + 1;
-        let (socket, _stop, _zone) = zone_with(dir.path(), Some(other_uid), "exit 0");
-        let server = ServerName::new("git");
-        let Err(Error::StartFailed { reason, .. }) = start(&server, &socket, Some("pod-x")).await
-        else {
-            panic!("a peer of another uid is refused");
-        };
-        let uid = rustix::process::getuid().as_raw();
-        assert_eq!(
-            reason,
-            format!(
-                "server git's container did not start the process: refused: peer uid {uid} may \
-                 not start this server; its log: kubectl logs pod-x -c zone-git"
-            )
-        );
-
-        let missing = dir.path().join("nobody/mcp.sock");
-        let Err(Error::StartFailed { reason, .. }) = start(&server, &missing, None).await else {
-            panic!("nothing listens there");
-        };
-        assert_eq!(
-            reason,
-            format!(
-                "server git's container is not accepting connections on {} (No such file or \
-                 directory); its log: kubectl logs <this pod> -c zone-git",
-                missing.display()
-            )
-        );
-    }
-}
+mod socket_tests;

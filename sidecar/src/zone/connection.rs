@@ -1,6 +1,6 @@
-//! One connection to the zone: who the peer is, its start request, the process it starts, the
-//! signals it asks for, and the end of the process group when the process exits, the peer goes
-//! away or the zone stops.
+//! One connection to the zone: who the peer is, the zone's hello (its server), the peer's start
+//! request (for that server), the process it starts, the signals it asks for, and the end of the
+//! process group when the process exits, the peer goes away or the zone stops.
 
 use std::{os::fd::AsFd, process::Stdio, sync::Arc, time::Duration};
 
@@ -49,6 +49,18 @@ pub async fn serve(
         tell(&stream, Event::Error { message }).await;
         return;
     }
+    // Who this is, so the proxy can tell it reached the zone it meant (`upstream::zoned`).
+    let hello = Event::Hello {
+        v: VERSION,
+        server: options.server.clone(),
+    };
+    if let Err(e) = tokio::time::timeout(LAST_WORD_WAIT, protocol::send(&stream, &hello))
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::other("the peer did not read it")))
+    {
+        tracing::warn!(peer_uid, peer_pid, error = %e, "cannot send the hello; closing the connection");
+        return;
+    }
     let mut lines = Lines::default();
     let request = tokio::select! {
         read = tokio::time::timeout(REQUEST_WAIT, lines.next(&stream)) => read,
@@ -56,7 +68,11 @@ pub async fn serve(
     };
     let refused = match request {
         Ok(Ok(Some(line))) => match protocol::parse::<Request>(&line) {
-            Ok(Request::Start { .. }) => None,
+            Ok(Request::Start { server, .. }) if server == options.server => None,
+            Ok(Request::Start { server, .. }) => Some(format!(
+                "refused: this is the zone of server {}, not of {server:?}",
+                options.server
+            )),
             Ok(other) => Some(format!("expected a start request, got {other:?}")),
             Err(e) => Some(e.to_string()),
         },

@@ -15,13 +15,16 @@
 //! kills whatever is left in the container.
 //!
 //! With `--peer-uid`, only a peer of that uid (the proxy's) may start the process: what the
-//! server itself runs (a planted hook, say) shares the zone's uid, not the proxy's.
+//! server itself runs (a planted hook, say) shares the zone's uid, not the proxy's. `--server`
+//! names the zone's server: its hello says it, and a start for another server is refused. The
+//! proxy checks the other way (`upstream::zoned`): the socket's path is the socket itself, owned
+//! by the zone's uid, the peer is of that uid, and the hello names the server it means to start.
 //!
-//! With `--listen IP:PORT --key-file FILE --server NAME` instead of `--socket`, the zone listens
-//! on TCP for a proxy in another pod (shared mode): the peer proves it holds the zone's key
+//! With `--listen IP:PORT --key-file FILE` instead of `--socket`, the zone listens on TCP for a
+//! proxy in another pod (shared mode): the peer proves it holds the zone's key for the server
 //! instead of showing its uid, and the pipes travel as frames instead of descriptors (`tcp`).
 //!
-//! Submodules: `protocol` (the socket's lines, `v: 1`), `connection` (one socket connection),
+//! Submodules: `protocol` (the socket's lines, `v: 3`), `connection` (one socket connection),
 //! `auth` (the key and its proofs), `frames` (the TCP protocol, `v: 2`), `pumps` (the tasks
 //! that move frames), `tcp` (one TCP connection).
 
@@ -57,12 +60,8 @@ pub enum Listen {
     /// A unix socket (its directory exists: an emptyDir shared with the proxy).
     Socket(PathBuf),
     /// A TCP address, for a proxy in another pod: peers must prove they hold the key in
-    /// `key_file` for `server` (this zone's server name).
-    Tcp {
-        addr: SocketAddr,
-        key_file: PathBuf,
-        server: String,
-    },
+    /// `key_file` for this zone's server.
+    Tcp { addr: SocketAddr, key_file: PathBuf },
 }
 
 /// What `zone` is told on its command line.
@@ -70,6 +69,8 @@ pub enum Listen {
 pub struct ZoneOptions {
     /// Where to listen.
     pub listen: Listen,
+    /// The zone's server (`--server`): its hello names it, and only a start for it is served.
+    pub server: String,
     /// The only peer uid allowed to start the process (none: any peer that can connect).
     pub peer_uid: Option<u32>,
     /// SIGTERM to SIGKILL for the process group.
@@ -134,11 +135,16 @@ pub async fn run(options: ZoneOptions) -> anyhow::Result<()> {
             _ = int.recv() => {}
         }
     };
+    if options.server.is_empty() {
+        anyhow::bail!("--server: the zone's server name is empty");
+    }
+    let server = options.server.clone();
     match options.listen.clone() {
         Listen::Socket(socket) => {
             let listener = bind(&socket)?;
             tracing::info!(
                 socket = %socket.display(),
+                %server,
                 peer_uid = ?options.peer_uid,
                 command = ?options.command,
                 args = ?options.args,
@@ -147,14 +153,7 @@ pub async fn run(options: ZoneOptions) -> anyhow::Result<()> {
             serve(listener, Arc::new(options), stop).await;
             let _ = std::fs::remove_file(&socket);
         }
-        Listen::Tcp {
-            addr,
-            key_file,
-            server,
-        } => {
-            if server.is_empty() {
-                anyhow::bail!("--server: the zone's server name is empty");
-            }
+        Listen::Tcp { addr, key_file } => {
             let key = auth::ZoneKey::from_file("--key-file", &key_file)?;
             let listener = tcp::bind(addr).await?;
             tracing::info!(

@@ -3,8 +3,11 @@
 //! connection per process:
 //!
 //! ```text
-//! proxy -> zone   {"op":"start","v":1}                       first line, once
-//! zone  -> proxy  {"event":"started","v":1,"pid":4242}       with the process's stdin (write
+//! zone  -> proxy  {"event":"hello","v":3,"server":"git"}     first line, once the peer's uid may
+//!                                                            start it (else an error; then closes)
+//! proxy -> zone   {"op":"start","v":3,"server":"git"}        once, after checking the zone's uid
+//!                                                            and that the hello names its server
+//! zone  -> proxy  {"event":"started","v":3,"pid":4242}       with the process's stdin (write
 //!                                                            end), stdout and stderr (read ends)
 //!                                                            attached (SCM_RIGHTS, in that order)
 //!            or   {"event":"error","message":"..."}          refused or cannot run; then closes
@@ -12,11 +15,18 @@
 //! zone  -> proxy  {"event":"exit","status":"exit status: 1"} the process ended; then closes
 //! ```
 //!
+//! Both ends name the server, so each knows whom it speaks to: the proxy has checked the path
+//! (the socket itself, owned by the zone's uid) and the peer's uid (`SO_PEERCRED`) before it
+//! reads the hello, and starts nothing in a zone whose hello names another server; the zone
+//! starts nothing for a start that names another server than its own (`zone --server`).
+//!
 //! The proxy closing the connection (it stopped the server, or it died) makes the zone end the
 //! process group: SIGTERM, SIGKILL after the zone's grace. A line that is too long, not JSON, of
 //! another protocol version or not a message of the protocol ends the connection. `v` is the
-//! protocol version: a start of another version is refused with an `error` naming both. Over
-//! TCP the zone speaks `v: 2` instead (`frames`).
+//! protocol version: a message of another version is refused with an `error` naming both.
+//! Version 1 was this exchange without the hello and the names; version 2 is the TCP protocol
+//! (`frames`). The proxy and the zone are the same binary (the operator renders one image for
+//! both), so both ends of a pod always speak the same version.
 
 use std::{
     io::{self, IoSlice, IoSliceMut},
@@ -32,7 +42,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio::{io::Interest, net::UnixStream};
 
 /// The protocol version both ends speak.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 3;
 /// The longest line either end accepts, without its newline.
 pub const MAX_LINE: usize = 4096;
 /// Descriptors that come with `started`: stdin, stdout, stderr.
@@ -50,17 +60,35 @@ pub enum SignalName {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Request {
-    Start { v: u32 },
-    Signal { signal: SignalName },
+    /// Start the server's process; `server` is the server the proxy means to start.
+    Start {
+        v: u32,
+        server: String,
+    },
+    Signal {
+        signal: SignalName,
+    },
 }
 
 /// What the zone sends.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(tag = "event", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Event {
-    Started { v: u32, pid: u32 },
-    Exit { status: String },
-    Error { message: String },
+    /// The zone's first line: the server it runs (`zone --server`).
+    Hello {
+        v: u32,
+        server: String,
+    },
+    Started {
+        v: u32,
+        pid: u32,
+    },
+    Exit {
+        status: String,
+    },
+    Error {
+        message: String,
+    },
 }
 
 fn invalid(message: String) -> io::Error {
@@ -276,8 +304,18 @@ mod tests {
     #[test]
     fn messages_are_the_documented_lines() {
         assert_eq!(
-            line(&Request::Start { v: VERSION }),
-            "{\"op\":\"start\",\"v\":1}\n"
+            line(&Event::Hello {
+                v: VERSION,
+                server: "git".into()
+            }),
+            "{\"event\":\"hello\",\"v\":3,\"server\":\"git\"}\n"
+        );
+        assert_eq!(
+            line(&Request::Start {
+                v: VERSION,
+                server: "git".into()
+            }),
+            "{\"op\":\"start\",\"v\":3,\"server\":\"git\"}\n"
         );
         assert_eq!(
             line(&Request::Signal {
@@ -286,8 +324,8 @@ mod tests {
             "{\"op\":\"signal\",\"signal\":\"term\"}\n"
         );
         assert_eq!(
-            line(&Event::Started { v: 1, pid: 7 }),
-            "{\"event\":\"started\",\"v\":1,\"pid\":7}\n"
+            line(&Event::Started { v: 3, pid: 7 }),
+            "{\"event\":\"started\",\"v\":3,\"pid\":7}\n"
         );
         assert_eq!(
             parse::<Event>(br#"{"event":"exit","status":"exit status: 1"}"#).expect("parses"),
@@ -296,8 +334,11 @@ mod tests {
             }
         );
         assert_eq!(
-            parse::<Request>(br#"{"v":1,"op":"start"}"#).expect("parses"),
-            Request::Start { v: 1 }
+            parse::<Request>(br#"{"v":3,"server":"git","op":"start"}"#).expect("parses"),
+            Request::Start {
+                v: 3,
+                server: "git".into()
+            }
         );
     }
 
@@ -310,15 +351,16 @@ mod tests {
             error(b"not json")
         );
         assert_eq!(
-            error(br#"{"v":2,"op":"start"}"#),
-            "protocol version 2 is not spoken here (this end speaks 1)"
+            error(br#"{"v":1,"op":"start"}"#),
+            "protocol version 1 is not spoken here (this end speaks 3)"
         );
-        assert!(error(br#"{"v":"1","op":"start"}"#).contains("protocol version \"1\""));
+        assert!(error(br#"{"v":"3","op":"start"}"#).contains("protocol version \"3\""));
         for strange in [
             &br#"{"op":"start"}"#[..],
-            br#"{"v":1,"op":"exec","command":"sh"}"#,
+            br#"{"v":3,"op":"start"}"#,
+            br#"{"v":3,"op":"exec","command":"sh"}"#,
             br#"{"op":"signal","signal":"hup"}"#,
-            br#"{"v":1,"op":"start","env":{"A":"b"}}"#,
+            br#"{"v":3,"op":"start","server":"git","env":{"A":"b"}}"#,
             br#"[1,2]"#,
         ] {
             assert!(

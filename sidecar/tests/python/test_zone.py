@@ -6,7 +6,8 @@ on a socket in the test's directory, and the proxy's config names that socket.
 Shown: the start is lazy and through the zone, on both protocol revisions; the server gets the
 zone's environment and nothing of the proxy's; a server that exits shows its stderr and status
 in the proxy's error; a proxy killed with SIGKILL leaves no process in the zone; SIGTERM ends the
-zone and its processes; a peer of another uid starts nothing; a zone that is not there is named
+zone and its processes; a peer of another uid starts nothing; a server that links its socket to
+another zone's (a disabled server's) starts nothing there; a zone that is not there is named
 with where to look; bytes that are not the protocol are cut off while the proxy is served; the
 protocol itself, spoken by hand.
 
@@ -69,7 +70,7 @@ def make_zone(proxy_bin, tmp_path):
         directory = tmp_path / "zones" / name
         directory.mkdir(parents=True)
         path, log_path = directory / "mcp.sock", directory / "zone.log"
-        command = [str(proxy_bin), "zone", "--socket", str(path), *args, "--", stdio["command"], *stdio.get("args", [])]
+        command = [str(proxy_bin), "zone", "--socket", str(path), "--server", name, *args, "--", stdio["command"], *stdio.get("args", [])]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 command,
@@ -96,9 +97,14 @@ def make_zone(proxy_bin, tmp_path):
                 pass
 
 
-def zoned(name: str, stdio: dict, zone: Zone) -> dict:
-    """A server entry whose process runs in `zone` (command and args kept for display)."""
-    return {"name": name, "stdio": {"command": stdio["command"], "args": stdio.get("args", []), "socket": str(zone.socket)}}
+def zoned(name: str, stdio: dict, zone: Zone, enabled: bool = True) -> dict:
+    """A server entry whose process runs in `zone` (command and args kept for display), a zone of
+    this test's uid (the zones here run as the test)."""
+    return {
+        "name": name,
+        "enabled": enabled,
+        "stdio": {"command": stdio["command"], "args": stdio.get("args", []), "socket": str(zone.socket), "zoneUid": os.getuid()},
+    }
 
 
 def text_of(result) -> str:
@@ -213,10 +219,47 @@ def test_a_peer_of_another_uid_starts_nothing(make_zone, make_proxy, tools):
     assert "refused a connection" in zone.log()
 
 
+def test_a_server_that_links_its_socket_to_another_zones_starts_nothing_there(make_zone, make_proxy, tools):
+    """A zone's socket directory is writable by the server it runs: a hostile server replaces its
+    socket with a link to another zone's (here a server listed `enabled: false`, whose zone holds
+    its own Secrets) and exits, so the proxy starts it again on the next call. The proxy does not
+    follow the link: the call fails naming the link, the other zone starts nothing (its log shows
+    no start), and the hostile server's zone is not asked either."""
+    stdio = tools.everything_stdio()
+    hostile = make_zone("hostile", stdio)
+    disabled = make_zone("github", stdio, env={"GITHUB_TOKEN": "only-for-github"}, args=("--peer-uid", str(os.getuid())))
+    proxy = make_proxy({"servers": [zoned("hostile", stdio, hostile), zoned("github", stdio, disabled, enabled=False)]})
+    headers = raw_session(proxy)
+    first = raw_exchange(proxy, headers, tool_call("hostile__echo", {"message": "one"}))[1][-1]
+    assert first["result"]["content"][0]["text"] == "Echo: one", first
+    [server] = hostile.children()
+
+    # What the hostile server does with its directory, then it exits.
+    hostile.socket.unlink()
+    hostile.socket.symlink_to(disabled.socket)
+    os.kill(server, signal.SIGKILL)
+    ids = iter(range(10, 1000))
+    error = wait_for(
+        lambda: (lambda e: e if e and e["data"]["code"] == "PROXY.UPSTREAM_START_FAILED" else None)(
+            raw_exchange(proxy, headers, tool_call("hostile__echo", {"message": "two"}, id=next(ids)))[1][-1].get("error")
+        ),
+        timeout=20,
+        interval=0.2,
+        what="the restart to be refused",
+    )
+    assert (
+        f"refused to start server hostile: {hostile.socket} is a symbolic link to {disabled.socket}, not the zone's socket"
+    ) in error["message"], error
+    assert "nothing was started" in error["message"], error
+    assert disabled.children() == [] and hostile.children() == []
+    assert "started the server" not in disabled.log(), disabled.log()
+    assert "refused to start the server" in proxy.log() and str(disabled.socket) in proxy.log()
+
+
 def test_a_zone_that_is_not_there_is_named_with_where_to_look(make_proxy, tools, tmp_path):
     missing = tmp_path / "zones/git/mcp.sock"
     proxy = make_proxy(
-        {"servers": [{"name": "git", "stdio": {"command": "mcp-server-git", "socket": str(missing)}}]},
+        {"servers": [{"name": "git", "stdio": {"command": "mcp-server-git", "socket": str(missing), "zoneUid": os.getuid()}}]},
         env={"MCP_PROXY_POD_NAME": "task-1001-x7k2p"},
     )
     error = call_error(proxy, "git__git_status")
@@ -257,8 +300,8 @@ def test_bytes_that_are_not_the_protocol_are_cut_off_and_the_proxy_is_served(mak
     garbage = exchange(zone.socket, b"\x00\xff garbage\n")
     assert b"not a JSON line" in garbage, garbage
     newer = exchange(zone.socket, b'{"op":"start","v":99}\n')
-    assert b"protocol version 99 is not spoken here (this end speaks 1)" in newer, newer
-    strange = exchange(zone.socket, b'{"op":"exec","v":1,"command":"sh"}\n')
+    assert b"protocol version 99 is not spoken here (this end speaks 3)" in newer, newer
+    strange = exchange(zone.socket, b'{"op":"exec","v":3,"command":"sh"}\n')
     assert b"not a message of the zone protocol" in strange, strange
     with socket.socket(socket.AF_UNIX) as silent:
         # A peer that says nothing holds its own connection only.
@@ -271,17 +314,22 @@ def test_bytes_that_are_not_the_protocol_are_cut_off_and_the_proxy_is_served(mak
 
 
 def test_the_protocol_by_hand(make_zone, tools):
-    """The documented exchange: a start, the three pipes with the pid, MCP over them, a signal,
-    the exit status, the end of the connection."""
+    """The documented exchange: the zone's hello naming its server, a start for that server, the
+    three pipes with the pid, MCP over them, a signal, the exit status, the end of the
+    connection."""
     zone = make_zone("every", tools.everything_stdio())
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
         s.connect(str(zone.socket))
-        s.sendall(b'{"op":"start","v":1}\n')
+        hello = b""
+        while not hello.endswith(b"\n"):
+            hello += s.recv(1)
+        assert json.loads(hello) == {"event": "hello", "v": 3, "server": "every"}, hello
+        s.sendall(b'{"op":"start","v":3,"server":"every"}\n')
         data, fds, _, _ = socket.recv_fds(s, 4096, 8)
         line, _, rest = data.partition(b"\n")
         started = json.loads(line)
-        assert started["event"] == "started" and started["v"] == 1 and len(fds) == 3, (started, fds)
+        assert started["event"] == "started" and started["v"] == 3 and len(fds) == 3, (started, fds)
         assert zone.children() == [started["pid"]]
         with open(fds[0], "wb", buffering=0) as stdin, open(fds[1], "rb") as stdout, open(fds[2], "rb"):
             initialize = {

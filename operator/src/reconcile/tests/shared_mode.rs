@@ -391,6 +391,120 @@ async fn a_shared_task_with_a_stdio_server_gets_its_zone_keys_once_before_its_jo
     assert_eq!(status.context_version, Some(1), "the tools in force stay");
 }
 
+/// A tenant who may create Secrets makes the task's zone-keys Secret first, with keys it knows
+/// (with a zone's key it would start that server, with its Secrets, from anywhere that reaches
+/// the pod). Not this TaskRun's (no owner, an owner reference that is not the controller, an
+/// earlier TaskRun's): the task is blocked naming the Secret and the fix, the Secret is not
+/// used nor changed, and no Job is created; deleted, the task starts with keys of its own.
+#[tokio::test]
+async fn a_zone_keys_secret_the_taskrun_does_not_own_blocks_it_and_no_job_is_made() {
+    let tr = task(Some("shared"), json!([{"name": "memory"}]));
+    let uid = tr.metadata.uid.clone().expect("a uid");
+    let known = "00".repeat(32);
+    for (owners, says) in [
+        (json!(null), "it has no controller"),
+        (
+            json!([{"apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "name": NAME,
+                    "uid": uid, "controller": false}]),
+            "it has no controller",
+        ),
+        (
+            json!([{"apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "name": NAME,
+                    "uid": "0b6a3c9e-0000-0000-0000-000000000000", "controller": true}]),
+            "an earlier TaskRun",
+        ),
+    ] {
+        let h = harness(true, ProxyMode::Sidecar);
+        let planted = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{NAME}-zone-keys"), "namespace": NS,
+                         "resourceVersion": "7", "ownerReferences": owners},
+            "stringData": {"memory": known}});
+        h.fake.put(&zone_keys_path(), planted.clone());
+
+        let action = h.reconcile(&tr).await;
+        let writes = h.fake.take_writes();
+        assert_eq!(
+            kinds(&writes),
+            ["POST events", "PATCH taskruns/status"],
+            "{says}"
+        );
+        assert_eq!(
+            h.fake.get(&zone_keys_path()),
+            Some(planted),
+            "left as it was"
+        );
+        assert!(h.fake.get(&path("jobs", NAME)).is_none(), "no Job");
+        let status = written_status(&writes);
+        let (ready, reason, message) = condition(&status, ct::READY);
+        assert_eq!((ready.as_str(), reason.as_str()), ("False", "NameTaken"));
+        assert!(
+            message.starts_with(&format!(
+                "Secret {NS}/{NAME}-zone-keys exists and is not this TaskRun's"
+            )) && message.contains(says)
+                && message.contains("rename the TaskRun")
+                && message.contains(&format!("kubectl -n {NS} delete secret {NAME}-zone-keys"))
+                && message.contains("zone keys must be ones the operator drew"),
+            "{message}"
+        );
+        assert_eq!(condition(&status, ct::JOB_CREATED).0, "False");
+        assert_eq!(events(&writes), [("Warning".into(), "NameTaken".into())]);
+        assert_eq!(action, Action::requeue(SECRET_RETRY));
+
+        // Deleted, as the message says: the task starts, with keys the operator drew.
+        h.fake.lock().objects.remove(&zone_keys_path());
+        h.reconcile(&h.with_written_status(&tr)).await;
+        let kinds = kinds(&h.fake.take_writes());
+        let secret_at = kinds.iter().position(|k| k == "POST secrets");
+        let job_at = kinds.iter().position(|k| k == "PATCH jobs");
+        assert!(
+            matches!((secret_at, job_at), (Some(s), Some(j)) if s < j),
+            "{kinds:?}"
+        );
+        let drawn = h.fake.get(&zone_keys_path()).expect("the zone keys");
+        assert_ne!(drawn["stringData"]["memory"].as_str(), Some(known.as_str()));
+        assert_eq!(drawn["metadata"]["ownerReferences"][0]["uid"], json!(uid));
+    }
+}
+
+/// The same Secret made between the check and the create (the create answers 409): the create
+/// fails naming it, and the Job is not created.
+#[tokio::test]
+async fn a_zone_keys_secret_made_just_before_the_create_is_not_used() {
+    let h = harness(true, ProxyMode::Sidecar);
+    let tr = task(Some("shared"), json!([{"name": "memory"}]));
+    let plan =
+        crate::render::render_mode(&tr, &catalog_with_http(), &h.ctx.render, ProxyMode::Shared)
+            .expect("renders");
+    h.fake.put(
+        &zone_keys_path(),
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": format!("{NAME}-zone-keys"), "namespace": NS},
+               "stringData": {"memory": "00".repeat(32)}}),
+    );
+    let failed = crate::reconcile::zone_keys::create_if_missing(&h.ctx, NS, &tr, &plan)
+        .await
+        .expect_err("not its Secret");
+    assert!(
+        matches!(&failed, crate::error::Error::Taken(m)
+            if m.starts_with(&format!("Secret {NS}/{NAME}-zone-keys exists and is not this TaskRun's"))),
+        "{failed}"
+    );
+    // Its own Secret, made by an earlier reconcile, is kept as it is.
+    let plan_secret = plan.zone_keys_secret(|| "11".repeat(32)).expect("a Secret");
+    h.fake.put(
+        &zone_keys_path(),
+        serde_json::to_value(&plan_secret).expect("serializes"),
+    );
+    crate::reconcile::zone_keys::create_if_missing(&h.ctx, NS, &tr, &plan)
+        .await
+        .expect("its own Secret");
+    let kept = h.fake.get(&zone_keys_path()).expect("the zone keys");
+    assert_eq!(
+        kept["stringData"]["memory"].as_str(),
+        Some("11".repeat(32).as_str())
+    );
+}
+
 fn kinds_of(writes: &[Write]) -> Vec<String> {
     kinds(writes)
 }

@@ -45,8 +45,8 @@ async fn tcp_zone(server: &str, key: &ZoneKey, script: &str, arg0: &Path) -> Tcp
         listen: Listen::Tcp {
             addr,
             key_file: PathBuf::from("unused"),
-            server: server.into(),
         },
+        server: server.into(),
         peer_uid: None,
         grace: Duration::from_secs(1),
         command: "sh".into(),
@@ -654,13 +654,12 @@ async fn zone_latency() {
                     addr.to_string().into(),
                     "--key-file".into(),
                     key_file.clone().into_os_string(),
-                    "--server".into(),
-                    "git".into(),
                 ],
             ] {
                 let mut cmd = tokio::process::Command::new(&bin);
                 cmd.arg("zone")
                     .args(listen)
+                    .args(["--server", "git"])
                     .arg("--")
                     .arg("sh")
                     .arg("-c")
@@ -679,6 +678,7 @@ async fn zone_latency() {
             let listener = zone::bind(&socket).expect("binds");
             let options = ZoneOptions {
                 listen: Listen::Socket(socket.clone()),
+                server: "git".into(),
                 peer_uid: None,
                 grace: Duration::from_secs(1),
                 command: "sh".into(),
@@ -695,7 +695,13 @@ async fn zone_latency() {
         }
     };
     let targets = [
-        ("unix socket (pipes)", ZoneTarget::Unix(socket)),
+        (
+            "unix socket (pipes)",
+            ZoneTarget::Unix {
+                socket,
+                uid: rustix::process::getuid().as_raw(),
+            },
+        ),
         (
             "tcp (frames)",
             ZoneTarget::Tcp {
