@@ -260,6 +260,23 @@ def test_a_git_directory_naming_another_common_directory_runs_nothing(lab):
     assert "filter.l.clean" in status.stderr
 
 
+def test_core_worktree_cannot_put_the_work_tree_over_other_files(lab):
+    """core.worktree is allowed (a submodule's git directory names its work tree with it), but
+    the work tree must hold a `.git` leading to the git directory: the repository cannot make git
+    write its files elsewhere (the zone's own /tmp, here a directory standing for it)."""
+    repo = lab.repo("wt-elsewhere")
+    target = lab.root / "zone-files"
+    target.mkdir()
+    lab.agent(repo, "config", "core.worktree", str(target))
+    control = lab.plain(target, f"--git-dir={repo}/.git", "checkout", "-f", "HEAD", "--", "a.txt")
+    assert control.returncode == 0 and (target / "a.txt").exists(), control.stderr
+    (target / "a.txt").unlink()
+    out = lab.zone(target, f"--git-dir={repo}/.git", "checkout", "-f", "HEAD", "--", "a.txt")
+    assert out.returncode == 128, out
+    assert f"the work tree {target} has no .git leading to the git directory {repo}/.git" in out.stderr, out.stderr
+    assert list(target.iterdir()) == []
+
+
 def test_the_configuration_rewritten_while_git_runs_runs_nothing(lab):
     """The race: the agent rewrites .git/config over and over, a filter in and out, while the
     zone's git runs. git reads the copy the wrapper reduced, never the file."""
