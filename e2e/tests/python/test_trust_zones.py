@@ -8,9 +8,13 @@ with only what a TaskRun gives it:
 
 - the agent: a script in the agent container (no model needed) plants commands in its
   repository (git hooks, hooksPath, fsmonitor, filter/textconv/merge drivers, external diff,
-  sshCommand, pager, include) and in files other servers may read (sitecustomize.py, a module
-  that shadows the git server's, .npmrc, .env), then calls the allowed git, filesystem, github and
-  everything tools through the proxy, and copies everything it can reach into its workspace. In
+  sshCommand, pager, include; signature verification: signed commits with log.showSignature and
+  x509/ssh/openpgp programs; two submodules, one with its git directory outside the work tree,
+  each with its own filter driver, attributes and fsmonitor) and in files other servers may read
+  (sitecustomize.py, a module that shadows the git server's, .npmrc, .env), then calls the
+  allowed git, filesystem, github and everything tools through the proxy, and copies everything
+  it can reach into its workspace. The git zone's own git is also run in its container (`git log`,
+  `git show`: what verifies signatures), and plain git there shows the route was live. In
   shared mode it also connects to each of its zones' ports (it shares the pod's network) without
   a key and with a made-up one;
 - an upstream server of our own (added to the catalog), which on its first call reads every
@@ -175,7 +179,7 @@ out=/workspace/loot/ran-$me-uid$(id -u)-$$
   for f in /proc/[0-9]*/environ; do echo "== $f"; tr '\0' '\n' < "$f"; done
   cat /var/run/secrets/kubernetes.io/serviceaccount/token
   ls -laR /run/orchestrator /tmp; } > "$out" 2>&1
-case $me in filter) exec cat ;; textconv) exec cat "$1" ;; esac
+case $me in *filter) exec cat ;; *textconv) exec cat "$1" ;; esac
 exit 0
 """
 
@@ -185,11 +189,12 @@ os.umask(0o002)  # as the default agent command does: the servers given the work
 W = "/workspace"
 steal = sys.argv[1]
 
-def sh(*args):
+def sh(*args, cwd=W):
     # The workspace directory is the volume's (root, the pod's fsGroup): git wants it trusted.
-    out = subprocess.run([args[0], "-c", "safe.directory=*", *args[1:]], cwd=W, capture_output=True, text=True)
+    out = subprocess.run([args[0], "-c", "safe.directory=*", *args[1:]], cwd=cwd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"{args}: {out.stderr}")
+    return out.stdout.strip()
 
 def write(path, text, mode=0o664):
     path = os.path.join(W, path)
@@ -208,13 +213,39 @@ write("a.txt", "one\n")
 sh("git", "add", "a.txt")
 sh("git", "commit", "-q", "-m", "first")
 
+# Signed commits (x509, ssh, openpgp armor; the bytes need not verify: git hands them to the
+# format's program) on main, which every later commit and branch builds on.
+head = sh("git", "rev-parse", "HEAD")
+tree = sh("git", "rev-parse", "HEAD^{tree}")
+for armor, message in [("SIGNED MESSAGE", "signed x509"), ("SSH SIGNATURE", "signed ssh"), ("PGP SIGNATURE", "signed openpgp")]:
+    write(".commit", f"tree {tree}\nparent {head}\nauthor agent <agent@example.com> 1700000000 +0000\n"
+                     f"committer agent <agent@example.com> 1700000000 +0000\n"
+                     f"gpgsig -----BEGIN {armor}-----\n U0lHTkFUVVJF\n -----END {armor}-----\n\n{message}\n")
+    head = sh("git", "hash-object", "-t", "commit", "-w", ".commit")
+os.remove(W + "/.commit")
+sh("git", "update-ref", "refs/heads/main", head)
+sh("git", "reset", "-q", "--hard")
+
+# Two submodules: `s` as `git submodule add` makes it (its git directory in .git/modules/s), `t`
+# with its `.git` file pointing at a git directory elsewhere in the workspace.
+os.makedirs(W + "/.sub-src")
+sh("git", "init", "-q", "-b", "main", cwd=W + "/.sub-src")
+write(".sub-src/a.txt", "sub\n")
+sh("git", "add", "a.txt", cwd=W + "/.sub-src")
+sh("git", "-c", "user.name=agent", "-c", "user.email=agent@example.com", "commit", "-q", "-m", "sub", cwd=W + "/.sub-src")
+sh("git", "-c", "protocol.file.allow=always", "submodule", "add", "-q", W + "/.sub-src", "s")
+sh("git", "clone", "-q", "--separate-git-dir", W + "/.elsewhere.git", W + "/.sub-src", "t")
+sh("git", "add", "t")
+sh("git", "commit", "-q", "-m", "submodules")
+
 # The planted commands: each is the same stealing script under the name of what runs it.
 names = ["pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout",
          "post-index-change", "reference-transaction", "pre-auto-gc", "post-rewrite"]
 for n in names:
     write(f".git/hooks/{n}", steal, 0o775)
     write(f".hooks/{n}", steal, 0o775)
-for n in ["fsmonitor", "filter", "textconv", "diff", "merge", "ssh", "pager", "included"]:
+for n in ["fsmonitor", "filter", "textconv", "diff", "merge", "ssh", "pager", "included", "x509", "ssh-keygen",
+          "gpg", "keycommand", "sub-filter", "sub-textconv", "sub-fsmonitor"]:
     write(f".steal/{n}", steal, 0o775)
 with open(W + "/.git/config", "a") as f:
     f.write('''
@@ -235,7 +266,38 @@ with open(W + "/.git/config", "a") as f:
 	driver = /workspace/.steal/merge %O %A %B
 [include]
 	path = /workspace/.steal.gitconfig
+[log]
+	showSignature = true
+[gpg]
+	format = ssh
+	program = /workspace/.steal/gpg
+[gpg "x509"]
+	program = /workspace/.steal/x509
+[gpg "ssh"]
+	program = /workspace/.steal/ssh-keygen
+	allowedSignersFile = /workspace/.allowed_signers
+	defaultKeyCommand = /workspace/.steal/keycommand
 ''')
+write(".allowed_signers", "")
+# Each submodule's own configuration and attributes; a tracked file rewritten as it was (same
+# size, new mtime), so `git status` in the submodule must run its clean filter to compare.
+for sub, gitdir in [("s", ".git/modules/s"), ("t", ".elsewhere.git")]:
+    with open(f"{W}/{gitdir}/config", "a") as f:
+        f.write('''
+[filter "z"]
+	clean = /workspace/.steal/sub-filter
+	smudge = /workspace/.steal/sub-filter
+[diff "z"]
+	textconv = /workspace/.steal/sub-textconv
+[core]
+	fsmonitor = /workspace/.steal/sub-fsmonitor
+	hooksPath = /workspace/.hooks
+''')
+    for n in names:
+        write(f"{gitdir}/hooks/{n}", steal, 0o775)
+    write(f"{sub}/.gitattributes", "* filter=z diff=z\n")
+    write(f"{sub}/a.txt", "sub\n")
+    os.utime(f"{W}/{sub}/a.txt", (time.time() + 5, time.time() + 5))
 write(".steal.gitconfig", "[filter \"y\"]\n\tclean = /workspace/.steal/included\n\tsmudge = /workspace/.steal/included\n")
 write(".gitattributes", "* filter=x diff=x merge=x\n*.md filter=y\n")
 write(".git/info/attributes", "* filter=x diff=x merge=x\n")
@@ -435,6 +497,14 @@ def no_secret_in_logs_or_config_maps(story: Story, pod: str, containers, values:
             assert value not in text, f"{what} in {where}"
 
 
+def zone_git(story: Story, pod: str, git: str, *args: str) -> subprocess.CompletedProcess:
+    """`git` (the zone's: its PATH's first, config/git-zone/git; or /usr/bin/git) run in the git
+    zone's container on the workspace's repository, as the zone's user."""
+    argv = [str(story.bins / "kubectl"), "--kubeconfig", str(story.kubeconfig), "exec", "-n", story.work_ns,
+            pod, "-c", "zone-git", "--", git, "-C", "/workspace", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
 def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_server(cluster: Story):
     story = cluster
     shared = story.mode == "shared"
@@ -471,11 +541,24 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
     for call in ["3:git__git_add", "5:git__git_commit", "7:git__git_checkout"]:
         assert '"isError": true' not in json.dumps(results[call]), results[call]
     assert "one" in json.dumps(results["12:filesystem__read_text_file"]), results
+    # The git server looked into both submodules (git's child gits there were the zone's git too,
+    # which reduced each submodule's configuration) and read the signed commits.
+    assert "modified:   s (" in status and "modified:   t (" in status, status
+    log = json.dumps(results["8:git__git_log"])
+    assert "signed ssh" in log and "signed x509" in log, log
 
     # Nothing planted ran in a server's container: the only marks are the agent's own uid's
     # (none: it planted after its last git command).
     ran = sorted(p.name for p in (workspace / "loot").iterdir() if p.name.startswith("ran-"))
     assert ran == [], f"planted commands ran in a server's container: {ran}"
+    # What verifies signatures (no tool of the git server runs it): the zone's git in its
+    # container, `git log` and `git show` of the signed commits. Nothing ran there either.
+    for args in (["log", "-5"], ["show", "HEAD~1"], ["log", "--show-signature", "-4"]):
+        out = zone_git(story, name, "git", *args)
+        assert out.returncode == 0 and "signed " in out.stdout, (args, out.stderr)
+        assert "gpg.x509.program" in out.stderr and "log.showsignature" in out.stderr, out.stderr
+    ran = sorted(p.name for p in (workspace / "loot").iterdir() if p.name.startswith("ran-"))
+    assert ran == [], f"planted commands ran in the git zone: {ran}"
 
     # Which container holds what: the github token is env of its server's container only; the
     # API key the agent's; the task's token file only in its home (the proxy's container, or in
@@ -538,6 +621,12 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
     assert "cannot add server memory to TaskRun hostile-agent" in refused.stderr, refused.stderr
     assert "--with-servers memory" in refused.stderr, refused.stderr
     assert story.json("get", "taskrun", "hostile-agent", "-n", story.work_ns)["metadata"]["generation"] == before
+
+    # The control, last (what it runs copies the git zone's view into the workspace): plain git in
+    # the git zone runs the repository's signature programs, so the route above was live.
+    zone_git(story, name, "/usr/bin/git", "-c", "safe.directory=*", "log", "-4")
+    ran = {p.name.split("-uid")[0] for p in (workspace / "loot").iterdir() if p.name.startswith("ran-")}
+    assert {"ran-x509", "ran-ssh-keygen", "ran-gpg"} <= ran, ran
 
     os.kill(pids["agent"], signal.SIGTERM)
     wait_until("the TaskRun to succeed", lambda: story.json("get", "taskrun", "hostile-agent", "-n", story.work_ns)
