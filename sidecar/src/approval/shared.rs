@@ -112,6 +112,8 @@ impl Approvals {
 
     /// Shared mode: the entries of `current` (the Lease's value) `call` may adopt (see
     /// [`lease::candidates`]): its digest recomputed with each entry's id must be the entry's.
+    /// A request with something masked is never adopted: its digest is salted with a value
+    /// only the replica that held it knew (the call is held anew).
     pub fn adoptable(&self, current: Option<&str>, call: &HoldCall<'_>) -> Vec<lease::Entry> {
         let (Some(place), Some(me)) = (self.place.get(), self.holder()) else {
             return Vec::new();
@@ -127,7 +129,7 @@ impl Approvals {
                             params: &params,
                             ..*call
                         };
-                        digest(place, &r.id, &call) == r.digest
+                        digest(place, &r.id, &call, None) == r.digest
                     })
             },
             jiff::Timestamp::now(),
@@ -189,6 +191,8 @@ impl Approvals {
             approvals: self,
             request,
             deadline: tokio::time::Instant::now() + left,
+            // Only unsalted requests are adopted (nothing masked in them).
+            salt: None,
             decided,
         }
     }

@@ -107,17 +107,22 @@ impl Gate<'_> {
             params: &params,
         };
         // Shared mode: the same call's request, held by a replica that is gone, is taken over.
-        let (waited, request) = match self.approvals.adopt(call).await {
+        let (waited, request, salt) = match self.approvals.adopt(call).await {
             Some(Adopted::Decided { request, outcome }) => {
                 first_sent_meta(req, &request);
-                (Wait::Decided(outcome), request)
+                (Wait::Decided(outcome), request, None)
             }
             Some(Adopted::Held(mut held)) => {
                 first_sent_meta(req, &held.request);
-                (self.wait(&mut held, req).await, held.request.clone())
+                let waited = self.wait(&mut held, req).await;
+                (waited, held.request.clone(), held.salt.clone())
             }
             None => {
-                let mut held = match self.approvals.hold(call, policy.timeout) {
+                let held = match self.approvals.masker().await {
+                    Ok(masker) => self.approvals.hold_masked(call, &masker, policy.timeout),
+                    Err(unreadable) => Err(unreadable),
+                };
+                let mut held = match held {
                     Ok(held) => held,
                     Err(NotHeld::Unavailable) => {
                         return Err(refused(Reason::ApprovalUnavailable, None));
@@ -144,7 +149,7 @@ impl Gate<'_> {
                     }
                 };
                 let waited = self.wait(&mut held, req).await;
-                (waited, held.request.clone())
+                (waited, held.request.clone(), held.salt.clone())
             }
         };
         // (The held call is out of the published set here, before the answer goes back.)
@@ -159,6 +164,7 @@ impl Gate<'_> {
             decided_by: decided_by.map(str::to_string),
             digest: digest.clone(),
             context_version,
+            salt: salt.clone(),
         };
         match waited {
             Wait::Decided(Outcome::Verdict(verdict)) if verdict.decision == Decision::Approve => {
@@ -222,7 +228,9 @@ impl Gate<'_> {
             context_version: approved.context_version,
             params: &params,
         };
-        let now = self.approvals.digest_of(&approved.id, &call);
+        let now = self
+            .approvals
+            .digest_of(&approved.id, &call, approved.salt.as_ref());
         if now.as_deref() == Some(approved.digest.as_str()) {
             return Ok(());
         }
