@@ -55,11 +55,14 @@ pub enum MaskSource {
     Values(Arc<dyn SecretValues>),
 }
 
+/// Values of Secret keys: `(secret, key, value)` each.
+pub type Values = Vec<(String, String, String)>;
+
 /// The values of a task's Secret keys, read when a call is held.
 pub trait SecretValues: Send + Sync {
     /// Every `(secret, key, value)` to mask; `Err` says why they cannot be read (naming the
     /// Secret, never a value).
-    fn read(&self) -> BoxFuture<'_, Result<Vec<(String, String, String)>, String>>;
+    fn read(&self) -> BoxFuture<'_, Result<Values, String>>;
 }
 
 impl MaskSource {
@@ -129,7 +132,7 @@ impl Masker {
     /// The values `(secret, key, value)` read elsewhere (shared mode), bounded as files are: at
     /// most [`MAX_FILES`]; a value longer than [`MAX_FILE_BYTES`], or a name no Secret or key
     /// may have, is not used.
-    pub fn of(values: Vec<(String, String, String)>) -> Result<Masker, String> {
+    pub fn of(values: Values) -> Result<Masker, String> {
         if values.len() > MAX_FILES {
             return Err(format!(
                 "the task names more than {MAX_FILES} Secret keys, the most the proxy reads to mask Secret values: reference fewer Secret keys in the task"

@@ -63,7 +63,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::{metrics::Metrics, sync::lock};
 
-pub use mask::{MaskSource, Salt, SecretValues};
+use mask::Salt;
+pub use mask::{MaskSource, SecretValues};
 
 /// The annotation's value stays within this many bytes: [`MAX_PENDING`] requests of at most
 /// [`MAX_REQUEST_BYTES`], the array's brackets and the commas between them.
@@ -114,6 +115,8 @@ struct Inner {
     pending: Vec<Pending>,
     /// Ids issued lately (oldest first).
     issued: VecDeque<String>,
+    /// The salts of the masked requests among them (never published: see [`Salt`]).
+    salts: HashMap<String, Salt>,
     /// Ids the last verdict document named.
     named: HashSet<String>,
     /// The verdicts of the last document (at most [`REMEMBERED_IDS`]): shared mode decides an
@@ -177,8 +180,6 @@ pub struct Held<'a> {
     pub request: ApprovalRequest,
     /// When the wait is over (measured here, not by the timestamps published).
     pub deadline: tokio::time::Instant,
-    /// What the digest is salted with, when something is masked.
-    pub salt: Option<Salt>,
     decided: oneshot::Receiver<Outcome>,
 }
 
@@ -390,10 +391,10 @@ impl Approvals {
             }
         };
         let (decide, decided) = oneshot::channel();
-        inner.issued.push_back(id);
-        if inner.issued.len() > REMEMBERED_IDS {
-            inner.issued.pop_front();
+        if let Some(salt) = salt {
+            inner.salts.insert(id.clone(), salt);
         }
+        inner.remember(id);
         inner.pending.push(Pending {
             request: request.clone(),
             json,
@@ -405,16 +406,17 @@ impl Approvals {
             approvals: self,
             request,
             deadline: tokio::time::Instant::now() + timeout,
-            salt,
             decided,
         })
     }
 
-    /// The digest of `call` held as `id`, salted with `salt` when it was (`None` when nothing
-    /// publishes requests): what [`Approvals::hold_masked`] computed, for checking the call again
-    /// before it is forwarded.
-    pub fn digest_of(&self, id: &str, call: &HoldCall<'_>, salt: Option<&Salt>) -> Option<String> {
-        self.place.get().map(|place| digest(place, id, call, salt))
+    /// The digest of `call` held as `id` (`None` when nothing publishes requests): what
+    /// [`Approvals::hold_masked`] computed (salted as it was, when something was masked), for
+    /// checking the call again before it is forwarded.
+    pub fn digest_of(&self, id: &str, call: &HoldCall<'_>) -> Option<String> {
+        let place = self.place.get()?;
+        let salt = lock(&self.inner).salts.get(id).cloned();
+        Some(digest(place, id, call, salt.as_ref()))
     }
 
     /// A verdict document (`approvals.json`: a JSON array of [`Verdict`]s) from `origin`: each
@@ -556,6 +558,19 @@ fn outcome_of(verdict: Verdict, request: &ApprovalRequest) -> Outcome {
         tracing::warn!(approval = %verdict.id, server = %request.server, tool = %request.tool, named = %verdict.digest, held = %request.digest, decided_by = %verdict.decided_by, "a verdict names another call than the one held under its id; the call is not made");
         Outcome::Mismatch {
             named: verdict.digest,
+        }
+    }
+}
+
+impl Inner {
+    /// `id` was issued (or adopted) here: it is never issued again, and its salt is kept while
+    /// it is remembered.
+    fn remember(&mut self, id: String) {
+        self.issued.push_back(id);
+        if self.issued.len() > REMEMBERED_IDS
+            && let Some(old) = self.issued.pop_front()
+        {
+            self.salts.remove(&old);
         }
     }
 }

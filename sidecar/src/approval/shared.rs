@@ -10,9 +10,7 @@ use orchestrator_crds::approval::ApprovalRequest;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::{
-    Approvals, Held, HoldCall, Outcome, Pending, REMEMBERED_IDS, digest, lease, outcome_of,
-};
+use super::{Approvals, Held, HoldCall, Outcome, Pending, digest, lease, outcome_of};
 use crate::sync::lock;
 
 /// The `_meta` of `request` as its first sender sent it (what a person saw: the call's `params`
@@ -162,10 +160,7 @@ impl Approvals {
             .unwrap_or_default();
         let (decide, decided) = oneshot::channel();
         let mut inner = lock(&self.inner);
-        inner.issued.push_back(request.id.clone());
-        if inner.issued.len() > REMEMBERED_IDS {
-            inner.issued.pop_front();
-        }
+        inner.remember(request.id.clone());
         let known = inner
             .verdicts
             .get(&request.id)
@@ -191,8 +186,6 @@ impl Approvals {
             approvals: self,
             request,
             deadline: tokio::time::Instant::now() + left,
-            // Only unsalted requests are adopted (nothing masked in them).
-            salt: None,
             decided,
         }
     }

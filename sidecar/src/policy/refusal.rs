@@ -113,9 +113,6 @@ pub struct ApprovalNote {
     pub digest: String,
     /// The context version the call was held at (part of the digest).
     pub context_version: u64,
-    /// What the digest is salted with, when something in the call's view was masked (never
-    /// written anywhere).
-    pub salt: Option<crate::approval::Salt>,
 }
 
 /// A call that went no further: why, the tool it would have reached and what decided (boxed:

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use orchestrator_crds::approval::MaskKey;
 
-use crate::approval::SecretValues;
+use crate::approval::{SecretValues, mask::Values};
 use crate::config::{Config, Transport};
 use crate::sync::lock;
 
@@ -70,7 +70,7 @@ impl SecretValues for MaskValues {
     /// Each key's value as the API has it now. A Secret or key that does not exist has no value
     /// to mask (it cannot be in the task's pod either); one that cannot be read holds nothing:
     /// the error names it.
-    fn read(&self) -> BoxFuture<'_, Result<Vec<(String, String, String)>, String>> {
+    fn read(&self) -> BoxFuture<'_, Result<Values, String>> {
         Box::pin(async move {
             let keys = self.keys();
             let names: BTreeSet<&String> = keys.iter().map(|k| &k.secret).collect();

@@ -416,7 +416,7 @@ fn the_params_length_listed_is_that_of_the_params_shown() {
     };
     let (pending, _) = merge(
         &[],
-        Some(&[said.clone()]),
+        Some(std::slice::from_ref(&said)),
         |_| None,
         at("2026-01-01T00:01:00Z"),
     );

@@ -107,15 +107,14 @@ impl Gate<'_> {
             params: &params,
         };
         // Shared mode: the same call's request, held by a replica that is gone, is taken over.
-        let (waited, request, salt) = match self.approvals.adopt(call).await {
+        let (waited, request) = match self.approvals.adopt(call).await {
             Some(Adopted::Decided { request, outcome }) => {
                 first_sent_meta(req, &request);
-                (Wait::Decided(outcome), request, None)
+                (Wait::Decided(outcome), request)
             }
             Some(Adopted::Held(mut held)) => {
                 first_sent_meta(req, &held.request);
-                let waited = self.wait(&mut held, req).await;
-                (waited, held.request.clone(), held.salt.clone())
+                (self.wait(&mut held, req).await, held.request.clone())
             }
             None => {
                 let held = match self.approvals.masker().await {
@@ -149,7 +148,7 @@ impl Gate<'_> {
                     }
                 };
                 let waited = self.wait(&mut held, req).await;
-                (waited, held.request.clone(), held.salt.clone())
+                (waited, held.request.clone())
             }
         };
         // (The held call is out of the published set here, before the answer goes back.)
@@ -164,7 +163,6 @@ impl Gate<'_> {
             decided_by: decided_by.map(str::to_string),
             digest: digest.clone(),
             context_version,
-            salt: salt.clone(),
         };
         match waited {
             Wait::Decided(Outcome::Verdict(verdict)) if verdict.decision == Decision::Approve => {
@@ -228,9 +226,7 @@ impl Gate<'_> {
             context_version: approved.context_version,
             params: &params,
         };
-        let now = self
-            .approvals
-            .digest_of(&approved.id, &call, approved.salt.as_ref());
+        let now = self.approvals.digest_of(&approved.id, &call);
         if now.as_deref() == Some(approved.digest.as_str()) {
             return Ok(());
         }
