@@ -32,6 +32,16 @@ chromium --headless=new --no-sandbox --disable-gpu --no-first-run \
 echo done > "$OPENER_DIR/done"
 "#;
 
+/// The console process, stopped when the test ends (passed or not).
+struct Console(std::process::Child);
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// One GET to the console at `port`; the status line's code and the whole answer.
 fn get(port: u16, path: &str) -> Result<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
@@ -71,14 +81,16 @@ async fn the_browser_gets_the_session_without_the_token_on_a_command_line() -> R
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut console = cli(&ns.name, &["console", "--port", "0"])
-        .env("PATH", path)
-        .env("OPENER_DIR", &out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stdout = console.stdout.take().context("stdout")?;
+    let mut console = Console(
+        cli(&ns.name, &["console", "--port", "0"])
+            .env("PATH", path)
+            .env("OPENER_DIR", &out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    let stdout = console.0.stdout.take().context("stdout")?;
     let mut first = String::new();
     BufReader::new(stdout).read_line(&mut first)?;
     let url = first
@@ -94,7 +106,6 @@ async fn the_browser_gets_the_session_without_the_token_on_a_command_line() -> R
     let deadline = Instant::now() + Duration::from_secs(60);
     while !out.join("done").exists() {
         if Instant::now() > deadline {
-            let _ = console.kill();
             anyhow::bail!(
                 "the opener did not finish within 60 s: {}",
                 std::fs::read_to_string(out.join("chromium.log")).unwrap_or_default()
@@ -107,12 +118,12 @@ async fn the_browser_gets_the_session_without_the_token_on_a_command_line() -> R
     // What every local user could read: the opener's command line, without the token.
     let cmdline = read("cmdline");
     assert!(
-        cmdline.contains(&format!("http://127.0.0.1:{port}/open")),
-        "{cmdline}"
-    );
-    assert!(
         !cmdline.contains(&token),
         "the token is on a command line: {cmdline}"
+    );
+    assert!(
+        cmdline.contains(&format!("http://127.0.0.1:{port}/open")),
+        "{cmdline}"
     );
 
     // Another local user who took the link first: refused, no cookie.
@@ -146,10 +157,10 @@ async fn the_browser_gets_the_session_without_the_token_on_a_command_line() -> R
             .contains("set-cookie: orchestrator_console_")
     );
 
-    let _ = console.kill();
-    let _ = console.wait();
+    let _ = console.0.kill();
+    let _ = console.0.wait();
     let mut stderr = String::new();
-    if let Some(mut e) = console.stderr.take() {
+    if let Some(mut e) = console.0.stderr.take() {
         let _ = e.read_to_string(&mut stderr);
     }
     assert!(!stderr.contains(&token), "{stderr}");
