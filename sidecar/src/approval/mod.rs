@@ -316,16 +316,9 @@ impl Approvals {
         })?;
         let nonce = self.nonce();
         // Made for every call, used when something is masked (so a failure depends on nothing).
-        let Some(salt) = Salt::new() else {
-            return Err(NotHeld::Unshowable(
-                "the proxy has no randomness to salt its digest with".into(),
-            ));
-        };
-        // What masking makes of the view decides nothing the agent sees: a failure withholds it.
-        let shown = masker
-            .mask(call.params, &nonce)
-            .map_err(|e| tracing::warn!(server = %call.server, tool = %call.tool, error = %e, "cannot mask a held call's params; its view is withheld"))
-            .ok();
+        let salt = Salt::new().ok_or_else(|| {
+            NotHeld::Unshowable("the proxy has no randomness to salt its digest with".into())
+        })?;
         let mut inner = lock(&self.inner);
         if inner.pending.len() >= MAX_PENDING {
             return Err(NotHeld::Busy);
@@ -360,6 +353,12 @@ impl Approvals {
                 limit: MAX_REQUEST_BYTES,
             });
         }
+        // Masked once the call is known to be held (not even a refusal's timing depends on it);
+        // what masking makes of the view decides nothing the agent sees (a failure withholds it).
+        let shown = masker
+            .mask(call.params, &request.mask_nonce)
+            .map_err(|e| tracing::warn!(server = %call.server, tool = %call.tool, error = %e, "cannot mask a held call's params; its view is withheld"))
+            .ok();
         let (json, salt) = match shown {
             Some(shown) if shown.masked.is_empty() && !shown.ambiguous => (plain_json, None),
             shown => {
