@@ -16,6 +16,12 @@
 //! names the [`CallDigest`] of the unmasked call; a decision names that digest, and the proxy
 //! forwards only the call with it, once. Only the task's own proxy pod may write its Lease (the
 //! chart's admission policy on [`BINDING_UID_ANNOTATION`], which the operator sets).
+//!
+//! Nothing a reader of the request (or of the TaskRun's status) sees confirms a guess of a
+//! masked value: when something is masked (or the view is [`ViewWithheld`]), the digest also
+//! covers a random salt the proxy keeps to itself ([`CallDigest::salted`]), and `paramsBytes` is
+//! the length of the view as shown. When nothing is masked, anyone can recompute the digest from
+//! the params shown ([`ShownCall::check`]): the operator and the CLI do.
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -60,6 +66,11 @@ pub const BINDING_MANAGER: &str = "orchestrator-operator-binding";
 pub const LEASE_LABEL: &str = "orchestrator.io/proxy-lease";
 /// The version of [`CallDigest`]'s layout.
 pub const CALL_DIGEST_VERSION: u32 = 1;
+/// The ConfigMap key (shared mode: the task's ConfigMap in the shared proxy's namespace) the
+/// operator writes the task's Secret keys into, as a JSON array of [`MaskKey`]s: the keys whose
+/// values the shared proxy masks in what it shows an approver (a sidecar reads the same keys as
+/// files, `--mask-secrets-dir`).
+pub const MASK_KEYS_KEY: &str = "mask-keys.json";
 /// The longest reason a decision keeps.
 pub const MAX_REASON_CHARS: usize = 512;
 
@@ -134,6 +145,119 @@ impl CallDigest<'_> {
     pub fn digest(&self) -> String {
         sha256_jcs(self)
     }
+
+    /// The digest of a call whose view masks something: over every part and `salt` (a member
+    /// `"salt"` beside the others), a random value the proxy keeps and never publishes. Nobody
+    /// who only sees the request can recompute it, so it confirms no guess of a masked value.
+    pub fn salted(&self, salt: &str) -> String {
+        #[derive(Serialize)]
+        struct Salted<'a> {
+            #[serde(flatten)]
+            call: &'a CallDigest<'a>,
+            salt: &'a str,
+        }
+        sha256_jcs(&Salted { call: self, salt })
+    }
+}
+
+/// A Secret key whose value is masked (what [`MASK_KEYS_KEY`] lists).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MaskKey {
+    pub secret: String,
+    pub key: String,
+}
+
+/// Why a request shows no params: its view, with the task's Secret values masked, cannot be
+/// shown. The call is held all the same (what the agent sees never depends on whether a value
+/// was masked), but it cannot be approved: a person can only reject it or let it expire.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ViewWithheld {
+    /// With its values masked the request would take more than [`MAX_REQUEST_BYTES`] (each
+    /// placeholder may be longer than the value it stands for).
+    TooLarge,
+    /// Two keys of one object would read the same once masked (they differ only in how a
+    /// value is written).
+    Ambiguous,
+    /// The masked view could not be made.
+    Failed,
+}
+
+impl ViewWithheld {
+    /// Why, in words (after "its params are not shown: ").
+    pub fn describe(self) -> &'static str {
+        match self {
+            ViewWithheld::TooLarge => {
+                "with the task's Secret values masked they would take more than a request may hold (a placeholder can be longer than the value it stands for)"
+            }
+            ViewWithheld::Ambiguous => {
+                "two of its keys would read the same once a Secret value in them is masked"
+            }
+            ViewWithheld::Failed => {
+                "the view with the task's Secret values masked could not be made"
+            }
+        }
+    }
+}
+
+/// What a request shows of its call, for checking its digest against it ([`ShownCall::check`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ShownCall<'a> {
+    pub namespace: &'a str,
+    pub task_run: &'a str,
+    pub id: &'a str,
+    pub server: &'a str,
+    pub definition: &'a str,
+    pub context_version: u64,
+    /// The params text shown (`None`: not kept, or withheld).
+    pub params: Option<&'a str>,
+    /// Whether anything is masked in it, or its view is withheld.
+    pub masked: bool,
+    pub digest: &'a str,
+}
+
+/// What a digest says of the params shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DigestCheck {
+    /// Recomputed from the params shown: the digest covers exactly them.
+    Covers,
+    /// Something is masked (or nothing is shown): the digest is salted, it cannot be recomputed
+    /// here; the proxy checks it.
+    Salted,
+    /// The params shown hash to another digest (`computed`): the request shows another call
+    /// than the one it names.
+    Mismatch { computed: String },
+    /// The params shown are not a JSON object.
+    Unreadable,
+}
+
+impl ShownCall<'_> {
+    /// Recomputes the [`CallDigest`] from the params shown when nothing is masked.
+    pub fn check(&self) -> DigestCheck {
+        let Some(text) = self.params.filter(|_| !self.masked) else {
+            return DigestCheck::Salted;
+        };
+        let params = match serde_json::from_str::<Value>(text) {
+            Ok(params @ Value::Object(_)) => params,
+            _ => return DigestCheck::Unreadable,
+        };
+        let computed = CallDigest {
+            v: CALL_DIGEST_VERSION,
+            namespace: self.namespace,
+            task_run: self.task_run,
+            id: self.id,
+            server: self.server,
+            definition: self.definition,
+            context_version: self.context_version,
+            params: &params,
+        }
+        .digest();
+        if computed == self.digest {
+            DigestCheck::Covers
+        } else {
+            DigestCheck::Mismatch { computed }
+        }
+    }
 }
 
 /// A Secret key whose value a request's `params` shows masked, as
@@ -166,9 +290,11 @@ pub struct ApprovalRequest {
     /// The task's context version when the call was held.
     pub context_version: u64,
     /// The `tools/call` params the proxy will forward, as compact JSON, byte for byte, except
-    /// that each value of the task's Secrets is replaced by `<secret:SECRET/KEY:NONCE>`.
+    /// that each value of the task's Secrets is replaced by `<secret:SECRET/KEY:NONCE>`; empty
+    /// when the view is `withheld`.
     pub params: String,
-    /// The length of the unmasked params' JSON.
+    /// The length of the params' JSON as shown (masked): never the unmasked length, which
+    /// would tell a masked value's length.
     pub params_bytes: u32,
     /// The Secret keys masked in `params`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -176,6 +302,10 @@ pub struct ApprovalRequest {
     /// Random per request: only placeholders carrying it are masks (a literal the agent typed
     /// cannot pose as one).
     pub mask_nonce: String,
+    /// Set when the params cannot be shown with the Secret values masked (`params` is empty):
+    /// the call is held, and can only be rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<ViewWithheld>,
     /// RFC 3339.
     pub requested_at: String,
     /// RFC 3339: past it the proxy refuses the call.
@@ -247,12 +377,17 @@ pub struct Approval {
     /// kept while Pending only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<String>,
+    /// The length of the params as shown (masked).
     #[serde(default)]
     pub params_bytes: u32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub masked: Vec<MaskedSecret>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub mask_nonce: String,
+    /// Set when the params could not be shown with the Secret values masked: such a call can
+    /// only be rejected ([`ApprovalRequest::withheld`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<ViewWithheld>,
     pub requested_at: String,
     pub expires_at: String,
     pub state: ApprovalState,
@@ -262,6 +397,40 @@ pub struct Approval {
     pub decided_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+impl ApprovalRequest {
+    /// What it shows, on the Lease of `task_run` in `namespace`.
+    pub fn shown<'a>(&'a self, namespace: &'a str, task_run: &'a str) -> ShownCall<'a> {
+        ShownCall {
+            namespace,
+            task_run,
+            id: &self.id,
+            server: &self.server,
+            definition: &self.definition,
+            context_version: self.context_version,
+            params: self.withheld.is_none().then_some(self.params.as_str()),
+            masked: !self.masked.is_empty() || self.withheld.is_some(),
+            digest: &self.digest,
+        }
+    }
+}
+
+impl Approval {
+    /// What it shows, in the status of `task_run` in `namespace`.
+    pub fn shown<'a>(&'a self, namespace: &'a str, task_run: &'a str) -> ShownCall<'a> {
+        ShownCall {
+            namespace,
+            task_run,
+            id: &self.id,
+            server: &self.server,
+            definition: &self.definition,
+            context_version: self.context_version,
+            params: self.params.as_deref().filter(|_| self.withheld.is_none()),
+            masked: !self.masked.is_empty() || self.withheld.is_some(),
+            digest: &self.digest,
+        }
+    }
 }
 
 /// A person's decision on a held call of a TaskRun in the same namespace. Created by
@@ -322,113 +491,4 @@ pub fn clip(s: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn a_call_waits_by_class_or_by_pattern() {
-        let policy = RequireApproval {
-            risk: Some(Risk::Destructive),
-            tools: vec!["github/merge_*".into()],
-            timeout_seconds: None,
-        };
-        assert!(policy.requires("fs", "rm", Some(Risk::Destructive)));
-        assert!(!policy.requires("fs", "write", Some(Risk::Write)));
-        assert!(!policy.requires("fs", "write", None));
-        assert!(policy.requires("github", "merge_pull_request", Some(Risk::Write)));
-        assert!(!policy.requires("gitlab", "merge_pull_request", Some(Risk::Write)));
-        assert_eq!(policy.timeout_seconds(), DEFAULT_TIMEOUT_SECONDS);
-    }
-
-    /// The fixed vector the operator's and the sidecar's tests assert too.
-    pub(crate) fn vector_params() -> serde_json::Value {
-        json!({"name": "echo", "arguments": {"message": "B: rm -rf /", "n": 12345678901234i64}})
-    }
-
-    pub(crate) const VECTOR: &str =
-        "sha256:e1afe37203b00ff1c6bc666d39c20ba74fdf32752e80297c55f90aad034133a3";
-
-    fn vector<'a>(params: &'a serde_json::Value) -> CallDigest<'a> {
-        CallDigest {
-            v: CALL_DIGEST_VERSION,
-            namespace: "team-a",
-            task_run: "held",
-            id: "0a1b2c3d",
-            server: "everything",
-            definition: "sha256:1111111111111111111111111111111111111111111111111111111111111111",
-            context_version: 3,
-            params,
-        }
-    }
-
-    #[test]
-    fn call_digest_is_jcs_sha256_over_every_part() {
-        let params = vector_params();
-        let base = vector(&params);
-        assert_eq!(base.digest(), VECTOR);
-        // Key order does not matter.
-        let reordered: serde_json::Value = serde_json::from_str(
-            r#"{"arguments": {"n": 12345678901234, "message": "B: rm -rf /"}, "name": "echo"}"#,
-        )
-        .unwrap_or_default();
-        assert_eq!(vector(&reordered).digest(), VECTOR);
-        // Every part counts.
-        let other_args =
-            json!({"name": "echo", "arguments": {"message": "A: hello", "n": 12345678901234i64}});
-        let empty_args = json!({"name": "echo", "arguments": {}});
-        let no_args = json!({"name": "echo"});
-        let with_meta = json!({"name": "echo", "arguments": {"message": "B: rm -rf /", "n": 12345678901234i64}, "_meta": {"x": 1}});
-        let other_name = json!({"name": "echo2", "arguments": {"message": "B: rm -rf /", "n": 12345678901234i64}});
-        let variants = [
-            CallDigest {
-                id: "0a1b2c3e",
-                ..base
-            },
-            CallDigest {
-                server: "other",
-                ..base
-            },
-            CallDigest {
-                namespace: "team-b",
-                ..base
-            },
-            CallDigest {
-                task_run: "held2",
-                ..base
-            },
-            CallDigest {
-                definition: "sha256:2222222222222222222222222222222222222222222222222222222222222222",
-                ..base
-            },
-            CallDigest {
-                context_version: 4,
-                ..base
-            },
-            CallDigest { v: 2, ..base },
-            CallDigest {
-                params: &other_args,
-                ..base
-            },
-            CallDigest {
-                params: &with_meta,
-                ..base
-            },
-            CallDigest {
-                params: &other_name,
-                ..base
-            },
-        ];
-        let mut seen = std::collections::BTreeSet::from([VECTOR.to_string()]);
-        for d in variants {
-            assert!(seen.insert(d.digest()), "{d:?} hashes like another");
-        }
-        assert_ne!(
-            vector(&empty_args).digest(),
-            vector(&no_args).digest(),
-            "arguments: {{}} and absent differ"
-        );
-        assert!(crate::digest::is_pin(&base.digest()));
-    }
-}
+mod tests;

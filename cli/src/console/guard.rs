@@ -1,5 +1,5 @@
 //! The console's door, pure: who may talk to it (the session cookie, set from the token it
-//! printed), from where (a loopback `Host`, or one named with `--allow-host`: a DNS-rebinding page
+//! printed, or handed once to its user's browser: `handoff`), from where (a loopback `Host`, or one named with `--allow-host`: a DNS-rebinding page
 //! cannot reach it), and how (a `POST` needs the console's own header and a same-origin `Origin`:
 //! a cross-site form or fetch cannot act in the caller's name).
 
@@ -31,13 +31,19 @@ pub enum Refusal {
     BadToken,
     /// 403: a `POST` without the console's header, or from another origin.
     CrossSite,
+    /// 403: the one-time link (`/open`) opened by a process of another user (or one the console
+    /// cannot tell).
+    OtherUser,
+    /// 410: the one-time link was used already.
+    HandedOver,
 }
 
 impl Refusal {
     pub fn status(self) -> u16 {
         match self {
-            Refusal::Host | Refusal::CrossSite => 403,
+            Refusal::Host | Refusal::CrossSite | Refusal::OtherUser => 403,
             Refusal::NoSession | Refusal::BadToken => 401,
+            Refusal::HandedOver => 410,
         }
     }
 
@@ -55,6 +61,12 @@ impl Refusal {
             Refusal::CrossSite => {
                 "refused: a change must come from the console's own page (the X-Orchestrator-Console header and a same-origin Origin)"
             }
+            Refusal::OtherUser => {
+                "this link opens a session only for a browser of the user running `orchestrator-cli console`: open the URL it printed (it carries the session token)"
+            }
+            Refusal::HandedOver => {
+                "this link opened a session once already: open the URL `orchestrator-cli console` printed (it carries the session token)"
+            }
         }
     }
 }
@@ -70,7 +82,8 @@ pub struct Seen<'a> {
     pub fetch_site: Option<&'a str>,
     /// Every `Cookie` header's value.
     pub cookies: Vec<&'a str>,
-    /// Whether the path is open without a session (the page's assets; `/` checks its own token).
+    /// Whether the path is open without a session (the page's assets; `/` checks its own token,
+    /// `/open` its caller).
     pub open_path: bool,
 }
 

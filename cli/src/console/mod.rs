@@ -4,12 +4,14 @@
 //! contract (API, events, the page's structure): docs/design/console.md.
 //!
 //! Children, in the order they may import each other: [`guard`] (Host, session and CSRF checks;
-//! pure), [`view`] (a TaskRun as the page sees it; pure), [`actions`] (approve, add-context,
+//! pure), [`handoff`] (the one-time link the browser is opened with: no token on a command
+//! line), [`view`] (a TaskRun as the page sees it; pure), [`actions`] (approve, add-context,
 //! cancel, audit: the task commands' own functions), [`live`] (the watch as Server-Sent Events),
 //! [`routes`] (the HTTP surface), and `routes_tests` (the surface against a scripted API server).
 
 pub mod actions;
 pub mod guard;
+pub mod handoff;
 pub mod live;
 pub mod routes;
 #[cfg(test)]
@@ -17,6 +19,7 @@ mod routes_tests;
 pub mod view;
 
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kube::Api;
@@ -40,6 +43,13 @@ pub struct Console {
     pub session: guard::Session,
     /// Who the API server says the caller is.
     pub user: Option<String>,
+    /// Where it listens (`127.0.0.1:PORT`).
+    pub addr: SocketAddr,
+    /// The one-time link the browser is opened with.
+    pub handoff: handoff::Handoff,
+    /// Whether a connection from a peer to `addr` comes from the console's own user
+    /// ([`handoff::same_user`]; tests put their own).
+    pub same_user: fn(SocketAddr, SocketAddr) -> Result<(), String>,
 }
 
 impl Console {
@@ -87,10 +97,10 @@ pub async fn run(global: &Global, args: &ConsoleArgs) -> Result<()> {
                 args.port
             ))
         })?;
-    let port = listener
+    let addr = listener
         .local_addr()
-        .map_err(|e| Error::Cluster(format!("the console's address: {e}")))?
-        .port();
+        .map_err(|e| Error::Cluster(format!("the console's address: {e}")))?;
+    let port = addr.port();
     let session = guard::Session::new(port, &args.allow_host)
         .map_err(|e| Error::Cluster(format!("making the console's session token: {e}")))?;
     // What the page will watch: said now, in the API server's words, rather than as an empty
@@ -119,6 +129,9 @@ pub async fn run(global: &Global, args: &ConsoleArgs) -> Result<()> {
         global: global.clone(),
         session,
         user: user.clone(),
+        addr,
+        handoff: handoff::Handoff::default(),
+        same_user: handoff::same_user,
     });
     // One line on stdout, flushed at once: scripts and tests read it.
     let mut stdout = std::io::stdout();
@@ -132,9 +145,9 @@ pub async fn run(global: &Global, args: &ConsoleArgs) -> Result<()> {
             .unwrap_or("(the API server did not say who)")
     ));
     if !args.no_open {
-        open_browser(&url);
+        open_browser(port);
     }
-    let app = routes::router(console);
+    let app = routes::router(console).into_make_service_with_connect_info::<SocketAddr>();
     tokio::select! {
         served = axum::serve(listener, app) => {
             served.map_err(|e| Error::Cluster(format!("serving the console: {e}")))
@@ -143,15 +156,19 @@ pub async fn run(global: &Global, args: &ConsoleArgs) -> Result<()> {
     }
 }
 
-/// Opens `url` in the desktop's browser, if there is one; the URL is printed either way.
-fn open_browser(url: &str) {
-    let opener = if cfg!(target_os = "macos") {
-        "open"
-    } else {
-        "xdg-open"
-    };
+/// Opens the console in the desktop's browser, if there is one, through the one-time link
+/// ([`handoff`]): the opener's command line (which every local user can read) carries no
+/// token. Where the link cannot work, nothing is opened: the URL printed is the way in.
+fn open_browser(port: u16) {
+    if !handoff::SUPPORTED {
+        output::note(
+            "open the URL above yourself: on this system the console cannot hand its session to a browser without putting the token on a command line",
+        );
+        return;
+    }
+    let opener = "xdg-open";
     let spawned = std::process::Command::new(opener)
-        .arg(url)
+        .arg(handoff::url(port))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -2,10 +2,11 @@
 //! the JSON API, and the guard and security headers on every answer.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Query, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
@@ -14,6 +15,7 @@ use axum::routing::{get, post};
 use super::Console;
 use super::actions::{self, ApiError};
 use super::guard::{CSRF_HEADER, Seen};
+use super::handoff;
 use super::live;
 
 const INDEX: &str = include_str!("assets/index.html");
@@ -28,6 +30,7 @@ pub fn router(console: Arc<Console>) -> Router {
     let task = "/api/namespaces/{ns}/tasks/{name}";
     Router::new()
         .route("/", get(index))
+        .route(handoff::PATH, get(open))
         .route("/assets/console.js", get(script))
         .route("/assets/console.css", get(style))
         .route("/api/session", get(actions::session))
@@ -67,6 +70,35 @@ async fn index(
         return refusal(super::guard::Refusal::NoSession, true);
     }
     Html(INDEX).into_response()
+}
+
+/// `GET /open`: the link the browser was opened with (no secret in it, see [`handoff`]): once,
+/// for a connection from a process of the console's own user, opens the session as `?token=`
+/// does.
+async fn open(State(console): State<Arc<Console>>, request: Request) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    let checked = match peer {
+        Some(peer) => (console.same_user)(peer, console.addr),
+        None => Err("the connection's address is unknown".into()),
+    };
+    if let Err(why) = checked {
+        tracing::warn!(peer = ?peer, reason = %why, "refused the one-time link: not the console's user");
+        return refusal(super::guard::Refusal::OtherUser, true);
+    }
+    if !console.handoff.take() {
+        return refusal(super::guard::Refusal::HandedOver, true);
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/".to_string()),
+            (header::SET_COOKIE, console.session.set_cookie()),
+        ],
+    )
+        .into_response()
 }
 
 async fn script() -> Response {
@@ -127,7 +159,7 @@ async fn guard(State(console): State<Arc<Console>>, request: Request, next: Next
         csrf_header: headers.contains_key(CSRF_HEADER),
         fetch_site: headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
         cookies: cookies(headers),
-        open_path: path == "/" || path.starts_with("/assets/"),
+        open_path: path == "/" || path == handoff::PATH || path.starts_with("/assets/"),
     };
     let mut response = match console.session.check(&seen) {
         Ok(()) => next.run(request).await,

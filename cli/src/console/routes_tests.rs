@@ -19,11 +19,32 @@ use super::{Console, routes};
 use crate::args::Global;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-const DIGEST: &str = "sha256:3f2a9c81d0e4b5a6978877665544332211000ffeeddccbbaa998877665544332";
+const PARAMS: &str = r#"{"arguments":{"message":"hi"}}"#;
+
+/// The digest of the call `held`'s request `a1b2c3d4` shows (nothing masked).
+fn digest() -> String {
+    let params: Value = serde_json::from_str(PARAMS).unwrap_or_default();
+    orchestrator_crds::approval::CallDigest {
+        v: orchestrator_crds::approval::CALL_DIGEST_VERSION,
+        namespace: "ns",
+        task_run: "held",
+        id: "a1b2c3d4",
+        server: "everything",
+        definition: "",
+        context_version: 1,
+        params: &params,
+    }
+    .digest()
+}
 
 /// A console for namespace `ns` whose API server answers: the TaskRun `held` with one waiting
 /// call, `viewer` as the caller, and 403 to creating a ToolApproval. Returns the requests seen.
 fn console() -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
+    console_showing(digest())
+}
+
+/// [`console`], its request naming `named`.
+fn console_showing(named: String) -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
     let (service, mut handle) = mock::pair::<http::Request<Body>, Response<Body>>();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let kept = seen.clone();
@@ -35,7 +56,7 @@ fn console() -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(format!("{method} {path}"));
             let (status, answer) = if method == Method::GET && path.ends_with("/taskruns/held") {
-                (StatusCode::OK, taskrun())
+                (StatusCode::OK, taskrun(&named))
             } else if path.ends_with("/selfsubjectreviews") {
                 (
                     StatusCode::CREATED,
@@ -84,18 +105,25 @@ fn console() -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
         global,
         session: Session::with_token(TOKEN.into(), 8123, &[]),
         user: Some("viewer".into()),
+        addr: "127.0.0.1:8123".parse().expect("an address"),
+        handoff: super::handoff::Handoff::default(),
+        same_user: |peer, _| match peer.port() {
+            // The test's own browser; any other port is another user's process.
+            51000 => Ok(()),
+            _ => Err("uid 1001".into()),
+        },
     };
     (Arc::new(console), seen)
 }
 
-fn taskrun() -> Value {
+fn taskrun(digest: &str) -> Value {
     json!({
         "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
         "metadata": {"name": "held", "namespace": "ns", "uid": "u1", "generation": 1},
         "spec": {"taskId": 1, "serviceName": "s", "task": {"prompt": "p"}, "toolConfig": {}},
         "status": {"phase": "Running", "approvals": [{
-            "id": "a1b2c3d4", "server": "everything", "tool": "echo", "digest": DIGEST,
-            "contextVersion": 1, "params": "{\"arguments\":{\"message\":\"hi\"}}",
+            "id": "a1b2c3d4", "server": "everything", "tool": "echo", "digest": digest,
+            "contextVersion": 1, "params": PARAMS,
             "paramsBytes": 31, "requestedAt": "2026-01-01T00:00:00Z",
             "expiresAt": "2999-01-01T00:05:00Z", "state": "Pending"}]}
     })
@@ -113,6 +141,8 @@ struct Call<'a> {
     csrf: bool,
     origin: Option<&'a str>,
     body: Option<Value>,
+    /// The client's address (what the server's connect info says).
+    peer: Option<&'a str>,
 }
 
 impl<'a> Call<'a> {
@@ -125,6 +155,7 @@ impl<'a> Call<'a> {
             csrf: false,
             origin: None,
             body: None,
+            peer: None,
         }
     }
 
@@ -152,6 +183,10 @@ async fn send(console: &Arc<Console>, call: Call<'_>) -> (StatusCode, http::Head
     }
     if let Some(o) = call.origin {
         r = r.header("origin", o);
+    }
+    if let Some(peer) = call.peer {
+        let peer: std::net::SocketAddr = peer.parse().expect("an address");
+        r = r.extension(axum::extract::ConnectInfo(peer));
     }
     let body = match call.body {
         Some(b) => {
@@ -185,7 +220,7 @@ async fn send(console: &Arc<Console>, call: Call<'_>) -> (StatusCode, http::Head
 #[tokio::test]
 async fn the_guard_turns_away_other_hosts_no_session_and_cross_site_posts() {
     let (c, seen) = console();
-    let approve = json!({"decision": "approve", "digest": DIGEST});
+    let approve = json!({"decision": "approve", "digest": digest()});
     let path = "/api/namespaces/ns/tasks/held/approvals/a1b2c3d4";
 
     let (status, headers, _) = send(&c, Call::get("/api/session")).await;
@@ -278,7 +313,7 @@ async fn a_decision_the_api_server_forbids_is_its_403_in_its_words() {
         &c,
         Call::post(
             path,
-            json!({"decision": "approve", "reason": "ok", "digest": DIGEST}),
+            json!({"decision": "approve", "reason": "ok", "digest": digest()}),
         ),
     )
     .await;
@@ -317,7 +352,7 @@ async fn bad_requests_are_refused_before_the_api_server() {
         ),
         (
             "/api/namespaces/ns/tasks/held/approvals/a1b2c3d4",
-            json!({"decision": "maybe", "digest": DIGEST}),
+            json!({"decision": "maybe", "digest": digest()}),
             StatusCode::BAD_REQUEST,
         ),
         (
@@ -346,4 +381,69 @@ async fn bad_requests_are_refused_before_the_api_server() {
     }
     let asked = seen.lock().map(|s| s.clone()).unwrap_or_default();
     assert!(asked.is_empty(), "{asked:?}");
+}
+
+#[tokio::test]
+async fn the_one_time_link_opens_a_session_once_and_only_for_the_consoles_user() {
+    let (c, _) = console();
+    let open = |peer: &'static str| Call {
+        cookie: None,
+        peer: Some(peer),
+        ..Call::get("/open")
+    };
+    // Another local user read the link off the opener's command line and came first: refused,
+    // and the link is not used up.
+    let (status, headers, page) = send(&c, open("127.0.0.1:51001")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert!(!headers.contains_key("set-cookie"));
+    assert!(
+        page.contains("only for a browser of the user running"),
+        "{page}"
+    );
+    // The console's user's browser: the session, and the page.
+    let (status, headers, _) = send(&c, open("127.0.0.1:51000")).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/");
+    let set = headers["set-cookie"].to_str().unwrap_or_default();
+    assert!(
+        set.starts_with(&cookie()) && set.contains("HttpOnly"),
+        "{set}"
+    );
+    // Once.
+    let (status, headers, page) = send(&c, open("127.0.0.1:51000")).await;
+    assert_eq!(status, StatusCode::GONE, "{page}");
+    assert!(!headers.contains_key("set-cookie"));
+    assert!(page.contains("opened a session once already"), "{page}");
+    // Without the connection's address (not served with connect info): refused.
+    let (c, _) = console();
+    let unknown = Call {
+        cookie: None,
+        ..Call::get("/open")
+    };
+    assert_eq!(send(&c, unknown).await.0, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_request_whose_params_are_not_the_call_its_digest_names_is_not_approved() {
+    // The status shows {"message":"hi"} under the digest of another call.
+    let other = format!("sha256:{}", "3f".repeat(32));
+    let (c, seen) = console_showing(other.clone());
+    let path = "/api/namespaces/ns/tasks/held/approvals/a1b2c3d4";
+    let (status, _, body) = send(
+        &c,
+        Call::post(path, json!({"decision": "approve", "digest": other})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap_or_default();
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the params it shows hash to") && error.contains("nothing was changed"),
+        "{error}"
+    );
+    let asked = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert!(
+        !asked.iter().any(|r| r.ends_with("/toolapprovals")),
+        "a ToolApproval was created: {asked:?}"
+    );
 }

@@ -4,12 +4,12 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use orchestrator_crds::approval::{Approval, ApprovalState};
+use orchestrator_crds::approval::{Approval, ApprovalState, DigestCheck};
 use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::{Cancellation, TaskResult, TaskRun};
 use serde::Serialize;
 
-use crate::task::{result_view, show};
+use crate::task::{approve, result_view, show};
 
 /// One TaskRun as the console shows it (the contract: docs/design/console.md).
 #[derive(Clone, Debug, Serialize)]
@@ -34,7 +34,20 @@ pub struct TaskView {
     pub tools: Tools,
     pub servers: Vec<ServerView>,
     pub history: Vec<HistoryRow>,
-    pub approvals: Vec<Approval>,
+    pub approvals: Vec<ApprovalView>,
+}
+
+/// An approval as the page shows it: the status entry, and what its digest says of the params
+/// it shows (recomputed here when nothing is masked, as `task approve` does before deciding).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalView {
+    #[serde(flatten)]
+    pub approval: Approval,
+    /// `covers` (recomputed from the params shown: it names exactly them), `salted` (something
+    /// is masked or nothing is shown: only the proxy can check it), `mismatch` (the params shown
+    /// are another call: it cannot be approved), `unreadable`.
+    pub digest_check: &'static str,
 }
 
 /// The effective tools, as `task describe` prints them.
@@ -135,7 +148,22 @@ impl TaskView {
                     changes: e.changes(),
                 })
                 .collect(),
-            approvals,
+            approvals: approvals
+                .into_iter()
+                .map(|approval| ApprovalView {
+                    digest_check: match approve::digest_check(
+                        &approval,
+                        &tr.namespace().unwrap_or_default(),
+                        &tr.name_any(),
+                    ) {
+                        DigestCheck::Covers => "covers",
+                        DigestCheck::Salted => "salted",
+                        DigestCheck::Mismatch { .. } => "mismatch",
+                        DigestCheck::Unreadable => "unreadable",
+                    },
+                    approval,
+                })
+                .collect(),
         }
     }
 }
@@ -181,11 +209,13 @@ mod tests {
         assert_eq!(view.tools.lines, ["everything: echo", "time: none"]);
         assert_eq!(view.phase, Some("Running"));
         assert_eq!(view.served_context_version, Some(1));
-        assert_eq!(view.approvals[0].id, "bbbb2222");
+        assert_eq!(view.approvals[0].approval.id, "bbbb2222");
         assert_eq!(view.prompt, show::task_summary(&tr));
         assert_eq!(view.result_line, None);
         let json = serde_json::to_value(&view).expect("serializes");
         assert_eq!(json["approvals"][0]["state"], "Pending");
+        // A fake digest over unmasked params: the page is told it names another call.
+        assert_eq!(json["approvals"][0]["digestCheck"], "mismatch");
         assert_eq!(json["createdAt"], "2026-11-27T10:00:00Z");
         assert_eq!(json["servers"][1]["enabled"], false);
     }

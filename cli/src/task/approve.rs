@@ -7,8 +7,12 @@
 //! An approval approves one exact call: `--show ID` prints every byte the proxy will forward
 //! (the values of the task's Secrets masked as `<secret:NAME/KEY:NONCE>`) with the call's
 //! digest, and a decision names that digest (`spec.digest`, from the entry read; `--digest`
-//! makes sure it is still the call you looked at). What a terminal would not show (control
-//! characters, bidi overrides, zero-width characters) is printed escaped as `\u{…}`.
+//! makes sure it is still the call you looked at). When nothing is masked the digest is
+//! recomputed here from the params shown (`ShownCall::check`): a request whose params are not
+//! the call its digest names is refused before anything is created, whatever it claims (a
+//! masked call's digest is salted by the proxy and only the proxy can check it). A call whose
+//! params could not be shown (`withheld`) can only be rejected. What a terminal would not show
+//! (control characters, bidi overrides, zero-width characters) is printed escaped as `\u{…}`.
 
 use std::time::Duration;
 
@@ -17,8 +21,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use orchestrator_crds::approval::{
-    Approval, ApprovalState, Decision, MAX_REASON_CHARS, ToolApproval, ToolApprovalSpec,
-    object_name,
+    Approval, ApprovalState, Decision, DigestCheck, MAX_REASON_CHARS, ToolApproval,
+    ToolApprovalSpec, object_name,
 };
 use orchestrator_crds::policy::{PIN_PREFIX, is_pin, short_pin};
 use orchestrator_crds::taskrun::TaskRun;
@@ -45,8 +49,9 @@ pub async fn list(global: &Global, args: &ApprovalsArgs) -> Result<()> {
                 "TaskRun {task} has no approval request {id:?} (see `orchestrator-cli task approvals {task}`)"
             )));
         };
+        let ns = tr.namespace().unwrap_or_default();
         return match global.output {
-            Format::Table => output::print(&show(approval, Timestamp::now())),
+            Format::Table => output::print(&show(approval, &ns, &task, Timestamp::now())),
             format => output::print(&output::render(format, approval)?),
         };
     }
@@ -144,15 +149,43 @@ fn preview(a: &Approval) -> String {
     )
 }
 
-/// One approval whole (`task approvals T --show ID`, and `task describe` for a pending one):
-/// the call, its digest, and every byte the proxy forwards (with the task's Secret values
+/// What the digest of `a` (in the status of `task` in `namespace`) says of the params it shows.
+pub fn digest_check(a: &Approval, namespace: &str, task: &str) -> DigestCheck {
+    a.shown(namespace, task).check()
+}
+
+/// The digest check in words, after the digest.
+fn check_words(a: &Approval, check: &DigestCheck) -> String {
+    match check {
+        DigestCheck::Covers => "recomputed from the params below: it names exactly them".into(),
+        DigestCheck::Salted if a.withheld.is_some() => {
+            "salted by the proxy (nothing of the call is shown)".into()
+        }
+        DigestCheck::Salted if a.params.is_some() => {
+            "salted by the proxy (Secret values are masked below): only the proxy can check it, and it does".into()
+        }
+        DigestCheck::Salted => "(the params are not kept once decided)".into(),
+        DigestCheck::Mismatch { computed } => format!(
+            "DOES NOT NAME THE PARAMS BELOW (they hash to {}): this request shows another call than it names; do not approve it",
+            short_pin(computed)
+        ),
+        DigestCheck::Unreadable => {
+            "the params below are not a JSON object: this request cannot be checked; do not approve it".into()
+        }
+    }
+}
+
+/// One approval whole (`task approvals T --show ID`, and `task describe` for a pending one) of
+/// task `task` in `namespace`: the call, its digest (checked against the params shown when
+/// nothing is masked), and every byte the proxy forwards (with the task's Secret values
 /// masked), escaped where a terminal would hide something.
-pub fn show(a: &Approval, now: Timestamp) -> String {
+pub fn show(a: &Approval, namespace: &str, task: &str, now: Timestamp) -> String {
     let when = |s: &str| match s.parse::<Timestamp>() {
         Ok(t) if t > now => format!("{s} (in {})", age(now, t)),
         Ok(t) => format!("{s} ({} ago)", age(t, now)),
         Err(_) => visible(s),
     };
+    let check = digest_check(a, namespace, task);
     let mut out = format!("Request {}: {}\n", visible(&a.id), a.state.as_str());
     let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<16} {v}\n"));
     line("Call:", visible(&format!("{}/{}", a.server, a.tool)));
@@ -164,6 +197,9 @@ pub fn show(a: &Approval, now: Timestamp) -> String {
             visible(&a.digest)
         },
     );
+    if !a.digest.is_empty() {
+        line("", check_words(a, &check));
+    }
     if !a.definition.is_empty() {
         line("Definition:", visible(&a.definition));
     }
@@ -180,10 +216,7 @@ pub fn show(a: &Approval, now: Timestamp) -> String {
     }
     line(
         "Params:",
-        format!(
-            "{} bytes as forwarded (Secret values unmasked)",
-            a.params_bytes
-        ),
+        format!("{} bytes as shown (Secret values masked)", a.params_bytes),
     );
     if !a.masked.is_empty() {
         out.push_str(&format!(
@@ -203,13 +236,19 @@ pub fn show(a: &Approval, now: Timestamp) -> String {
             ));
         }
     }
-    match &a.params {
-        Some(params) => {
+    match (&a.params, a.withheld) {
+        (_, Some(why)) => out.push_str(&format!(
+            "Params: not shown: {}. Nobody can see what this call sends, so it cannot be approved: reject it (task reject), or let it expire\n",
+            why.describe()
+        )),
+        (Some(params), None) => {
             out.push_str("Params (the tools/call params the proxy forwards, byte for byte):\n");
             out.push_str(&visible(params));
             out.push('\n');
         }
-        None => out.push_str("Params: not kept once decided (the digest names the call)\n"),
+        (None, None) => {
+            out.push_str("Params: not kept once decided (the digest names the call)\n")
+        }
     }
     out
 }
@@ -313,6 +352,12 @@ pub async fn decide_quietly(
             args.id, approval.expires_at
         )));
     }
+    // What a person approves is what they were shown: the params shown must be the call the
+    // digest names (recomputed when nothing is masked), and there must be params to see.
+    if decision == Decision::Approve {
+        let ns = tr.namespace().unwrap_or_else(|| cluster.namespace.clone());
+        unseen(approval, &ns, &task)?;
+    }
     if let Some(reason) = &args.reason
         && reason.chars().count() > MAX_REASON_CHARS
     {
@@ -377,6 +422,36 @@ pub async fn decide_quietly(
             "your decision is recorded (ToolApproval {}), but the operator has not applied it within {}s",
             object_name(&task, &args.id),
             RECORDED_WITHIN.as_secs()
+        ))),
+    }
+}
+
+/// Why `approval` (pending, of `task` in `namespace`) cannot be approved: its params are not
+/// the call its digest names, or they are not shown.
+fn unseen(approval: &Approval, namespace: &str, task: &str) -> Result<()> {
+    let id = &approval.id;
+    let show = format!("orchestrator-cli task approvals {task} --show {id}");
+    if let Some(why) = approval.withheld {
+        return Err(Error::Failed(format!(
+            "request {id} of TaskRun {task} cannot be approved: its params are not shown ({}), so nobody can see what the call sends; reject it (`orchestrator-cli task reject {task} {id}`) or let it expire; nothing was changed",
+            why.describe()
+        )));
+    }
+    if approval.params.is_none() {
+        return Err(Error::Failed(format!(
+            "request {id} of TaskRun {task} shows no params, so nobody can see what the call sends; it cannot be approved; nothing was changed"
+        )));
+    }
+    let digest = &approval.digest;
+    match digest_check(approval, namespace, task) {
+        DigestCheck::Covers | DigestCheck::Salted => Ok(()),
+        DigestCheck::Mismatch { computed } => Err(Error::Failed(format!(
+            "request {id} of TaskRun {task} names digest {}, but the params it shows hash to {}: it shows another call than the one an approval would let through; it cannot be approved (see `{show}`); nothing was changed",
+            short_pin(digest),
+            short_pin(&computed)
+        ))),
+        DigestCheck::Unreadable => Err(Error::Failed(format!(
+            "request {id} of TaskRun {task} shows params that are not a JSON object, so its digest cannot be checked against them; it cannot be approved (see `{show}`); nothing was changed"
         ))),
     }
 }

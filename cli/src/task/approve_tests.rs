@@ -18,22 +18,38 @@ use crate::args::DecideArgs;
 use crate::connect::Cluster;
 use crate::error::Error;
 
-const DIGEST: &str = "sha256:3f2a9c81d0e4b5a6978877665544332211000ffeeddccbbaa998877665544332";
+const PARAMS: &str =
+    r#"{"arguments":{"content":"hello","path":"/workspace/a"},"name":"write_file"}"#;
+
+/// The digest of [`PARAMS`] held as request `a1b2c3d4` of TaskRun `held` in `ns`.
+fn digest() -> String {
+    let params: Value = serde_json::from_str(PARAMS).unwrap_or_default();
+    orchestrator_crds::approval::CallDigest {
+        v: orchestrator_crds::approval::CALL_DIGEST_VERSION,
+        namespace: "ns",
+        task_run: "held",
+        id: "a1b2c3d4",
+        server: "filesystem",
+        definition: &format!("sha256:{}", "1".repeat(64)),
+        context_version: 3,
+        params: &params,
+    }
+    .digest()
+}
 
 fn pending() -> Approval {
     Approval {
         id: "a1b2c3d4".into(),
         server: "filesystem".into(),
         tool: "write_file".into(),
-        digest: DIGEST.into(),
+        digest: digest(),
         definition: format!("sha256:{}", "1".repeat(64)),
         context_version: 3,
-        params: Some(
-            r#"{"arguments":{"content":"hello","path":"/workspace/a"},"name":"write_file"}"#.into(),
-        ),
+        params: Some(PARAMS.into()),
         params_bytes: 74,
         masked: vec![],
         mask_nonce: "a1b2c3".into(),
+        withheld: None,
         requested_at: "2026-01-01T00:00:00Z".into(),
         expires_at: "2026-01-01T00:05:00Z".into(),
         state: ApprovalState::Pending,
@@ -99,7 +115,7 @@ fn show_escapes_what_a_terminal_would_hide() {
         }],
         ..pending()
     };
-    let text = show(&tricky, now());
+    let text = show(&tricky, "ns", "held", now());
     for hidden in ['\u{202e}', '\u{9b}', '\r', '\u{200b}'] {
         assert!(!text.contains(hidden), "{hidden:?} printed raw:\n{text}");
     }
@@ -108,13 +124,14 @@ fn show_escapes_what_a_terminal_would_hide() {
     }
     // Everything else is printed as is, whole: the digest, definition, context version, the
     // params byte for byte, and the legend of the masks with this request's nonce.
-    assert!(text.contains(DIGEST), "{text}");
+    assert!(text.contains(&digest()), "{text}");
     assert!(
         text.contains(&format!("sha256:{}", "1".repeat(64))),
         "{text}"
     );
     assert!(text.contains("Context version: 3"), "{text}");
-    assert!(text.contains("74 bytes as forwarded"), "{text}");
+    assert!(text.contains("74 bytes as shown"), "{text}");
+    assert!(text.contains("salted by the proxy"), "{text}");
     assert!(
         text.contains("<secret:deploy/passphrase:a1b2c3> = the value of key passphrase of Secret deploy, forwarded as is (1 time)"),
         "{text}"
@@ -234,18 +251,19 @@ async fn decide_writes_the_entry_digest_and_refuses_a_stale_one() {
         .expect("approved");
     let written = created.lock().map(|c| c.clone()).unwrap_or_default();
     assert_eq!(written.len(), 1);
-    assert_eq!(written[0]["spec"]["digest"], DIGEST);
+    assert_eq!(written[0]["spec"]["digest"], digest());
     assert_eq!(written[0]["spec"]["id"], "a1b2c3d4");
     assert_eq!(written[0]["spec"]["decidedBy"], "alice");
 
     // --digest as `--show` printed it, whole or its first 12 hex digits: the same.
-    for given in [DIGEST, &DIGEST[..19]] {
+    let whole = digest();
+    for given in [whole.as_str(), &whole[..19]] {
         let (c, created) = cluster(vec![pending()]);
         within(decide_on(&c, &args(Some(given)), Decision::Reject))
             .await
             .expect("rejected");
         let written = created.lock().map(|c| c.clone()).unwrap_or_default();
-        assert_eq!(written[0]["spec"]["digest"], DIGEST);
+        assert_eq!(written[0]["spec"]["digest"], digest());
     }
 
     // The request now names another call than the one looked at: nothing is created.
@@ -255,14 +273,14 @@ async fn decide_writes_the_entry_digest_and_refuses_a_stale_one() {
         .await
         .expect_err("refused");
     assert!(
-        matches!(&err, Error::Failed(m) if m.contains("no longer names the call you saw") && m.contains("sha256:3f2a9c81d0e4")),
+        matches!(&err, Error::Failed(m) if m.contains("no longer names the call you saw") && m.contains(&whole[..19])),
         "{err}"
     );
     assert!(created.lock().map(|c| c.is_empty()).unwrap_or(false));
 
     // Too short a prefix proves nothing: a usage error.
     let (c, created) = cluster(vec![pending()]);
-    let err = within(decide_on(&c, &args(Some("sha256:3f2a")), Decision::Approve))
+    let err = within(decide_on(&c, &args(Some(&whole[..11])), Decision::Approve))
         .await
         .expect_err("refused");
     assert!(matches!(err, Error::Usage(_)), "{err}");
@@ -281,6 +299,86 @@ async fn decide_writes_the_entry_digest_and_refuses_a_stale_one() {
         "{err}"
     );
     assert!(created.lock().map(|c| c.is_empty()).unwrap_or(false));
+}
+
+#[tokio::test]
+async fn approve_recomputes_the_digest_from_the_params_shown_and_refuses_another_call() {
+    // The status shows one call (nothing masked) and names the digest of another: what would
+    // be let through is not what the person read. Nothing is created, --digest or not.
+    let other = format!("sha256:{}", "3f".repeat(32));
+    let swapped = || Approval {
+        digest: other.clone(),
+        ..pending()
+    };
+    for given in [None, Some(other.as_str())] {
+        let (c, created) = cluster(vec![swapped()]);
+        let err = within(decide_on(&c, &args(given), Decision::Approve))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&err, Error::Failed(m) if m.contains("the params it shows hash to")
+                && m.contains(&digest()[..19]) && m.contains("nothing was changed")),
+            "{err}"
+        );
+        assert!(created.lock().map(|c| c.is_empty()).unwrap_or(false));
+    }
+    // --show says so too.
+    let text = show(&swapped(), "ns", "held", now());
+    assert!(text.contains("DOES NOT NAME THE PARAMS BELOW"), "{text}");
+    assert!(show(&pending(), "ns", "held", now()).contains("recomputed from the params below"));
+    // Params that are no JSON object cannot be checked: refused as well.
+    let (c, created) = cluster(vec![Approval {
+        params: Some("not json".into()),
+        ..pending()
+    }]);
+    let err = within(decide_on(&c, &args(None), Decision::Approve))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, Error::Failed(m) if m.contains("not a JSON object")),
+        "{err}"
+    );
+    assert!(created.lock().map(|c| c.is_empty()).unwrap_or(false));
+    // A rejection needs no check: it lets nothing through.
+    let (c, created) = cluster(vec![swapped()]);
+    within(decide_on(&c, &args(None), Decision::Reject))
+        .await
+        .expect("rejected");
+    assert_eq!(created.lock().map(|c| c.len()).unwrap_or(0), 1);
+}
+
+#[tokio::test]
+async fn a_call_whose_params_are_withheld_can_be_rejected_not_approved() {
+    let withheld = || Approval {
+        params: None,
+        params_bytes: 40_000,
+        masked: vec![MaskedSecret {
+            secret: "deploy".into(),
+            key: "pin".into(),
+            count: 3000,
+        }],
+        withheld: Some(orchestrator_crds::approval::ViewWithheld::TooLarge),
+        ..pending()
+    };
+    let (c, created) = cluster(vec![withheld()]);
+    let err = within(decide_on(&c, &args(None), Decision::Approve))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, Error::Failed(m) if m.contains("cannot be approved") && m.contains("task reject held a1b2c3d4")),
+        "{err}"
+    );
+    assert!(created.lock().map(|c| c.is_empty()).unwrap_or(false));
+    let (c, created) = cluster(vec![withheld()]);
+    within(decide_on(&c, &args(None), Decision::Reject))
+        .await
+        .expect("rejected");
+    assert_eq!(created.lock().map(|c| c.len()).unwrap_or(0), 1);
+    let text = show(&withheld(), "ns", "held", now());
+    assert!(
+        text.contains("Params: not shown:") && text.contains("cannot be approved"),
+        "{text}"
+    );
 }
 
 /// TaskRun `held` with `status`, as `task describe` reads it.

@@ -358,7 +358,8 @@ pub fn describe_text(
             .iter()
             .filter(|a| a.state == ApprovalState::Pending)
         {
-            out.push_str(&indent(&super::approve::show(a, now)));
+            let ns = tr.namespace().unwrap_or_default();
+            out.push_str(&indent(&super::approve::show(a, &ns, &tr.name_any(), now)));
         }
     }
 

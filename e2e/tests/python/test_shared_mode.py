@@ -18,8 +18,9 @@ And the story with the real agent: Claude Code (the default agent image, the scr
 stand-in) in shared mode reaches the shared proxy with its pod's token through the rendered
 `headersHelper`, is offered exactly its task's tools (an HTTP server's and a stdio server's in its
 pod's zone), is offered a tool granted with add-context on its next turn, and waits for a person's
-approval of a held call; the task succeeds and the shared proxy's audit records of its calls
-carry its task's uid.
+approval of a held call, which carries a value of the task's Secret: the person reads it masked,
+the upstream gets the real value; the task succeeds and the shared proxy's audit records of its
+calls carry its task's uid.
 Needs the cluster with its real node and pod network (e2e/cluster up).
 """
 
@@ -182,7 +183,11 @@ def test_each_task_gets_exactly_its_own_tools_and_a_stolen_token_is_refused(shar
 # How long Claude Code may take to list the shared proxy's tools (it connects --mcp-config servers
 # in the background; the model keeps it busy with a harmless built-in call meanwhile).
 CONNECT_BUDGET_S = 60
-HELD = "approve me"
+# A value of the task's Secret deploy/passphrase (in the agent's env): the call held for approval
+# carries it, and what a person reads must show it masked (the shared proxy reads the task's Secret
+# keys the operator lists, mask-keys.json, through the API).
+PASSPHRASE = "open sesame 4711"
+HELD = f"approve me: {PASSPHRASE}"
 
 
 class SharedAgent:
@@ -233,6 +238,7 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
     story.cleanup.callback(story.model.stop)
     story.kubectl("create", "secret", "generic", "anthropic", "-n", ns,
                   "--from-literal=api-key=sk-ant-stand-in-shared")
+    story.kubectl("create", "secret", "generic", "deploy", "-n", ns, f"--from-literal=passphrase={PASSPHRASE}")
     story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver",
                   "--user=alice")
     tr = agent_task(task, 31, "shared", "read, then write, then echo", {
@@ -240,6 +246,8 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
         "mcpServers": [{"name": "gamma", "tools": {"allow": ["read"]}},
                        {"name": "everything", "tools": {"allow": ["echo"]}}],
     })
+    tr["spec"]["agent"]["env"].append(
+        {"name": "DEPLOY_PASSPHRASE", "valueFrom": {"secretKeyRef": {"name": "deploy", "key": "passphrase"}}})
     tr["spec"]["proxy"] = {"mode": "shared"}
     story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(tr))
     pod = running_agent(story, task)
@@ -279,11 +287,17 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
     # The granted write runs; echo is held until alice approves it.
     def held():
         for a in story.json("get", "taskrun", task, "-n", ns).get("status", {}).get("approvals", []):
-            if a["state"] == "Pending" and HELD in (a.get("params") or ""):
+            if a["state"] == "Pending" and "approve me" in (a.get("params") or ""):
                 return a
         return None
 
     pending = wait_until("echo to wait for approval", held, timeout=120, interval=0.2)
+    # What a person reads shows the Secret's value masked, in the status and on the Lease alike.
+    mask = f"<secret:deploy/passphrase:{pending['maskNonce']}>"
+    assert json.loads(pending["params"])["arguments"] == {"message": f"approve me: {mask}"}, pending
+    assert pending["masked"] == [{"secret": "deploy", "key": "passphrase", "count": 1}], pending
+    assert PASSPHRASE not in json.dumps(story.json("get", "taskrun", task, "-n", ns)), "the value is in the TaskRun"
+    assert PASSPHRASE not in json.dumps(story.json("get", "lease", task, "-n", ns)), "the value is on the Lease"
     assert "write:granted" in script.seen["write"] and "ERROR" not in script.seen["write"], \
         (script.seen["write"], script.seen["write_request_tail"])
     assert "echo" not in script.seen, "the held call answered before any decision"

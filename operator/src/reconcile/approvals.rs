@@ -11,7 +11,10 @@
 //! its id with another digest is a conflict (the pending entry is withdrawn and the new view
 //! never listed), and a decision naming another digest than the entry's rejects the call. The
 //! verdicts carry the entry's digest, and the proxy forwards only the call with it. A pending
-//! entry keeps the call's full (masked) params; a decided one keeps only its digest.
+//! entry keeps the call's full (masked) params; a decided one keeps only its digest. A call
+//! whose params could not be shown masked (`withheld`) cannot be approved: an approval of it
+//! rejects it (the proxy does the same), with only the person's own reason passed on, so the
+//! agent learns nothing of why. `paramsBytes` is the length of the params as shown.
 //! This happens while the TaskRun is blocked too (`refuse.rs`: its proxy keeps serving the last
 //! good config, and holding calls), and once more when a finished task still lists a pending
 //! one (`finished.rs`). The decided ones go to the proxy in the ConfigMap key [`VERDICTS_KEY`].
@@ -83,6 +86,8 @@ pub enum Cause {
     Conflict { listed: String },
     /// ToolApproval `object` named digest `named`, not the entry's: the call is rejected.
     DigestMismatch { object: String, named: String },
+    /// ToolApproval `object` approved a call whose params were withheld: it is rejected.
+    ApprovedUnseen { object: String },
 }
 
 /// An approval whose state changed (an Event each).
@@ -135,10 +140,15 @@ pub fn merge(
             digest: request.digest.clone(),
             definition: request.definition.clone(),
             context_version: request.context_version,
-            params: Some(request.params.clone()),
-            params_bytes: request.params_bytes,
+            params: request.withheld.is_none().then(|| request.params.clone()),
+            // What is shown, measured here: never a length the proxy says of what is not.
+            params_bytes: match request.withheld {
+                None => u32::try_from(request.params.len()).unwrap_or(u32::MAX),
+                Some(_) => request.params_bytes,
+            },
             masked: request.masked.clone(),
             mask_nonce: request.mask_nonce.clone(),
+            withheld: request.withheld,
             requested_at: request.requested_at.clone(),
             expires_at: request.expires_at.clone(),
             state: ApprovalState::Pending,
@@ -175,6 +185,12 @@ pub fn merge(
                         named: d.digest.clone(),
                     };
                     (ApprovalState::Rejected, Some(reason))
+                }
+                Decision::Approve if approval.withheld.is_some() => {
+                    cause = Cause::ApprovedUnseen {
+                        object: object_name(&d.task_run, &d.id),
+                    };
+                    (ApprovalState::Rejected, d.reason)
                 }
                 Decision::Approve => (ApprovalState::Approved, d.reason),
                 Decision::Reject => (ApprovalState::Rejected, d.reason),
@@ -353,6 +369,9 @@ pub async fn reconcile(
         let (kind, reason, note) = describe(&t, &name);
         match &t.cause {
             Cause::State => {}
+            Cause::ApprovedUnseen { .. } => {
+                tracing::warn!(approval = %t.approval.id, "an approval of a call whose params were not shown is a rejection")
+            }
             cause => {
                 tracing::warn!(approval = %t.approval.id, ?cause, "approval does not name the call held")
             }
@@ -440,6 +459,13 @@ fn describe(t: &Transition, task: &str) -> (EventType, &'static str, String) {
                 short_pin(&a.digest)
             ),
         ),
+        (Cause::ApprovedUnseen { object }, _) => (
+            EventType::Warning,
+            "ApprovalOfUnseenCall",
+            format!(
+                "call {call} rejected: ToolApproval {object} by {by} approves it, but its params could not be shown with the task's Secret values masked, so nobody saw what it sends; it can only be rejected"
+            ),
+        ),
         (Cause::State, ApprovalState::Pending) => (
             EventType::Normal,
             "ApprovalRequested",
@@ -447,9 +473,10 @@ fn describe(t: &Transition, task: &str) -> (EventType, &'static str, String) {
                 "call {call} ({}, {} bytes{}) waits for approval until {}: see it with orchestrator-cli task approvals {task} --show {}, then task approve|reject {task} {}",
                 short_pin(&a.digest),
                 a.params_bytes,
-                match a.masked.len() {
-                    0 => String::new(),
-                    n => format!(", {n} Secret value(s) masked"),
+                match (a.masked.len(), a.withheld) {
+                    (_, Some(_)) => ", params not shown: it can only be rejected".to_string(),
+                    (0, None) => String::new(),
+                    (n, None) => format!(", {n} Secret value(s) masked"),
                 },
                 a.expires_at,
                 a.id,

@@ -5,16 +5,18 @@
 //! Also which pod's proxy may write the Lease ([`BINDING_UID_ANNOTATION`], see `binding.rs`).
 //!
 //! A request is listed only when it is what our proxy writes ([`well_formed`]): its digest and
-//! definition are hashes, its `params` a `tools/call` params object for the tool it names, and,
-//! when nothing in it is masked, its digest covers exactly what it shows (recomputed here), so a
-//! request cannot show one call and name another.
+//! definition are hashes, its `params` a `tools/call` params object for the tool it names (or
+//! empty, when its view is withheld), and, when nothing in it is masked, its digest covers
+//! exactly what it shows (recomputed here, [`ShownCall::check`]), so a request cannot show one
+//! call and name another. (When something is masked the digest is salted with a value only the
+//! proxy knows: nobody can recompute it, nor test a guess of a masked value against it.)
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use orchestrator_crds::approval::{
-    ApprovalRequest, BINDING_UID_ANNOTATION, CALL_DIGEST_VERSION, CallDigest, MASK_NONCE_LEN,
-    MAX_MASKED, MAX_PENDING, MAX_REQUEST_BYTES, REQUESTS_ANNOTATION,
+    ApprovalRequest, BINDING_UID_ANNOTATION, DigestCheck, MASK_NONCE_LEN, MAX_MASKED, MAX_PENDING,
+    MAX_REQUEST_BYTES, REQUESTS_ANNOTATION,
 };
 use orchestrator_crds::policy::is_pin;
 use orchestrator_crds::taskrun::conditions as ct;
@@ -124,6 +126,10 @@ fn well_formed(r: &ApprovalRequest, namespace: &str, task: &str) -> bool {
     if !fields {
         return false;
     }
+    if r.withheld.is_some() {
+        // Held, its params not shown: nothing to check them against.
+        return r.params.is_empty();
+    }
     // The params of a `tools/call` of the tool it names.
     let Ok(params) = serde_json::from_str::<serde_json::Value>(&r.params) else {
         return false;
@@ -132,19 +138,10 @@ fn well_formed(r: &ApprovalRequest, namespace: &str, task: &str) -> bool {
         return false;
     }
     // Nothing masked: the params shown are the params sent, so the digest must be theirs.
-    !r.masked.is_empty()
-        || CallDigest {
-            v: CALL_DIGEST_VERSION,
-            namespace,
-            task_run: task,
-            id: &r.id,
-            server: &r.server,
-            definition: &r.definition,
-            context_version: r.context_version,
-            params: &params,
-        }
-        .digest()
-            == r.digest
+    matches!(
+        r.shown(namespace, task).check(),
+        DigestCheck::Covers | DigestCheck::Salted
+    )
 }
 
 #[cfg(test)]
@@ -253,6 +250,24 @@ mod tests {
         masked["params"] = json!(json!({"name": "echo", "arguments": {"message": "B: <secret:deploy/passphrase:a1b2c3>"}}).to_string());
         masked["masked"] = json!([{"secret": "deploy", "key": "passphrase", "count": 1}]);
         assert_eq!(listed(json!([masked])), ["0a1b2c3d"]);
+    }
+
+    #[test]
+    fn a_request_whose_view_is_withheld_is_listed_only_without_params() {
+        let mut withheld = vector_request();
+        withheld["withheld"] = json!("tooLarge");
+        withheld["params"] = json!("");
+        withheld["masked"] = json!([{"secret": "deploy", "key": "passphrase", "count": 900}]);
+        let mut showing = withheld.clone();
+        showing["id"] = json!("0a1b2c3e");
+        showing["params"] = vector_request()["params"].clone();
+        let facts = lease_facts(&lease(json!([withheld, showing]))).unwrap_or_default();
+        let listed = facts.requests.unwrap_or_default();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            listed[0].withheld,
+            Some(orchestrator_crds::approval::ViewWithheld::TooLarge)
+        );
     }
 
     #[test]

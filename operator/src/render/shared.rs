@@ -3,7 +3,9 @@
 //! - [`check`]: what such a task cannot have: no shared proxy configured
 //!   (`SharedProxyUnavailable`);
 //! - [`SharedConfig`]: the task's ConfigMap `task.<namespace>.<taskrun>` in the shared proxy's
-//!   namespace, holding the same `proxy.yaml` a sidecar gets with `task.uid` set, the HTTP
+//!   namespace, holding the same `proxy.yaml` a sidecar gets with `task.uid` set, the task's
+//!   Secret keys whose values the proxy masks in held calls (`mask-keys.json`, the keys a
+//!   sidecar's mask volume holds), the HTTP
 //!   servers' headers read from the task's Secrets (`headersFromSecret`) instead of env, each
 //!   stdio server's zone reached over TCP (`zonePort`, its key in the task's Secret
 //!   `<taskrun>-zone-keys`: `zoneKey`) instead of a socket, and the annotations the proxy maps
@@ -19,6 +21,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
+use orchestrator_crds::approval::{MASK_KEYS_KEY, MaskKey};
 use orchestrator_crds::proxy::{DEFAULT_LISTEN, PROXY_CONFIG_FILE, ProxyConfig, SecretKey};
 use orchestrator_crds::shared::{
     CONFIG_LABEL, TASK_ANNOTATION, TASK_PHASE_ANNOTATION, TASK_POD_IP_ANNOTATION,
@@ -92,6 +95,8 @@ pub struct SharedConfig {
     task_uid: String,
     task: String,
     proxy: ProxyConfig,
+    /// `mask-keys.json`: the task's Secret keys (see [`mask_keys`]).
+    mask_keys: String,
 }
 
 /// The task's pod, as the operator bound it (`reconcile/binding.rs`).
@@ -138,6 +143,20 @@ impl SharedConfig {
                 .collect();
         }
         let name = tr.name_any();
+        let agent_env = tr
+            .spec
+            .agent
+            .as_ref()
+            .map(|a| a.env.as_slice())
+            .unwrap_or_default();
+        let keys: Vec<MaskKey> = mask_keys(&resolved.secrets, agent_env)
+            .into_iter()
+            .map(|k| MaskKey {
+                secret: k.secret,
+                key: k.key,
+            })
+            .collect();
+        let mask_keys = serde_json::to_string(&keys).unwrap_or_else(|_| "[]".into());
         // Each stdio server's zone listens on the pod's IP (see `zone`), its key in the task's
         // Secret `<taskrun>-zone-keys` (made by `reconcile`), which the task's Role lets the
         // shared proxy `get`.
@@ -164,6 +183,7 @@ impl SharedConfig {
             task_uid: tr.uid().unwrap_or_default(),
             task: format!("{namespace}/{name}"),
             proxy: config,
+            mask_keys,
         }
     }
 
@@ -227,10 +247,13 @@ impl SharedConfig {
                 annotations: Some(annotations),
                 ..Default::default()
             },
-            data: Some(BTreeMap::from([(
-                PROXY_CONFIG_FILE.to_string(),
-                self.proxy_yaml(context_version),
-            )])),
+            data: Some(BTreeMap::from([
+                (
+                    PROXY_CONFIG_FILE.to_string(),
+                    self.proxy_yaml(context_version),
+                ),
+                (MASK_KEYS_KEY.to_string(), self.mask_keys.clone()),
+            ])),
             ..Default::default()
         }
     }

@@ -211,9 +211,18 @@ fn the_task_config_map_keeps_the_agents_files_and_the_proxy_gets_the_config_with
     assert!(!annotations.contains_key(TASK_POD_UID_ANNOTATION));
     assert!(!annotations.contains_key(TASK_POD_IP_ANNOTATION));
     assert!(cm.metadata.owner_references.is_none());
+    let data = cm.data.unwrap_or_default();
+    // The task's Secret keys the shared proxy masks in held calls: the servers' and the
+    // agent's, as a sidecar's mask volume holds them.
+    let masked: serde_json::Value =
+        serde_json::from_str(&data[orchestrator_crds::approval::MASK_KEYS_KEY])
+            .expect("mask-keys.json");
+    assert_eq!(
+        masked,
+        json!([{"secret": "anthropic", "key": "api-key"}, {"secret": "team-a-tracker", "key": "pat"}])
+    );
     let proxy: ProxyConfig =
-        serde_saphyr::from_str(&cm.data.unwrap_or_default()[PROXY_CONFIG_FILE])
-            .expect("the proxy's schema");
+        serde_saphyr::from_str(&data[PROXY_CONFIG_FILE]).expect("the proxy's schema");
     assert_eq!(proxy.context_version, 3);
     assert_eq!(
         proxy.task.uid.as_deref(),

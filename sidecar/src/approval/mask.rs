@@ -1,16 +1,22 @@
 //! Masking by value: what a person is shown of a held call, with the values of the task's
 //! Secrets replaced by `<secret:SECRET/KEY:NONCE>`.
 //!
-//! The values come from `--mask-secrets-dir` (`MCP_PROXY_MASK_SECRETS_DIR`): one file per
-//! Secret key, at `<secret>/<key>` (the operator's projected volume, items path
-//! `<secret>/<key>`; the kubelet's `..data` entries are skipped). [`Masker::load`] reads them at
-//! each hold, so a rotated Secret is masked with its new value; at most [`MAX_FILES`] files,
-//! each read to [`MAX_FILE_BYTES`]. Values are never logged: errors name files, not contents.
+//! The values come from a [`MaskSource`], read at each hold so a rotated Secret is masked with
+//! its new value. A sidecar's is `--mask-secrets-dir` (`MCP_PROXY_MASK_SECRETS_DIR`,
+//! [`MaskSource::Dir`]): one file per Secret key, at `<secret>/<key>` (the operator's projected
+//! volume, items path `<secret>/<key>`; the kubelet's `..data` entries are skipped),
+//! [`Masker::load`]. A shared proxy's reads the task's Secrets through the API
+//! ([`MaskSource::Values`], `tenant::secrets`), the keys the operator lists in the task's
+//! ConfigMap. Either way at most [`MAX_FILES`] values, each of at most [`MAX_FILE_BYTES`].
+//! Values are never logged: errors name files and Secrets, not contents.
 //!
 //! [`Masker::mask`] walks the params: every string value and object key, where each value of
 //! [`MIN_BYTES`] or more is replaced wherever it occurs (also with its trailing `\n` stripped,
 //! and in the JSON-escaped and `\uXXXX` forms `audit::redact` looks for), and every number
 //! whose text is a value (it becomes the placeholder string). The rest is left byte for byte.
+//! Two keys of one object that read the same once masked make the view
+//! [`Masked::ambiguous`] (the caller withholds it: whether anything was masked must never
+//! decide whether a call is held).
 //!
 //! What is not recognised is shown in clear: base64 or URL-encoded forms, a value split across
 //! strings, values under [`MIN_BYTES`].
@@ -19,9 +25,11 @@ use std::{
     collections::{HashMap, HashSet},
     io::Read,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use futures::future::BoxFuture;
 use orchestrator_crds::approval::{MAX_MASKED, MAX_REQUEST_BYTES, MaskedSecret};
 use serde_json::Value;
 
@@ -37,6 +45,55 @@ pub const MAX_FILE_BYTES: usize = 64 * 1024;
 pub const MIN_BYTES: usize = 4;
 /// The longest Secret or key name (Kubernetes' own limit).
 const MAX_NAME_BYTES: usize = 253;
+
+/// Where the Secret values to mask come from.
+#[derive(Clone)]
+pub enum MaskSource {
+    /// `--mask-secrets-dir`: files `<secret>/<key>`.
+    Dir(PathBuf),
+    /// Read by someone else (shared mode: the task's Secrets through the API).
+    Values(Arc<dyn SecretValues>),
+}
+
+/// Values of Secret keys: `(secret, key, value)` each.
+pub type Values = Vec<(String, String, String)>;
+
+/// The values of a task's Secret keys, read when a call is held.
+pub trait SecretValues: Send + Sync {
+    /// Every `(secret, key, value)` to mask; `Err` says why they cannot be read (naming the
+    /// Secret, never a value).
+    fn read(&self) -> BoxFuture<'_, Result<Values, String>>;
+}
+
+impl MaskSource {
+    /// The values as they are now.
+    pub async fn load(&self) -> Result<Masker, String> {
+        match self {
+            MaskSource::Dir(dir) => Masker::load(dir),
+            MaskSource::Values(values) => Masker::of(values.read().await?),
+        }
+    }
+}
+
+/// A random value a masked request's digest covers ([`CallDigest::salted`]): kept in the
+/// process, never published nor logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Salt(pub(super) String);
+
+impl Salt {
+    /// 32 random bytes as hex; `None` when the system has no randomness to give.
+    pub(super) fn new() -> Option<Self> {
+        let mut bytes = [0u8; 32];
+        aws_lc_rs::rand::fill(&mut bytes).ok()?;
+        Some(Salt(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+    }
+}
+
+impl std::fmt::Debug for Salt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Salt(..)")
+    }
+}
 
 /// The Secret values to mask, as read from the directory.
 #[derive(Default)]
@@ -59,6 +116,9 @@ pub struct Masked {
     pub text: String,
     /// Each Secret key masked, with how often (sorted; at most [`MAX_MASKED`] listed).
     pub masked: Vec<MaskedSecret>,
+    /// Two keys of one object read the same in `text` (they differ only in how a masked value
+    /// is written): the view cannot tell them apart.
+    pub ambiguous: bool,
 }
 
 impl Masker {
@@ -69,9 +129,30 @@ impl Masker {
         read(dir).or_else(|_| read(dir))
     }
 
-    /// `params` as compact JSON with every value replaced by `<secret:SECRET/KEY:NONCE>`. `Err`
-    /// when two keys of one object would read the same once masked (they differ only in how a
-    /// value is written): the view would be ambiguous.
+    /// The values `(secret, key, value)` read elsewhere (shared mode), bounded as files are: at
+    /// most [`MAX_FILES`]; a value longer than [`MAX_FILE_BYTES`], or a name no Secret or key
+    /// may have, is not used.
+    pub fn of(values: Values) -> Result<Masker, String> {
+        if values.len() > MAX_FILES {
+            return Err(format!(
+                "the task names more than {MAX_FILES} Secret keys, the most the proxy reads to mask Secret values: reference fewer Secret keys in the task"
+            ));
+        }
+        let mut values: Vec<SecretValue> = values
+            .into_iter()
+            .filter(|(secret, key, value)| {
+                is_name(secret) && is_name(key) && value.len() <= MAX_FILE_BYTES
+            })
+            .map(|(secret, key, value)| SecretValue { secret, key, value })
+            .collect();
+        values.sort_by(|a, b| (&a.secret, &a.key).cmp(&(&b.secret, &b.key)));
+        values.dedup_by(|a, b| (&a.secret, &a.key) == (&b.secret, &b.key));
+        Ok(Masker { values })
+    }
+
+    /// `params` as compact JSON with every value replaced by `<secret:SECRET/KEY:NONCE>`
+    /// ([`Masked::ambiguous`] when two keys of one object read the same once masked). `Err`
+    /// only when the values cannot be searched for.
     pub fn mask(&self, params: &Value, nonce: &str) -> Result<Masked, String> {
         let longest = longest_text(params).min(MAX_REQUEST_BYTES);
         // A form longer than every string cannot be in one; one longer than a request could
@@ -104,6 +185,7 @@ impl Masker {
                 .map(|sv| format!("<secret:{}/{}:{nonce}>", sv.secret, sv.key))
                 .collect(),
             counts: vec![0; self.values.len()],
+            ambiguous: false,
         };
         if !patterns.is_empty() {
             // A contiguous NFA: memory linear in the patterns, the search linear in the text.
@@ -129,7 +211,11 @@ impl Masker {
                 count: *count,
             })
             .collect();
-        Ok(Masked { text, masked })
+        Ok(Masked {
+            text,
+            masked,
+            ambiguous: walk.ambiguous,
+        })
     }
 }
 
@@ -142,6 +228,8 @@ struct Walk<'a> {
     numbers: HashMap<&'a str, usize>,
     placeholders: Vec<String>,
     counts: Vec<u32>,
+    /// Two keys of one object read the same once masked.
+    ambiguous: bool,
 }
 
 impl Walk<'_> {
@@ -182,7 +270,7 @@ impl Walk<'_> {
                     let key = self.text(key);
                     out.push_str(&json(&key)?);
                     if !keys.insert(key) {
-                        return Err("two of its argument keys read the same once a Secret value in them is masked (they differ only in how the value is written)".into());
+                        self.ambiguous = true;
                     }
                     out.push(':');
                     self.value(item, out)?;
@@ -280,17 +368,23 @@ fn names(dir: &Path) -> Result<Vec<String>, String> {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        if name.len() <= MAX_NAME_BYTES
-            && !name.starts_with("..")
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
-        {
+        if is_name(&name) {
             names.push(name);
         }
     }
     names.sort();
     Ok(names)
+}
+
+/// Whether `name` may be a Secret's or a key's (the kubelet's `..data` and timestamped entries
+/// may not).
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && !name.starts_with("..")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
 }
 
 /// A file's value: `None` when it cannot be a JSON text's (not UTF-8) or is longer than
@@ -422,11 +516,39 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn keys_that_would_read_the_same_once_masked_are_refused() {
+    fn keys_that_would_read_the_same_once_masked_make_the_view_ambiguous() {
         let dir = mask_dir(&[("s", "k", "x\"yz")]);
         let masker = Masker::load(dir.path()).expect("loaded");
         let params = json!({"arguments": {"a x\"yz": 1, "a x\\\"yz": 2}});
-        assert!(masker.mask(&params, "abc123").is_err());
+        assert!(masker.mask(&params, "abc123").expect("masked").ambiguous);
+        let other = json!({"arguments": {"a x\"yz": 1, "b": 2}});
+        assert!(!masker.mask(&other, "abc123").expect("masked").ambiguous);
+    }
+
+    #[test]
+    fn values_read_elsewhere_are_bounded_as_files_are() {
+        let value = |s: &str, k: &str, v: &str| (s.to_string(), k.to_string(), v.to_string());
+        let masker = Masker::of(vec![
+            value("deploy", "passphrase", PASSPHRASE),
+            value("deploy", "passphrase", PASSPHRASE),
+            value("..data", "k", "hidden value"),
+            value("big", "k", &"x".repeat(MAX_FILE_BYTES + 1)),
+        ])
+        .expect("values");
+        assert_eq!(masker.values.len(), 1);
+        let m = masker
+            .mask(&json!({"arguments": {"m": PASSPHRASE}}), "abc123")
+            .expect("masked");
+        assert_eq!(
+            m.text,
+            r#"{"arguments":{"m":"<secret:deploy/passphrase:abc123>"}}"#
+        );
+        let many = (0..=MAX_FILES)
+            .map(|i| value("s", &format!("k{i}"), "s3cr3t-v4lue"))
+            .collect();
+        let refused = Masker::of(many).err().unwrap_or_default();
+        assert!(refused.contains("more than 256"), "{refused}");
+        assert!(!refused.contains("s3cr3t"), "{refused}");
     }
 
     #[test]

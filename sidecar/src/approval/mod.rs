@@ -10,6 +10,17 @@
 //! digest. One naming another takes the call out as [`Outcome::Mismatch`]: it is never
 //! forwarded, and its id is never issued again.
 //!
+//! Masking confirms no guess, to the agent nor to a reader of the request:
+//! - whether a call is held or refused, and every word and number of a refusal, follow from the
+//!   call as sent (unmasked) only: [`NotHeld::TooLarge`] measures the request as it would be
+//!   with nothing masked. A view that grows past [`MAX_REQUEST_BYTES`] once masked (a
+//!   placeholder can be longer than the value: a short value repeated many times), or whose
+//!   keys become ambiguous, is held all the same, its params withheld
+//!   ([`ApprovalRequest::withheld`]); such a call can only be rejected (an approval of it is
+//!   taken as a rejection: nobody saw it);
+//! - when something is masked (or withheld) the digest is [`CallDigest::salted`] with a random
+//!   [`Salt`] kept here and never published, and `paramsBytes` is the length of the view.
+//!
 //! A held call owns a [`Held`]; dropping it (decided, expired, cancelled, shut down) takes its
 //! request out of the published set. Nothing here waits or talks to the API.
 //!
@@ -44,13 +55,16 @@ use std::{
 };
 
 use orchestrator_crds::approval::{
-    ApprovalRequest, CALL_DIGEST_VERSION, CallDigest, MAX_PENDING, MAX_REASON_CHARS,
-    MAX_REQUEST_BYTES, VERDICTS_KEY, Verdict, clip,
+    ApprovalRequest, CALL_DIGEST_VERSION, CallDigest, Decision, MAX_PENDING, MAX_REASON_CHARS,
+    MAX_REQUEST_BYTES, VERDICTS_KEY, Verdict, ViewWithheld, clip,
 };
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 use crate::{metrics::Metrics, sync::lock};
+
+use mask::Salt;
+pub use mask::{MaskSource, SecretValues};
 
 /// The annotation's value stays within this many bytes: [`MAX_PENDING`] requests of at most
 /// [`MAX_REQUEST_BYTES`], the array's brackets and the commas between them.
@@ -75,8 +89,9 @@ pub struct Approvals {
     /// Where the requests are published (set by the reporter): only then can a person see a
     /// held call. Its namespace and name (the TaskRun's) are part of every digest.
     place: OnceLock<Place>,
-    /// `--mask-secrets-dir`: the Secret values masked in what a request shows.
-    mask_dir: OnceLock<PathBuf>,
+    /// The Secret values masked in what a request shows (`--mask-secrets-dir`; shared mode:
+    /// the task's Secrets through the API).
+    masks: OnceLock<MaskSource>,
     metrics: Arc<Metrics>,
     ids: RandomState,
     issued: AtomicU64,
@@ -100,6 +115,8 @@ struct Inner {
     pending: Vec<Pending>,
     /// Ids issued lately (oldest first).
     issued: VecDeque<String>,
+    /// The salts of the masked requests among them (never published: see [`Salt`]).
+    salts: HashMap<String, Salt>,
     /// Ids the last verdict document named.
     named: HashSet<String>,
     /// The verdicts of the last document (at most [`REMEMBERED_IDS`]): shared mode decides an
@@ -151,7 +168,8 @@ pub enum NotHeld {
     TooLarge { bytes: usize, limit: usize },
     /// The Secret values to mask cannot be read (`--mask-secrets-dir`): what it says.
     MasksUnreadable(String),
-    /// The call cannot be shown as it will be sent, its Secret values masked: why.
+    /// The call cannot be shown (its names are too long, it cannot be written as JSON): why.
+    /// Never because of what masking did to it.
     Unshowable(String),
 }
 
@@ -198,7 +216,7 @@ impl Approvals {
             inner: Mutex::default(),
             published: watch::Sender::new(Arc::from("[]")),
             place: OnceLock::new(),
-            mask_dir: OnceLock::new(),
+            masks: OnceLock::new(),
             metrics,
             ids: RandomState::new(),
             issued: AtomicU64::new(0),
@@ -233,7 +251,21 @@ impl Approvals {
     /// Masks the values of the files under `dir` (`<secret>/<key>`) in what requests show
     /// (see [`mask`]); read at each hold. Set once, before calls come.
     pub fn mask_secrets_from(&self, dir: PathBuf) {
-        let _ = self.mask_dir.set(dir);
+        self.mask_secrets_with(MaskSource::Dir(dir));
+    }
+
+    /// Masks the values `source` gives in what requests show; read at each hold. Set once,
+    /// before calls come.
+    pub fn mask_secrets_with(&self, source: MaskSource) {
+        let _ = self.masks.set(source);
+    }
+
+    /// The Secret values to mask, as they are now (none without a source).
+    pub async fn masker(&self) -> Result<mask::Masker, NotHeld> {
+        match self.masks.get() {
+            Some(source) => source.load().await.map_err(NotHeld::MasksUnreadable),
+            None => Ok(mask::Masker::default()),
+        }
     }
 
     /// Whether a held call can be seen by anyone (see [`Approvals::reporter`]).
@@ -246,9 +278,28 @@ impl Approvals {
         lock(&self.inner).pending.len()
     }
 
-    /// Holds `call` for at most `timeout`: a new request showing its params (Secret values
-    /// masked) and naming its digest, published at once.
+    /// [`Approvals::hold_masked`] with the values of a `--mask-secrets-dir` (tests).
+    #[cfg(test)]
     pub fn hold(&self, call: HoldCall<'_>, timeout: Duration) -> Result<Held<'_>, NotHeld> {
+        let masker = match self.masks.get() {
+            Some(MaskSource::Dir(dir)) => {
+                mask::Masker::load(dir).map_err(NotHeld::MasksUnreadable)?
+            }
+            _ => mask::Masker::default(),
+        };
+        self.hold_masked(call, &masker, timeout)
+    }
+
+    /// Holds `call` for at most `timeout`: a new request showing its params with the values of
+    /// `masker` masked and naming its digest, published at once. Whether it is held, and why
+    /// not, depend only on the call as sent: a view that cannot be shown once masked is
+    /// withheld, never refused.
+    pub fn hold_masked(
+        &self,
+        call: HoldCall<'_>,
+        masker: &mask::Masker,
+        timeout: Duration,
+    ) -> Result<Held<'_>, NotHeld> {
         let Some(place) = self.place.get() else {
             return Err(NotHeld::Unavailable);
         };
@@ -260,24 +311,14 @@ impl Approvals {
                 "its server's or tool's name is longer than {MAX_NAME_BYTES} bytes, the most a request may carry"
             )));
         }
-        // Read before the lock: files, at each hold (a rotated Secret is masked as it is now).
-        let masker = match self.mask_dir.get() {
-            Some(dir) => mask::Masker::load(dir).map_err(NotHeld::MasksUnreadable)?,
-            None => mask::Masker::default(),
-        };
+        let plain = serde_json::to_string(call.params).map_err(|e| {
+            NotHeld::Unshowable(format!("its params cannot be written as JSON ({e})"))
+        })?;
         let nonce = self.nonce();
-        let shown = masker
-            .mask(call.params, &nonce)
-            .map_err(NotHeld::Unshowable)?;
-        let params_bytes = if shown.masked.is_empty() {
-            shown.text.len()
-        } else {
-            serde_json::to_string(call.params)
-                .map_err(|e| {
-                    NotHeld::Unshowable(format!("its params cannot be written as JSON ({e})"))
-                })?
-                .len()
-        };
+        // Made for every call, used when something is masked (so a failure depends on nothing).
+        let salt = Salt::new().ok_or_else(|| {
+            NotHeld::Unshowable("the proxy has no randomness to salt its digest with".into())
+        })?;
         let mut inner = lock(&self.inner);
         if inner.pending.len() >= MAX_PENDING {
             return Err(NotHeld::Busy);
@@ -285,41 +326,81 @@ impl Approvals {
         let id = self.new_id(&inner);
         let now = jiff::Timestamp::now();
         let expires = now.checked_add(timeout).unwrap_or(now);
-        let request = ApprovalRequest {
-            digest: digest(place, &id, &call),
+        let unsalted = digest(place, &id, &call, None);
+        // The request as it would be with nothing masked: what the size limit is held to.
+        let mut request = ApprovalRequest {
+            digest: unsalted,
             id: id.clone(),
             server: call.server.to_string(),
             tool: call.tool.to_string(),
             definition: call.definition.to_string(),
             context_version: call.context_version,
-            params: shown.text,
-            params_bytes: u32::try_from(params_bytes).unwrap_or(u32::MAX),
-            masked: shown.masked,
+            params_bytes: u32::try_from(plain.len()).unwrap_or(u32::MAX),
+            params: plain,
+            masked: Vec::new(),
             mask_nonce: nonce,
+            withheld: None,
             requested_at: rfc3339(now),
             expires_at: rfc3339(expires),
         };
-        let json = self.entry_json(&request).map_err(|e| {
+        let unshowable = |e: serde_json::Error| {
             NotHeld::Unshowable(format!("its request cannot be written as JSON ({e})"))
-        })?;
-        if json.len() > MAX_REQUEST_BYTES {
+        };
+        let plain_json = self.entry_json(&request).map_err(unshowable)?;
+        if plain_json.len() > MAX_REQUEST_BYTES {
             return Err(NotHeld::TooLarge {
-                bytes: json.len(),
+                bytes: plain_json.len(),
                 limit: MAX_REQUEST_BYTES,
             });
         }
+        // Masked once the call is known to be held (not even a refusal's timing depends on it);
+        // what masking makes of the view decides nothing the agent sees (a failure withholds it).
+        let shown = masker
+            .mask(call.params, &request.mask_nonce)
+            .map_err(|e| tracing::warn!(server = %call.server, tool = %call.tool, error = %e, "cannot mask a held call's params; its view is withheld"))
+            .ok();
+        let (json, salt) = match shown {
+            Some(shown) if shown.masked.is_empty() && !shown.ambiguous => (plain_json, None),
+            shown => {
+                request.digest = digest(place, &id, &call, Some(&salt));
+                (request.params, request.withheld, request.params_bytes) = match shown {
+                    None => (String::new(), Some(ViewWithheld::Failed), 0),
+                    Some(shown) => {
+                        let bytes = u32::try_from(shown.text.len()).unwrap_or(u32::MAX);
+                        request.masked = shown.masked;
+                        match shown.ambiguous {
+                            true => (String::new(), Some(ViewWithheld::Ambiguous), bytes),
+                            false => (shown.text, None, bytes),
+                        }
+                    }
+                };
+                let mut json = self.entry_json(&request).map_err(unshowable)?;
+                if json.len() > MAX_REQUEST_BYTES {
+                    // Placeholders longer than the values they stand for (a short value many
+                    // times): the call is held all the same, its params not shown.
+                    request.withheld = Some(ViewWithheld::TooLarge);
+                    request.params = String::new();
+                    json = self.entry_json(&request).map_err(unshowable)?;
+                    // Even the list of what was masked may be too long (long Secret names).
+                    while json.len() > MAX_REQUEST_BYTES && request.masked.pop().is_some() {
+                        json = self.entry_json(&request).map_err(unshowable)?;
+                    }
+                }
+                (json, Some(salt))
+            }
+        };
         let (decide, decided) = oneshot::channel();
-        inner.issued.push_back(id);
-        if inner.issued.len() > REMEMBERED_IDS {
-            inner.issued.pop_front();
+        if let Some(salt) = salt {
+            inner.salts.insert(id.clone(), salt);
         }
+        inner.remember(id);
         inner.pending.push(Pending {
             request: request.clone(),
             json,
             decide,
         });
         self.publish(&mut inner);
-        tracing::info!(approval = %request.id, server = %request.server, tool = %request.tool, digest = %request.digest, params_bytes = request.params_bytes, masked = request.masked.len(), expires_at = %request.expires_at, "call held for approval");
+        tracing::info!(approval = %request.id, server = %request.server, tool = %request.tool, digest = %request.digest, params_bytes = request.params_bytes, masked = request.masked.len(), withheld = ?request.withheld, expires_at = %request.expires_at, "call held for approval");
         Ok(Held {
             approvals: self,
             request,
@@ -329,9 +410,12 @@ impl Approvals {
     }
 
     /// The digest of `call` held as `id` (`None` when nothing publishes requests): what
-    /// [`Approvals::hold`] computed, for checking the call again before it is forwarded.
+    /// [`Approvals::hold_masked`] computed (salted as it was, when something was masked), for
+    /// checking the call again before it is forwarded.
     pub fn digest_of(&self, id: &str, call: &HoldCall<'_>) -> Option<String> {
-        self.place.get().map(|place| digest(place, id, call))
+        let place = self.place.get()?;
+        let salt = lock(&self.inner).salts.get(id).cloned();
+        Some(digest(place, id, call, salt.as_ref()))
     }
 
     /// A verdict document (`approvals.json`: a JSON array of [`Verdict`]s) from `origin`: each
@@ -453,8 +537,19 @@ impl Approvals {
 }
 
 /// What `verdict` decides of `request`: itself when it names the request's digest, else a
-/// mismatch (the call is not made).
+/// mismatch (the call is not made). An approval of a request whose view was withheld is a
+/// rejection: nobody saw the call (the agent is told as of any rejection).
 fn outcome_of(verdict: Verdict, request: &ApprovalRequest) -> Outcome {
+    if verdict.digest == request.digest
+        && verdict.decision == Decision::Approve
+        && request.withheld.is_some()
+    {
+        tracing::warn!(approval = %verdict.id, server = %request.server, tool = %request.tool, decided_by = %verdict.decided_by, "an approval of a call whose params could not be shown counts as a rejection");
+        return Outcome::Verdict(Verdict {
+            decision: Decision::Reject,
+            ..verdict
+        });
+    }
     if verdict.digest == request.digest {
         tracing::info!(approval = %verdict.id, server = %request.server, tool = %request.tool, decision = ?verdict.decision, decided_by = %verdict.decided_by, "approval decided");
         Outcome::Verdict(verdict)
@@ -466,9 +561,23 @@ fn outcome_of(verdict: Verdict, request: &ApprovalRequest) -> Outcome {
     }
 }
 
-/// The [`CallDigest`] of `call` held as `id` where `place` publishes it.
-fn digest(place: &Place, id: &str, call: &HoldCall<'_>) -> String {
-    CallDigest {
+impl Inner {
+    /// `id` was issued (or adopted) here: it is never issued again, and its salt is kept while
+    /// it is remembered.
+    fn remember(&mut self, id: String) {
+        self.issued.push_back(id);
+        if self.issued.len() > REMEMBERED_IDS
+            && let Some(old) = self.issued.pop_front()
+        {
+            self.salts.remove(&old);
+        }
+    }
+}
+
+/// The [`CallDigest`] of `call` held as `id` where `place` publishes it, salted when something
+/// in its view is masked.
+fn digest(place: &Place, id: &str, call: &HoldCall<'_>, salt: Option<&Salt>) -> String {
+    let call = CallDigest {
         v: CALL_DIGEST_VERSION,
         namespace: &place.namespace,
         task_run: &place.task,
@@ -477,8 +586,11 @@ fn digest(place: &Place, id: &str, call: &HoldCall<'_>) -> String {
         definition: call.definition,
         context_version: call.context_version,
         params: call.params,
+    };
+    match salt {
+        Some(Salt(salt)) => call.salted(salt),
+        None => call.digest(),
     }
-    .digest()
 }
 
 /// RFC 3339, UTC, to the second.

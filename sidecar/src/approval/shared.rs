@@ -10,9 +10,7 @@ use orchestrator_crds::approval::ApprovalRequest;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::{
-    Approvals, Held, HoldCall, Outcome, Pending, REMEMBERED_IDS, digest, lease, outcome_of,
-};
+use super::{Approvals, Held, HoldCall, Outcome, Pending, digest, lease, outcome_of};
 use crate::sync::lock;
 
 /// The `_meta` of `request` as its first sender sent it (what a person saw: the call's `params`
@@ -112,6 +110,8 @@ impl Approvals {
 
     /// Shared mode: the entries of `current` (the Lease's value) `call` may adopt (see
     /// [`lease::candidates`]): its digest recomputed with each entry's id must be the entry's.
+    /// A request with something masked is never adopted: its digest is salted with a value
+    /// only the replica that held it knew (the call is held anew).
     pub fn adoptable(&self, current: Option<&str>, call: &HoldCall<'_>) -> Vec<lease::Entry> {
         let (Some(place), Some(me)) = (self.place.get(), self.holder()) else {
             return Vec::new();
@@ -127,7 +127,7 @@ impl Approvals {
                             params: &params,
                             ..*call
                         };
-                        digest(place, &r.id, &call) == r.digest
+                        digest(place, &r.id, &call, None) == r.digest
                     })
             },
             jiff::Timestamp::now(),
@@ -160,10 +160,7 @@ impl Approvals {
             .unwrap_or_default();
         let (decide, decided) = oneshot::channel();
         let mut inner = lock(&self.inner);
-        inner.issued.push_back(request.id.clone());
-        if inner.issued.len() > REMEMBERED_IDS {
-            inner.issued.pop_front();
-        }
+        inner.remember(request.id.clone());
         let known = inner
             .verdicts
             .get(&request.id)

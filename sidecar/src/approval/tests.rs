@@ -140,9 +140,16 @@ fn the_digest_is_the_fixed_vector_for_its_call() {
     let params =
         json!({"name": "echo", "arguments": {"message": "B: rm -rf /", "n": 12345678901234i64}});
     assert_eq!(
-        digest(&place, "0a1b2c3d", &call(&params)),
+        digest(&place, "0a1b2c3d", &call(&params), None),
         "sha256:e1afe37203b00ff1c6bc666d39c20ba74fdf32752e80297c55f90aad034133a3"
     );
+    // Salted (as when something is masked): the salt is one more member.
+    let salt = Salt("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff".into());
+    assert_eq!(
+        digest(&place, "0a1b2c3d", &call(&params), Some(&salt)),
+        "sha256:3d6929cb14acadf7dc8b78dd0ee58b95ca26245dcf324984855efb0af01b72d4"
+    );
+    assert_eq!(format!("{salt:?}"), "Salt(..)", "never printed");
 }
 
 #[test]
@@ -298,8 +305,14 @@ fn a_secret_value_is_masked_everywhere_and_the_rest_shown_whole() {
             count: 4
         }]
     );
-    // The digest and the length are those of the call as forwarded, unmasked.
-    assert_eq!(request.params_bytes as usize, text.len());
+    // The length is that of what is shown; the digest covers the call as forwarded, unmasked,
+    // and a salt only this process knows: nobody can test a guess of the value against it.
+    assert_eq!(request.params_bytes as usize, request.params.len());
+    let place = approvals.place.get().expect("a place");
+    assert_ne!(
+        digest(place, &request.id, &call(&params), None),
+        request.digest
+    );
     assert_eq!(
         approvals.digest_of(&request.id, &call(&params)).as_deref(),
         Some(request.digest.as_str())
@@ -484,4 +497,86 @@ fn ids_are_not_issued_twice() {
             held.id()
         );
     }
+}
+
+/// The message of a call padded to `bytes` of params: `guess` repeated `times`, then spaces.
+fn padded(guess: &str, times: usize, bytes: usize) -> Value {
+    let head = guess.repeat(times);
+    let plain = serde_json::to_string(&echo(&head))
+        .unwrap_or_default()
+        .len();
+    echo(&format!(
+        "{head}{}",
+        " ".repeat(bytes.saturating_sub(plain))
+    ))
+}
+
+#[test]
+fn whether_a_padded_call_is_held_and_what_its_refusal_says_do_not_depend_on_a_guess_matching_a_secret()
+ {
+    // A 4-byte Secret value, whose placeholder takes 34 bytes: each match grows the view by 30.
+    let dir = mask_dir(&[("deploy", "pin", "4711")]);
+    let approvals = approvals();
+    approvals.mask_secrets_from(dir.path().to_path_buf());
+    let size = |guess: &str, bytes: usize| {
+        let held = approvals.hold(call(&padded(guess, 200, bytes)), WAIT);
+        held.map(|h| (h.request.withheld, h.request.params_bytes))
+    };
+    // Find the largest padded call that is held with a wrong guess.
+    let (mut lo, mut hi) = (1000, 4 * MAX_REQUEST_BYTES);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if size("0000", mid).is_ok() {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    for bytes in [lo - 500, lo, hi, hi + 500] {
+        let wrong = size("0000", bytes);
+        let right = size("4711", bytes);
+        // Held both, or refused both with the very same words and numbers.
+        match (&wrong, &right) {
+            (Ok((None, _)), Ok(_)) => {}
+            (Err(w), Err(r)) => assert_eq!(w, r, "at {bytes} bytes"),
+            _ => panic!(
+                "at {bytes} bytes: {wrong:?} with a wrong guess, {right:?} with the right one"
+            ),
+        }
+    }
+    // Right at the edge the right guess's view (200 placeholders) no longer fits: it is held,
+    // its params withheld, never refused.
+    let held = hold(&approvals, &padded("4711", 200, lo));
+    assert_eq!(held.request.withheld, Some(ViewWithheld::TooLarge));
+    assert!(held.request.params_bytes as usize > MAX_REQUEST_BYTES);
+    let [withheld] = published(&approvals).try_into().expect("one request");
+    assert!(withheld.params.is_empty());
+    assert_eq!(withheld.masked[0].count, 200);
+    assert!(!approvals.published.borrow().contains("4711"));
+}
+
+#[tokio::test]
+async fn a_call_whose_view_is_withheld_is_held_and_can_only_be_rejected() {
+    let dir = mask_dir(&[("s", "k", "x\"yz")]);
+    let approvals = approvals();
+    approvals.mask_secrets_from(dir.path().to_path_buf());
+    // Two keys that read the same once the value is masked: the view would be ambiguous.
+    let params = json!({"name": "echo", "arguments": {"a x\"yz": 1, "a x\\\"yz": 2}});
+    let mut held = hold(&approvals, &params);
+    assert_eq!(held.request.withheld, Some(ViewWithheld::Ambiguous));
+    assert!(held.request.params.is_empty());
+    let place = approvals.place.get().expect("a place");
+    let unsalted = digest(place, held.id(), &call(&params), None);
+    assert_ne!(unsalted, held.request.digest, "salted");
+    let doc = json!([verdict(&held.request, "approve", "alice")]);
+    approvals.verdicts("cm", doc.to_string().as_bytes());
+    let decided = approved(held.decided().await);
+    assert_eq!(
+        (
+            decided.decision,
+            decided.decided_by.as_str(),
+            decided.reason.as_deref()
+        ),
+        (Decision::Reject, "alice", Some("because"))
+    );
 }

@@ -14,7 +14,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use orchestrator_crds::{
-    approval::VERDICTS_KEY,
+    approval::{MASK_KEYS_KEY, MaskKey, VERDICTS_KEY},
     shared::{
         TASK_POD_IP_ANNOTATION, TASK_POD_UID_ANNOTATION, TASK_UID_ANNOTATION, task_of_config_map,
     },
@@ -22,10 +22,11 @@ use orchestrator_crds::{
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::secrets;
+use super::secrets::{self, MaskValues};
 use crate::{
     api::{self, ApiOptions, ApiTasks, Connected},
     apply::{Applier, Source},
+    approval::MaskSource,
     audit::{Audit, Stamp},
     config::{self, Transport},
     metrics::Metrics,
@@ -77,6 +78,8 @@ pub struct Tenant {
     pub applier: Arc<Applier>,
     /// MCP at `/mcp`, with this task's own session manager.
     pub mcp: axum::Router,
+    /// The task's Secret keys its held calls show masked.
+    masks: Arc<MaskValues>,
     binding: Mutex<Binding>,
     sessions: CancellationToken,
     api: Mutex<Option<ApiTasks>>,
@@ -180,6 +183,16 @@ impl Tenants {
         };
         self.bind(&tenant, binding);
         let origin = format!("configmap {name}");
+        match data
+            .remove(MASK_KEYS_KEY)
+            .map(|text| serde_json::from_str::<Vec<MaskKey>>(&text))
+        {
+            Some(Ok(keys)) => tenant.masks.listed(keys),
+            Some(Err(e)) => {
+                tracing::error!(configmap = %name, error = %e, "{MASK_KEYS_KEY} is not a JSON array of Secret keys; the keys it listed before stay masked")
+            }
+            None => tenant.masks.listed(Vec::new()),
+        }
         let verdicts = data.remove(VERDICTS_KEY);
         let config = data.remove(CONFIG_KEY);
         let (config_print, verdicts_print) = (
@@ -297,6 +310,14 @@ impl Tenants {
             replica: Some(replica_name(s.pod_name.as_deref())),
         });
         let proxy = Proxy::new(Pool::new(deps), metrics, audit);
+        // Held calls show the values of the task's Secrets masked, read through the API.
+        let masks = Arc::new(MaskValues::new(kube::Api::namespaced(
+            s.client.clone(),
+            &task.namespace,
+        )));
+        proxy
+            .approvals
+            .mask_secrets_with(MaskSource::Values(masks.clone()));
         let events = {
             let proxy = proxy.clone();
             tokio::spawn(async move {
@@ -317,6 +338,7 @@ impl Tenants {
             proxy,
             applier,
             mcp,
+            masks,
             binding: Default::default(),
             sessions,
             api: Mutex::new(Some(api)),
@@ -355,6 +377,7 @@ impl Tenants {
                 );
                 return;
             }
+            tenant.masks.named_in(&config);
             let api = kube::Api::namespaced(self.settings.client.clone(), &tenant.task.namespace);
             let values = secrets::read(&api, &config).await;
             tenant.proxy.pool.deps().shared.secrets().replace(values);

@@ -4,13 +4,101 @@
 //! Secrets by name), each time a config is offered. A Secret that cannot be read is logged
 //! (naming it, never a value) and its headers are missing: that server's start then fails,
 //! saying which key of which Secret.
+//!
+//! And [`MaskValues`]: the values of every Secret key of the task (the operator lists them in
+//! the task's ConfigMap, `mask-keys.json`; the headers' keys besides), read each time a call is
+//! held, which the proxy masks in what it shows an approver, as a sidecar does with the files
+//! of its mask volume.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use orchestrator_crds::approval::MaskKey;
 
+use crate::approval::{SecretValues, mask::Values};
 use crate::config::{Config, Transport};
+use crate::sync::lock;
+
+/// The task's Secret keys whose values its held calls show masked (shared mode).
+pub struct MaskValues {
+    api: Api<Secret>,
+    /// What the operator lists (`mask-keys.json`), and what the config's headers name.
+    keys: Mutex<(Vec<MaskKey>, Vec<MaskKey>)>,
+}
+
+impl MaskValues {
+    /// For the task whose Secrets `api` reads (its namespace).
+    pub fn new(api: Api<Secret>) -> Self {
+        Self {
+            api,
+            keys: Mutex::default(),
+        }
+    }
+
+    /// The keys the operator lists in the task's ConfigMap.
+    pub fn listed(&self, keys: Vec<MaskKey>) {
+        lock(&self.keys).0 = keys;
+    }
+
+    /// The keys the enabled HTTP servers' headers of `config` name.
+    pub fn named_in(&self, config: &Config) {
+        lock(&self.keys).1 = config
+            .servers
+            .iter()
+            .filter(|s| s.enabled)
+            .flat_map(|s| match &s.transport {
+                Transport::Http(h) => h.headers_from_secret.values().collect::<Vec<_>>(),
+                Transport::Stdio(_) => Vec::new(),
+            })
+            .map(|at| MaskKey {
+                secret: at.name.clone(),
+                key: at.key.clone(),
+            })
+            .collect();
+    }
+
+    fn keys(&self) -> BTreeSet<MaskKey> {
+        let keys = lock(&self.keys);
+        keys.0.iter().chain(&keys.1).cloned().collect()
+    }
+}
+
+impl SecretValues for MaskValues {
+    /// Each key's value as the API has it now. A Secret or key that does not exist has no value
+    /// to mask (it cannot be in the task's pod either); one that cannot be read holds nothing:
+    /// the error names it.
+    fn read(&self) -> BoxFuture<'_, Result<Values, String>> {
+        Box::pin(async move {
+            let keys = self.keys();
+            let names: BTreeSet<&String> = keys.iter().map(|k| &k.secret).collect();
+            let mut values = Vec::new();
+            for name in names {
+                let secret = match self.api.get_opt(name).await {
+                    Ok(Some(secret)) => secret,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        return Err(format!(
+                            "cannot read the task's Secret {name} (its values are masked in what a person is shown): {e}"
+                        ));
+                    }
+                };
+                let data = secret.data.unwrap_or_default();
+                for k in keys.iter().filter(|k| &k.secret == name) {
+                    if let Some(value) = data
+                        .get(&k.key)
+                        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                    {
+                        values.push((k.secret.clone(), k.key.clone(), value));
+                    }
+                }
+            }
+            Ok(values)
+        })
+    }
+}
 
 /// Every `(secret, key) -> value` the enabled servers of `config` name (HTTP headers, zone keys).
 pub async fn read(api: &Api<Secret>, config: &Config) -> HashMap<(String, String), String> {

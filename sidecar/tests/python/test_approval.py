@@ -241,8 +241,12 @@ async def test_an_approved_call_is_forwarded_and_its_client_hears_while_it_waits
             assert not {"progressToken", "io.modelcontextprotocol/protocolVersion"} & set(params.get("_meta", {})), params
             assert request["masked"] == [{"secret": "deploy", "key": "token", "count": 1}], request
             sent = unmasked(request, {"deploy/token": SECRET})
-            assert request["paramsBytes"] == len(json.dumps(sent, separators=(",", ":"), ensure_ascii=False).encode())
-            assert request["digest"] == task.digest(request, sent), request
+            assert sent["arguments"] == {"message": f"deploy with {SECRET}"}, sent
+            # The length shown is the view's; the digest is salted (only the proxy can recompute
+            # it), so neither confirms a guess of the masked value.
+            assert request["paramsBytes"] == len(request["params"].encode())
+            assert request["digest"] != task.digest(request, sent), request
+            assert re.fullmatch(r"sha256:[0-9a-f]{64}", request["digest"]), request
             assert re.fullmatch(r"sha256:[0-9a-f]{64}", request["definition"]) and request["contextVersion"] == 1
             assert re.fullmatch(r"[0-9a-f]{8}", request["id"]), request["id"]
             span = time.mktime(time.strptime(request["expiresAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(
@@ -551,9 +555,11 @@ async def test_the_request_shows_every_byte_with_a_secret_value_masked(make_prox
             # Byte for byte the JSON the proxy sends, except the masked span.
             assert request["params"] == json.dumps(sent, separators=(",", ":"), sort_keys=True).replace(PASSPHRASE, placeholder)
             assert request["masked"] == [{"secret": "deploy", "key": "passphrase", "count": 1}]
-            assert request["paramsBytes"] == len(json.dumps(sent, separators=(",", ":")).encode())
-            # The digest covers the call sent, unmasked.
-            assert request["digest"] == task.digest(request, sent) == task.digest(request, unmasked(request, {"deploy/passphrase": PASSPHRASE}))
+            assert unmasked(request, {"deploy/passphrase": PASSPHRASE}) == sent
+            # Nothing a reader sees tests a guess of the value: the length is the view's, and
+            # the digest of the call sent is salted with a value only the proxy knows.
+            assert request["paramsBytes"] == len(request["params"].encode()) != len(json.dumps(sent, separators=(",", ":")).encode())
+            assert request["digest"] != task.digest(request, sent)
             task.decide(request, "approve", "alice@example.com")
         [result] = results
     assert not result.is_error and text_of(result) == f"Echo: {message}"
@@ -579,3 +585,59 @@ async def test_arguments_too_large_to_show_are_refused_not_held(make_proxy, kube
     [audited] = echo_records(proxy)
     assert audited["decision"] == "approval_too_large" and "approvalId" not in audited, audited
     assert approvals(proxy, "too_large") == 1
+
+
+def padded(guess: str, times: int, size: int) -> dict:
+    """echo's arguments: `guess` `times`, then spaces, the params' compact JSON `size` bytes."""
+    head = guess * times
+    plain = len(json.dumps({"name": "echo", "arguments": {"message": head}}, separators=(",", ":")))
+    return {"message": head + " " * (size - plain)}
+
+
+async def test_a_padded_calls_refusal_is_the_same_whether_or_not_a_guess_matches_a_secret(make_proxy, kube, task, tools, tmp_path):
+    """The agent pads a call with a guess of a Secret value, repeated: a right guess is masked
+    with a placeholder longer than the value, which used to move the size the refusal reported,
+    or move the call across the limit. Now what the agent sees follows from the call it sent
+    only: the same refusal, byte for byte, and near the limit both calls are held (the right
+    guess's view withheld, never shown nor refused)."""
+    workdir, record = tmp_path / "proxy", tmp_path / "stdin.jsonl"
+    config = proxy_config(tools, workdir, task.namespace, {"tools": ["every/echo"], "timeoutSeconds": 30}, record=record)
+    pin = "4711"
+    proxy = start(make_proxy, kube, task, config, workdir, mask={"deploy/pin": pin})
+    await await_for(lambda: task.requests() == [], what="the proxy to publish an empty set at start")
+    async with Client(proxy.url, mode="legacy") as client:
+        # Over the limit: refused at once, in the same words and numbers.
+        refusals = []
+        for guess in ("0000", pin):
+            refused = await client.call_tool("every__echo", padded(guess, 300, 12_400))
+            assert refused.is_error and proxy_meta(refused)["code"] == "PROXY.APPROVAL_TOO_LARGE", text_of(refused)
+            refusals.append((text_of(refused), json.dumps(proxy_meta(refused), sort_keys=True)))
+        assert refusals[0] == refusals[1], refusals
+        # Just under it: both held. The right guess's view (300 placeholders of 26 bytes) would
+        # not fit: its params are withheld; it shows nothing of the value, nor its length.
+        results = []
+
+        async def call(guess: str):
+            results.append((guess, await client.call_tool("every__echo", padded(guess, 300, 11_600))))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "0000")
+            first = (await held(task))[0]
+            tg.start_soon(call, pin)
+            requests = await held(task, 2)
+            wrong, right = first, next(r for r in requests if r["id"] != first["id"])
+            assert "withheld" not in wrong and shown(wrong)["arguments"] == padded("0000", 300, 11_600)
+            assert right["withheld"] == "tooLarge" and right["params"] == "", right
+            assert right["masked"] == [{"secret": "deploy", "key": "pin", "count": 300}], right
+            assert right["paramsBytes"] > 12 * 1024 and pin not in task.annotation()
+            assert right["digest"] != task.digest(right, {"name": "echo", "arguments": padded(pin, 300, 11_600)})
+            # An approval of a call nobody could see is a rejection, in the words of any.
+            task.decide(right, "approve", "alice@example.com")
+            task.decide(wrong, "reject", "alice@example.com")
+    answers = dict(results)
+    ids = {"0000": wrong["id"], pin: right["id"]}
+    for guess, r in answers.items():
+        assert text_of(r) == f'tool "every__echo" was rejected by alice@example.com (approval {ids[guess]}); the call was not made', text_of(r)
+        assert proxy_meta(r) == {"code": "PROXY.APPROVAL_REJECTED", "server": "every", "approvalId": ids[guess], "decidedBy": "alice@example.com"}
+    assert recorded_calls(record) == [], "a call reached the upstream"
+    assert pin not in proxy.log()

@@ -498,3 +498,59 @@ def test_a_task_serves_its_pods_token_only_once_the_operator_has_bound_the_pod(s
     client = Mcp(port, token)
     assert client.initialize() == 200
     assert client.tools() and all(t.startswith("alpha__") for t in client.tools())
+
+
+def test_a_held_call_shows_the_tasks_secret_values_masked_in_shared_mode(shared, upstream, start_shared, tmp_path):
+    """A shared proxy reads the task's Secret keys the operator lists (`mask-keys.json` in the
+    task's ConfigMap) through the API when a call is held, and masks their values in what a
+    person is shown, as a sidecar does with its mask volume; the call approved goes with the
+    real value."""
+    ns = shared.ns
+    passphrase = "open sesame 4711"
+    relay = Recorder(("127.0.0.1", upstream))
+    shared.pod("pod-a")
+    shared.lease("task-a")
+    shared.kube.ok("POST", f"/api/v1/namespaces/{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "task-a-deploy"}, "stringData": {"passphrase": passphrase}})
+    tool = "json_schema_2020_12_tool"
+    config = json.loads(Shared.config("task-a", ns, 1, "alpha", relay.url, [tool]))
+    config["policy"] = {"requireApproval": {"tools": [f"alpha/{tool}"], "timeoutSeconds": 60}}
+    shared.configmap("task-a", "pod-a", json.dumps(config))
+    # As the operator writes it (render/shared.rs): every Secret key of the task.
+    shared.kube.merge_patch(shared.cm_path("task-a"), {"data": {"mask-keys.json": json.dumps([{"secret": "task-a-deploy", "key": "passphrase"}])}})
+    port, _ = start_shared(ns)
+    client = Mcp(port, shared.token("pod-a"))
+    assert client.initialize() == 200
+    assert client.tools() == [f"alpha__{tool}"]
+    arguments = {"contactMethod": "email", "email": f"ops+{passphrase}@example.com"}
+    answer: list[dict] = []
+
+
+    def call() -> None:
+        answer.append(client.result("tools/call", {"name": f"alpha__{tool}", "arguments": arguments}, id=7))
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+
+    def requests() -> list[dict] | None:
+        lease = shared.kube.ok("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/task-a")
+        text = (lease["metadata"].get("annotations") or {}).get("orchestrator.io/approval-requests")
+        found = json.loads(text) if text else []
+        return found or None
+
+    wait_for(requests, what="the held call on the Lease")
+    [request] = requests()
+    text = json.dumps(request)
+    assert passphrase not in text, text
+    placeholder = f"<secret:task-a-deploy/passphrase:{request['maskNonce']}>"
+    assert json.loads(request["params"])["arguments"] == {"contactMethod": "email", "email": f"ops+{placeholder}@example.com"}, request
+    assert request["masked"] == [{"secret": "task-a-deploy", "key": "passphrase", "count": 1}], request
+    assert request["paramsBytes"] == len(request["params"].encode())
+    assert "tools/call" not in relay.text(), "the held call reached the upstream"
+    # The operator's verdict, in the task's ConfigMap, naming the digest shown.
+    verdict = [{"id": request["id"], "decision": "approve", "decidedBy": "alice@example.com", "digest": request["digest"]}]
+    shared.kube.merge_patch(shared.cm_path("task-a"), {"data": {"approvals.json": json.dumps(verdict)}})
+    caller.join(timeout=30)
+    [result] = answer
+    assert passphrase in json.dumps(result["result"]), result
+    assert passphrase in relay.text(), "the upstream got the real value"
+    assert passphrase not in (tmp_path / "shared.log").read_text()

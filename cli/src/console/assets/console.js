@@ -416,21 +416,42 @@ function approvalNode(d, a) {
     + `${orDash(a.paramsBytes)} bytes of params · state ${a.state}`;
   r.masked.textContent = (a.masked || []).length
     ? `Secrets masked in the params: ${a.masked.map((m) => `${m.secret}/${m.key} (${m.count}×)`).join(', ')}` : '';
-  if (r.paramsText !== a.params) {  // only on change: keeps a person's text selection
+  if (r.paramsText !== a.params || r.withheld !== a.withheld) {  // only on change: keeps a person's text selection
     r.paramsText = a.params;
-    r.params.replaceChildren(a.params === null || a.params === undefined
-      ? el('span', {class: 'muted'}, '(the params are not kept once the call is decided)') : visible(a.params));
+    r.withheld = a.withheld;
+    r.params.replaceChildren(a.withheld
+      ? el('span', {class: 'muted'}, `(not shown: the params with the task's Secret values masked ${WITHHELD[a.withheld] || 'cannot be shown'}; nobody can see what this call sends, so it can only be rejected)`)
+      : a.params === null || a.params === undefined
+        ? el('span', {class: 'muted'}, '(the params are not kept once the call is decided)') : visible(a.params));
   }
   r.digest.textContent = orDash(a.digest);
+  r.check.textContent = pending ? (CHECKS[a.digestCheck] || '') : '';
+  r.check.dataset.check = a.digestCheck || '';
+  // What cannot be seen, or is not what its digest names, cannot be approved (the CLI refuses too).
+  const approvable = !a.withheld && (a.digestCheck === 'covers' || a.digestCheck === 'salted');
   if (pending) r.countdown.dataset.expires = a.expiresAt;
   else delete r.countdown.dataset.expires;
   r.countdown.textContent = pending ? countdown(a.expiresAt) : String(a.state).toLowerCase() === 'expired' ? 'expired' : '';
   r.decided.replaceChildren(...(pending ? [] : [visible(`${a.state}${a.decidedBy ? ` by ${a.decidedBy}` : ''}`
     + `${a.decidedAt ? ` at ${a.decidedAt}` : ''}${a.reason ? `: ${a.reason}` : ''}`)]));
   r.controls.hidden = !pending;
-  r.approve.disabled = r.reject.disabled = !pending || r.busy;
+  r.reject.disabled = !pending || r.busy;
+  r.approve.disabled = !pending || r.busy || !approvable;
   return r.article;
 }
+
+// What the digest says of the params shown (`digestCheck`, recomputed by the console).
+const CHECKS = {
+  covers: 'recomputed from the params shown: it names exactly them',
+  salted: 'salted by the proxy (Secret values are masked): only the proxy can check it, and it does',
+  mismatch: 'DOES NOT NAME THE PARAMS SHOWN: this request shows another call than an approval would let through; it cannot be approved',
+  unreadable: 'the params shown are not a JSON object: this request cannot be checked; it cannot be approved',
+};
+const WITHHELD = {
+  tooLarge: 'would take more than a request may hold',
+  ambiguous: 'would have two keys that read the same',
+  failed: 'could not be made',
+};
 
 function buildApproval(d, id) {
   const reasonId = `reason-${++uid}`;
@@ -440,6 +461,7 @@ function buildApproval(d, id) {
   r.masked = el('p', {class: 'muted'});
   r.params = el('pre', {'data-testid': 'approval-params', class: 'params', tabindex: 0, 'aria-label': 'Params'});
   r.digest = el('code', {'data-testid': 'approval-digest'});
+  r.check = el('span', {'data-testid': 'approval-digest-check', class: 'muted'});
   r.countdown = el('p', {'data-testid': 'approval-countdown', class: 'countdown'});
   r.decided = el('p', {class: 'decided'});
   r.reason = el('input', {id: reasonId, 'data-testid': 'approval-reason', autocomplete: 'off'});
@@ -451,7 +473,7 @@ function buildApproval(d, id) {
   r.controls = el('div', {class: 'controls'},
     el('label', {for: reasonId}, 'Reason (optional)'), r.reason, r.approve, r.reject);
   r.article = el('article', {'data-testid': 'approval', 'data-id': id, class: 'approval'},
-    r.call, r.meta, r.countdown, r.params, r.masked, el('p', null, 'Digest: ', r.digest), r.decided,
+    r.call, r.meta, r.countdown, r.params, r.masked, el('p', null, 'Digest: ', r.digest, ' ', r.check), r.decided,
     r.controls, r.message);
   return r;
 }
@@ -464,7 +486,7 @@ async function decide(d, r, decision) {
     {decision, reason: reason || null, digest: r.a.digest});
   r.busy = false;
   showResult(r.message, res);
-  r.approve.disabled = r.reject.disabled = !isPending(r.a);
+  approvalNode(d, r.a);
 }
 
 // ---- cancel, context, audit ------------------------------------------------------------------------

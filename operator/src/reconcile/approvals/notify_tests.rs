@@ -32,6 +32,7 @@ fn request(id: &str, requested_at: &str) -> ApprovalRequest {
         params_bytes: 60,
         masked: vec![],
         mask_nonce: "a1b2c3".into(),
+        withheld: None,
         requested_at: requested_at.into(),
         expires_at: "2026-01-01T00:05:00Z".into(),
     }

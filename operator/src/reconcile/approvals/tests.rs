@@ -25,6 +25,7 @@ fn request(id: &str) -> ApprovalRequest {
         params_bytes: params.len() as u32,
         masked: vec![],
         mask_nonce: "a1b2c3".into(),
+        withheld: None,
         requested_at: "2026-01-01T00:00:00Z".into(),
         expires_at: "2026-01-01T00:05:00Z".into(),
     }
@@ -366,4 +367,58 @@ fn a_request_of_a_shared_replica_that_died_stays_pending_while_listed_until_it_e
         at("2026-01-01T00:05:00Z"),
     );
     assert_eq!(expired[0].state, ApprovalState::Expired);
+}
+
+#[test]
+fn an_approval_of_a_call_whose_params_were_withheld_rejects_it_and_says_nothing_more() {
+    // Its params could not be shown masked: nobody saw what it sends.
+    let withheld = ApprovalRequest {
+        params: String::new(),
+        params_bytes: 40_000,
+        masked: vec![orchestrator_crds::approval::MaskedSecret {
+            secret: "deploy".into(),
+            key: "pin".into(),
+            count: 3000,
+        }],
+        withheld: Some(orchestrator_crds::approval::ViewWithheld::TooLarge),
+        ..request("w1")
+    };
+    let requests = [withheld.clone()];
+    let (pending, _) = merge(&[], Some(&requests), |_| None, at("2026-01-01T00:01:00Z"));
+    assert_eq!(pending[0].params, None, "nothing to show");
+    assert_eq!(pending[0].withheld, withheld.withheld);
+    let (after, t) = merge(
+        &pending,
+        Some(&requests),
+        |id| Some(decided(id, Decision::Approve, "2026-01-01T00:03:00Z")),
+        at("2026-01-01T00:03:01Z"),
+    );
+    assert_eq!(after[0].state, ApprovalState::Rejected);
+    // Only the person's own reason: the agent hears what any rejection says.
+    assert_eq!(after[0].reason.as_deref(), Some("ok"));
+    assert!(matches!(&t[0].cause, Cause::ApprovedUnseen { object } if object == "t-w1"));
+    let (kind, event, note) = describe(&t[0], "t");
+    assert_eq!((kind, event), (EventType::Warning, "ApprovalOfUnseenCall"));
+    assert!(note.contains("could not be shown"), "{note}");
+    let v = verdicts(&after);
+    assert_eq!(
+        (v[0].decision, v[0].reason.as_deref(), &v[0].digest),
+        (Decision::Reject, Some("ok"), &withheld.digest)
+    );
+}
+
+#[test]
+fn the_params_length_listed_is_that_of_the_params_shown() {
+    // A proxy that says more than it shows (an unmasked length) is not repeated.
+    let said = ApprovalRequest {
+        params_bytes: 9999,
+        ..request("b1")
+    };
+    let (pending, _) = merge(
+        &[],
+        Some(std::slice::from_ref(&said)),
+        |_| None,
+        at("2026-01-01T00:01:00Z"),
+    );
+    assert_eq!(pending[0].params_bytes as usize, said.params.len());
 }

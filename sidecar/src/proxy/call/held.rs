@@ -117,7 +117,11 @@ impl Gate<'_> {
                 (self.wait(&mut held, req).await, held.request.clone())
             }
             None => {
-                let mut held = match self.approvals.hold(call, policy.timeout) {
+                let held = match self.approvals.masker().await {
+                    Ok(masker) => self.approvals.hold_masked(call, &masker, policy.timeout),
+                    Err(unreadable) => Err(unreadable),
+                };
+                let mut held = match held {
                     Ok(held) => held,
                     Err(NotHeld::Unavailable) => {
                         return Err(refused(Reason::ApprovalUnavailable, None));
