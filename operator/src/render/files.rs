@@ -12,6 +12,7 @@ use orchestrator_crds::proxy::{
     TaskRef, ToolFilter, ToolPrefix,
 };
 use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::result::{CREATED_BY_ANNOTATION, created_by};
 use serde_json::json;
 
 use super::resolve::{Problem, Resolved};
@@ -99,6 +100,10 @@ impl Files {
                 name: tr.name_any(),
                 namespace: namespace.to_string(),
                 uid: None,
+                created_by: tr
+                    .annotations()
+                    .get(CREATED_BY_ANNOTATION)
+                    .and_then(|v| created_by(v)),
             },
             listen: proxy_addr.to_string(),
             tool_prefix: ToolPrefix::Server,
