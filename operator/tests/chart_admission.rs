@@ -7,8 +7,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use orchestrator_crds::taskrun::MAX_SERVERS;
+use kube::CustomResourceExt;
 use orchestrator_crds::taskrun::result::CREATED_BY_ANNOTATION;
+use orchestrator_crds::taskrun::{MAX_SERVERS, TaskRun};
 use orchestrator_operator::render::MANAGED_BY;
 use orchestrator_operator::render::job::METRICS_PORT_NAME;
 use orchestrator_operator::render::zone::ZONE_PORT_BASE;
@@ -95,6 +96,21 @@ fn the_taskrun_policies_render_with_their_bindings_and_follow_the_values() {
         assert_eq!(binding["spec"]["policyName"], name);
         assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
     }
+    // Every secretRef a server may have (the CRD's bound) is among the references checked.
+    let crd = serde_json::to_value(TaskRun::crd()).expect("the CRD as JSON");
+    let refs = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["toolConfig"]["properties"]["mcpServers"]["items"]["properties"]["secretRefs"];
+    let max = refs["maxItems"].as_u64().expect("secretRefs has maxItems");
+    let references = named(&docs, "ValidatingAdmissionPolicy", POLICIES[0]).expect("references");
+    let server_refs = variable(references, "serverRefs");
+    assert!(
+        server_refs.contains(&format!("].secretRefs[{}]'", max - 1)),
+        "{server_refs}"
+    );
+    assert!(
+        !server_refs.contains(&format!("].secretRefs[{max}]'")),
+        "{server_refs}"
+    );
     // The created-by policy reads the annotation the operator and the CLI use.
     let created = named(&docs, "ValidatingAdmissionPolicy", POLICIES[2]).expect("created-by");
     assert!(variable(created, "new").contains(CREATED_BY_ANNOTATION));
@@ -218,6 +234,9 @@ fn metrics_network_policies_are_off_by_default_and_admit_only_the_named_scraper(
         "off: any pod"
     );
 
+    let refused = rendered(&["monitoring.networkPolicy.enabled=true", "watchNamespace=a"])
+        .expect_err("a scraper must be named");
+    assert!(refused.contains("name the scraper"), "{refused}");
     let scraper = [
         "monitoring.networkPolicy.enabled=true",
         "monitoring.networkPolicy.scraper.namespaceSelector.matchLabels.team=observability",
