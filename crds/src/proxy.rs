@@ -68,6 +68,10 @@ pub struct TaskRef {
     /// The TaskRun's uid. Set by the shared-mode render only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// Who created the TaskRun (its `orchestrator.io/created-by` annotation, which the chart's
+    /// admission policy makes the creator's identity): the proxy writes it in every audit record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }
 
 /// How the proxy names the tools it exposes.

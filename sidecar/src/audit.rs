@@ -79,6 +79,9 @@ pub struct Record<'a> {
     pub task: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     pub namespace: &'a str,
+    /// Who created the TaskRun, as its proxy config says (the operator's `task.createdBy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<&'a str>,
     pub context_version: u64,
     /// The proxy's id of the session the call came on (`s<n>`): stable for an initialize-era
     /// session, new for every 2026-07-28 request. Empty (left out) in a record that is not a call.
@@ -454,6 +457,7 @@ mod tests {
                 ts: timestamp(),
                 task: "task-1",
                 namespace: "",
+                created_by: Some("alice"),
                 context_version: 3,
                 session: "s1".into(),
                 client: "claude-code/2.1.0#0123abcd".into(),
@@ -495,6 +499,7 @@ mod tests {
         let second: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
         assert_eq!(second["arguments"]["secret"], "hunter2");
         assert_eq!(first["client"], "claude-code/2.1.0#0123abcd");
+        assert_eq!(first["createdBy"], "alice");
     }
 
     #[test]
@@ -512,6 +517,7 @@ mod tests {
             ts: timestamp(),
             task: "task-1",
             namespace: "team-a",
+            created_by: None,
             context_version: 1,
             session: String::new(),
             client: String::new(),

@@ -247,6 +247,9 @@ pub fn describe_text(
     if let Some(c) = &tr.metadata.creation_timestamp {
         fields.push(("Created", format!("{} ({} ago)", c.0, age(c.0, now))));
     }
+    if let Some(by) = &status.created_by {
+        fields.push(("Created by", crate::output::visible(by)));
+    }
     fields.push(("Task", task_summary(tr)));
     let agent = spec.agent.as_ref();
     fields.push((

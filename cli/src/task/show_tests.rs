@@ -142,13 +142,14 @@ fn describe_and_get_show_the_result_and_who_cancelled() {
         "task-9",
         9,
         "web",
-        json!({"phase": "Cancelled", "jobName": "task-9",
+        json!({"phase": "Cancelled", "jobName": "task-9", "createdBy": "bob\u{1b}[2J",
                "cancellation": {"requestedBy": "alice", "time": "2025-01-01T00:04:00Z"},
                "result": {"subtype": "error_during_execution", "isError": true, "turns": 2,
                           "costUsd": "0.5", "text": "stopped\u{1b}]52;c;evil\u{7}"}}),
     );
     let text = describe_text(&tr, None, &[], now());
     assert!(text.contains("Phase:       Cancelled\n"), "{text}");
+    assert!(text.contains("Created by:  bob\\u{1b}[2J\n"), "{text}");
     assert!(
         text.contains("Cancelled:   by alice at 2025-01-01T00:04:00Z (60s ago)\n"),
         "{text}"

@@ -5,9 +5,10 @@ use std::io::Read as _;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
 use orchestrator_crds::taskrun::history::{REQUESTED_BY_ANNOTATION, RequestedBy};
+use orchestrator_crds::taskrun::result::CREATED_BY_ANNOTATION;
 use orchestrator_crds::taskrun::{
-    AgentSpec, MAX_NAME_LEN, McpServer, Phase, ProxyContainerSpec, TaskRun, TaskRunSpec,
-    TaskSource, ToolConfig, permission_rules,
+    AgentSpec, CancelRequest, MAX_NAME_LEN, McpServer, Phase, ProxyContainerSpec, TaskRun,
+    TaskRunSpec, TaskSource, ToolConfig, permission_rules,
 };
 
 use crate::args::{Global, SubmitArgs};
@@ -342,13 +343,19 @@ async fn create(cluster: &Cluster, args: &SubmitArgs, spec: TaskRunSpec) -> Resu
         Some(id) => id,
         None => next_id(cluster).await?,
     };
-    // Who asks, for the TaskRun's history: a new object's generation is 1.
+    // Who asks, for the TaskRun's history (a new object's generation is 1) and as its creator
+    // (status.createdBy; the chart's admission policy checks it is us).
     let requested_by = identity::whoami(&cluster.client).await.map(|user| {
+        let created_by = CancelRequest::annotation_value(&user);
         let value = RequestedBy {
             user,
             generation: 1,
         };
-        [(REQUESTED_BY_ANNOTATION.to_string(), value.to_annotation())].into()
+        [
+            (REQUESTED_BY_ANNOTATION.to_string(), value.to_annotation()),
+            (CREATED_BY_ANNOTATION.to_string(), created_by),
+        ]
+        .into()
     });
     for _ in 0..ID_ATTEMPTS {
         let name = args.name.clone().unwrap_or_else(|| format!("task-{id}"));

@@ -12,6 +12,10 @@
 //! Cancelling: `orchestrator-cli task cancel` sets the [`CANCEL_ANNOTATION`] (`{"user":"alice"}`,
 //! the caller as the API server authenticated them; the chart's admission policy refuses any
 //! other user). The operator stops the Job and writes [`Cancellation`] with the time it acted.
+//!
+//! Creating: `orchestrator-cli task submit` sets the [`CREATED_BY_ANNOTATION`] in the same form;
+//! the chart's admission policy refuses any user but the creator and any later change, and the
+//! operator shows it as `status.createdBy` ([`created_by`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
@@ -26,6 +30,19 @@ pub const SHORT_CHARS: usize = 256;
 
 /// The annotation that asks the operator to cancel a task: JSON `{"user":"NAME"}`.
 pub const CANCEL_ANNOTATION: &str = "orchestrator.io/cancel";
+
+/// The annotation naming who created the TaskRun: JSON `{"user":"NAME"}`, the form of
+/// [`CancelRequest`]. Set with the create only; the chart's admission policy makes NAME the
+/// requester and keeps the annotation as it was written.
+pub const CREATED_BY_ANNOTATION: &str = "orchestrator.io/created-by";
+
+/// Who the [`CREATED_BY_ANNOTATION`] value names, clipped to [`SHORT_CHARS`]; `None` for a
+/// value that names nobody (not `{"user":"..."}`, or an empty user).
+pub fn created_by(value: &str) -> Option<String> {
+    let user = serde_json::from_str::<CancelRequest>(value).ok()?.user;
+    let user = clip(user.trim(), SHORT_CHARS);
+    (!user.is_empty()).then_some(user)
+}
 
 /// The agent's report of its run, as it wrote it to its termination message. Every field is the
 /// agent's claim; absent when it did not say.
@@ -327,5 +344,19 @@ mod tests {
         assert_eq!(CancelRequest::parse(r#"{"user":"  "}"#).user, "unknown");
         let long = CancelRequest::annotation_value(&"u".repeat(1000));
         assert_eq!(CancelRequest::parse(&long).user.len(), SHORT_CHARS);
+    }
+
+    #[test]
+    fn the_created_by_annotation_names_its_user_or_nobody() {
+        let v = CancelRequest::annotation_value("system:serviceaccount:team-a:ci");
+        assert_eq!(v, r#"{"user":"system:serviceaccount:team-a:ci"}"#);
+        assert_eq!(
+            created_by(&v).as_deref(),
+            Some("system:serviceaccount:team-a:ci")
+        );
+        assert_eq!(created_by("alice"), None);
+        assert_eq!(created_by(r#"{"user":" "}"#), None);
+        let long = CancelRequest::annotation_value(&"u".repeat(1000));
+        assert_eq!(created_by(&long).map(|u| u.len()), Some(SHORT_CHARS));
     }
 }

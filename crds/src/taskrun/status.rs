@@ -74,6 +74,12 @@ pub struct TaskRunStatus {
     /// Who cancelled the task (`task cancel`) and when the operator stopped its Job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation: Option<Cancellation>,
+    /// Who created the TaskRun, as the annotation `orchestrator.io/created-by` names them
+    /// (`task submit` writes it; the chart's admission policy makes it the requester and keeps
+    /// it unchanged). Absent when the TaskRun was created without it (e.g. `kubectl apply`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub created_by: Option<String>,
 }
 
 /// The lifecycle phase of a task run.

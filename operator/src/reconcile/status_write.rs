@@ -6,6 +6,7 @@
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
+use orchestrator_crds::taskrun::result::{CREATED_BY_ANNOTATION, created_by};
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 use serde_json::json;
 use tracing::field;
@@ -101,6 +102,11 @@ pub async fn write_status(
 ) -> Result<()> {
     let api: Api<TaskRun> =
         Api::namespaced(ctx.client.clone(), &tr.namespace().unwrap_or_default());
+    // Every status write carries who created the TaskRun (the annotation cannot change).
+    status.created_by = tr
+        .annotations()
+        .get(CREATED_BY_ANNOTATION)
+        .and_then(|v| created_by(v));
     if tools == Tools::Carried && trim::tools_dropped(tr) {
         // Both with the cache's digest of the tools in force: the rest decides (the history
         // and the approvals aside: each is written on its own).

@@ -2,14 +2,15 @@
 //! operator small with thousands of tasks (docs/benchmarks.md, "Operator at scale"). Pure. (Of
 //! the children only facts are kept, see `children.rs`.)
 //!
-//! What goes: `managedFields`, labels and annotations but the cancel request (kubectl's
+//! What goes: `managedFields`, labels and annotations but the cancel request and who created
+//! the TaskRun (kubectl's
 //! `last-applied-configuration` copies the whole spec); `status.tools`, kept as a digest (a
 //! quarter of a TaskRun's size in the cache; reconcile only compares it);
 //! `status.contextHistory` (read afresh when a version is recorded, see `history.rs`); once its
 //! outcome is recorded, the task text.
 
 use kube::ResourceExt;
-use orchestrator_crds::taskrun::result::CANCEL_ANNOTATION;
+use orchestrator_crds::taskrun::result::{CANCEL_ANNOTATION, CREATED_BY_ANNOTATION, created_by};
 use orchestrator_crds::taskrun::{CancelRequest, EffectiveTools, Phase, TaskRun, TaskRunStatus};
 use sha2::{Digest, Sha256};
 
@@ -25,12 +26,25 @@ const TOOLS_DIGEST: &str = "#cached-tools-digest:";
 /// text goes too; a change to its spec is rendered from a fresh read.
 pub fn trim_taskrun(tr: &mut TaskRun) {
     tr.metadata.managed_fields = None;
-    // Only the cancel request, as its user (clipped, see `CancelRequest::parse`).
+    // Only the cancel request and the creator, each as its user (clipped, see
+    // `CancelRequest::parse` and `created_by`).
     let cancel = tr
         .annotations()
         .get(CANCEL_ANNOTATION)
         .map(|v| CancelRequest::annotation_value(&CancelRequest::parse(v).user));
-    tr.metadata.annotations = cancel.map(|v| [(CANCEL_ANNOTATION.to_string(), v)].into());
+    let creator = tr
+        .annotations()
+        .get(CREATED_BY_ANNOTATION)
+        .and_then(|v| created_by(v))
+        .map(|user| CancelRequest::annotation_value(&user));
+    let kept: std::collections::BTreeMap<String, String> = [
+        cancel.map(|v| (CANCEL_ANNOTATION.to_string(), v)),
+        creator.map(|v| (CREATED_BY_ANNOTATION.to_string(), v)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    tr.metadata.annotations = (!kept.is_empty()).then_some(kept);
     tr.metadata.labels = None;
     let recorded = tr
         .status

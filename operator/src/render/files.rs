@@ -12,6 +12,7 @@ use orchestrator_crds::proxy::{
     TaskRef, ToolFilter, ToolPrefix,
 };
 use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::result::{CREATED_BY_ANNOTATION, created_by};
 use serde_json::json;
 
 use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
@@ -107,6 +108,10 @@ impl Files {
                 name: tr.name_any(),
                 namespace: namespace.to_string(),
                 uid: None,
+                created_by: tr
+                    .annotations()
+                    .get(CREATED_BY_ANNOTATION)
+                    .and_then(|v| created_by(v)),
             },
             listen: proxy_addr.to_string(),
             tool_prefix: ToolPrefix::Server,

@@ -76,6 +76,29 @@ fn github_sample_job_snapshot() {
     insta::assert_yaml_snapshot!(plan(&task_1002()).job());
 }
 
+/// Who created the TaskRun reaches the proxy (its audit records) when the annotation names
+/// someone; nobody otherwise.
+#[test]
+fn the_proxy_config_names_who_created_the_taskrun() {
+    let created_by = |tr: &TaskRun| {
+        let data = plan(tr).config_map(1).data.expect("data");
+        serde_saphyr::from_str::<ProxyConfig>(&data["proxy.yaml"])
+            .expect("proxy.yaml")
+            .task
+            .created_by
+    };
+    let mut tr = task_1001();
+    assert_eq!(created_by(&tr), None);
+    tr.metadata.annotations = Some(
+        [(
+            "orchestrator.io/created-by".to_string(),
+            r#"{"user":"alice@example.com"}"#.to_string(),
+        )]
+        .into(),
+    );
+    assert_eq!(created_by(&tr).as_deref(), Some("alice@example.com"));
+}
+
 #[test]
 fn rendered_proxy_yaml_round_trips_into_the_sidecar_schema() {
     let cm = plan(&task_1002()).config_map(7);

@@ -169,6 +169,7 @@ pub(crate) mod tests {
             ts: ts.into(),
             task: "t",
             namespace: "",
+            created_by: None,
             context_version: 1,
             session: "s1".into(),
             client: "c".into(),

@@ -23,6 +23,9 @@ pub struct Started<'a> {
     pub task: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     pub namespace: &'a str,
+    /// Who created the TaskRun (as in a call's record).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<&'a str>,
     pub context_version: u64,
     pub session: String,
     pub request_id: String,
@@ -127,6 +130,7 @@ mod tests {
             ts: crate::audit::timestamp(),
             task: "task-1",
             namespace: "team-a",
+            created_by: None,
             context_version: 2,
             session: "s3".into(),
             request_id: "7".into(),

@@ -33,6 +33,8 @@ pub struct Config {
     pub context_version: u64,
     pub task_name: String,
     pub task_namespace: String,
+    /// Who created the TaskRun (`task.createdBy`), for the audit records.
+    pub task_created_by: Option<String>,
     pub listen: SocketAddr,
     pub tool_prefix: ToolPrefix,
     /// Extra accepted `Host` header values besides the loopback names.

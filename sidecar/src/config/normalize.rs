@@ -147,6 +147,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         context_version: wire.context_version,
         task_name: wire.task.name.clone(),
         task_namespace: wire.task.namespace.clone(),
+        task_created_by: wire.task.created_by.clone(),
         listen,
         tool_prefix: wire.tool_prefix,
         allowed_hosts: wire.allowed_hosts.clone(),

@@ -424,6 +424,7 @@ fn what_the_operator_renders_round_trips() {
             name: "task-9".into(),
             namespace: "ns".into(),
             uid: Some("0d1c1d2e-0000-4000-8000-000000000009".into()),
+            created_by: Some("alice".into()),
         },
         listen: "127.0.0.1:18080".into(),
         tool_prefix: ToolPrefix::Server,
@@ -496,6 +497,7 @@ fn what_the_operator_renders_round_trips() {
         assert!(loaded.problems.0.is_empty(), "{text}\n{}", loaded.problems);
         let config = loaded.config.expect("config");
         assert_eq!(config.context_version, 7);
+        assert_eq!(config.task_created_by.as_deref(), Some("alice"));
         assert_eq!(config.call_timeout, Duration::from_secs(30));
         assert_eq!(config.allowed_hosts, vec!["10.1.2.3".to_string()]);
         assert_eq!(config.servers.len(), 2);

@@ -1,7 +1,7 @@
 //! A task's end: the agent's result copied from its termination message, a cancel, and the
 //! phase transitions counted once each.
 
-use orchestrator_crds::taskrun::result::CANCEL_ANNOTATION;
+use orchestrator_crds::taskrun::result::{CANCEL_ANNOTATION, CREATED_BY_ANNOTATION};
 use orchestrator_crds::taskrun::{CancelRequest, TaskResult};
 
 use super::*;
@@ -361,6 +361,60 @@ fn the_cache_keeps_only_the_cancel_request_and_bounds_it() {
     let mut plain = task();
     trim_taskrun(&mut plain);
     assert_eq!(plain.metadata.annotations, None);
+}
+
+fn created_by(tr: &TaskRun, value: &str) -> TaskRun {
+    let mut tr = tr.clone();
+    tr.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(CREATED_BY_ANNOTATION.into(), value.into());
+    tr
+}
+
+#[test]
+fn the_cache_keeps_who_created_the_taskrun_and_bounds_it() {
+    let mut tr = created_by(
+        &task(),
+        &CancelRequest::annotation_value(&"u".repeat(100_000)),
+    );
+    trim_taskrun(&mut tr);
+    let kept = tr.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[CREATED_BY_ANNOTATION].len() < 300);
+    // A value that names nobody is not kept.
+    let mut tr = created_by(&task(), "me");
+    trim_taskrun(&mut tr);
+    assert_eq!(tr.metadata.annotations, None);
+}
+
+#[tokio::test]
+async fn who_created_the_taskrun_is_in_every_status_written() {
+    let mut h = Harness::new();
+    let tr = created_by(
+        &task(),
+        &CancelRequest::annotation_value("alice@example.com"),
+    );
+    h.reconcile(&tr).await;
+    let status = written_status(&h.fake.take_writes());
+    assert_eq!(status.created_by.as_deref(), Some("alice@example.com"));
+    job_is(&mut h, running());
+    let tr = h.with_written_status(&tr);
+    h.reconcile(&tr).await;
+    h.fake.take_writes();
+    // The cancel's own status write keeps it beside who cancelled.
+    let cancel = h.with_written_status(&cancelled_by(&tr, "bob"));
+    h.reconcile(&cancel).await;
+    let status = written_status(&h.fake.take_writes());
+    assert_eq!(status.created_by.as_deref(), Some("alice@example.com"));
+    assert_eq!(
+        status.cancellation.map(|c| c.requested_by).as_deref(),
+        Some("bob")
+    );
+    // Without the annotation (kubectl apply), nobody is named.
+    let h = Harness::new();
+    h.reconcile(&task()).await;
+    assert_eq!(written_status(&h.fake.take_writes()).created_by, None);
 }
 
 #[tokio::test]

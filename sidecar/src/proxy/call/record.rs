@@ -142,6 +142,7 @@ impl Ledger<'_> {
             ts: audit::timestamp(),
             task: &config.task_name,
             namespace: &config.task_namespace,
+            created_by: config.task_created_by.as_deref(),
             context_version: config.context_version,
             session: String::new(),
             client: String::new(),
@@ -285,6 +286,7 @@ impl Ledger<'_> {
             ts: audit::timestamp(),
             task: &config.task_name,
             namespace: &config.task_namespace,
+            created_by: config.task_created_by.as_deref(),
             context_version: config.context_version,
             session: req.session.id.to_string(),
             client: audit::client_identity(
@@ -335,6 +337,7 @@ impl Ledger<'_> {
             ts: audit::timestamp(),
             task: &config.task_name,
             namespace: &config.task_namespace,
+            created_by: config.task_created_by.as_deref(),
             context_version: config.context_version,
             session: req.session.id.to_string(),
             request_id: clip(&req.request_id.to_string()).into_owned(),
