@@ -189,6 +189,7 @@ fn audit_ring(iters: usize) {
         ts: ts.clone(),
         task: "task-1001",
         namespace: "team-a",
+        created_by: Some("alice"),
         context_version: 3,
         session: "s5".into(),
         client: "claude-code/2.1.0#5f0c1a9e".into(),

@@ -22,17 +22,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
-    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, ExecAction, KeyToPath,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection,
-    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, ExecAction, KeyToPath,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, Volume,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
-use orchestrator_crds::shared::{AUDITOR_SECRET, AUDITOR_TOKEN_KEY, TOKEN_DIR, TOKEN_FILE};
+use orchestrator_crds::shared::{AUDITOR_TOKEN_KEY, TOKEN_DIR, TOKEN_FILE};
 use orchestrator_crds::taskrun::TaskRun;
 
 use super::agent::DEFAULT_AGENT_SCRIPT;
@@ -41,6 +38,11 @@ use super::pod::{
     PROXY_BINARY, PROXY_UID, RUN_AS, WORKSPACE_DIR, WORKSPACE_VOLUME, empty_dir, env, field_env,
     mount, quantities, restricted, restricted_as, secret_env,
 };
+use super::proxy_volumes::{
+    AGENT_CREDENTIAL_VOLUME, API_ACCESS_VOLUME, AUDITOR_VOLUME, MASK_VOLUME, SERVICE_ACCOUNT_DIR,
+    agent_credential_volume, api_access_volume, auditor_volume, mask_volume,
+};
+pub use super::proxy_volumes::{AUDITOR_DIR, MASK_DIR};
 use super::resolve::{MaskKey, Resolved, mask_keys};
 use super::shared::{TOKEN_VOLUME, token_volume};
 use super::zone::{ZONES_DIR, zone_container, zone_key_volume, zones};
@@ -58,28 +60,10 @@ const TOOLS_VOLUME: &str = "tools";
 const TASK_VOLUME: &str = "task";
 const PROXY_TMP_VOLUME: &str = "proxy-tmp";
 const AGENT_TMP_VOLUME: &str = "agent-tmp";
-/// The proxy's API access (token, CA, namespace), at the path in-cluster clients read.
-const API_ACCESS_VOLUME: &str = "proxy-api-access";
-const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-/// A bound token's lifetime; the kubelet renews it at 80 %, the proxy re-reads the file.
-const TOKEN_SECONDS: i64 = 3607;
-/// The task's Secret keys, as `<secret>/<key>` files, for the proxy's masking only.
-const MASK_VOLUME: &str = "mask-secrets";
 /// The proxy container's port serving `/metrics` (`--sidecar-metrics-port`), by this name.
 pub const METRICS_PORT_NAME: &str = "metrics";
 /// The proxy's `service.name` in its telemetry.
 pub const PROXY_SERVICE_NAME: &str = "orchestrator-mcp-proxy";
-/// Where the proxy reads them (`--mask-secrets-dir`).
-pub const MASK_DIR: &str = "/etc/orchestrator/mask";
-/// Sidecar mode: the agent's credential, written by the proxy at [`TOKEN_DIR`] (a memory-backed
-/// emptyDir mounted read-write in the proxy's container and read-only in the agent's; no other
-/// container mounts it).
-const AGENT_CREDENTIAL_VOLUME: &str = "agent-credential";
-/// The auditors' token (the namespace's Secret [`AUDITOR_SECRET`]), in the proxy's container.
-const AUDITOR_VOLUME: &str = "auditor-token";
-/// Where the proxy reads it (`--auditor-token-file`).
-pub const AUDITOR_DIR: &str = "/etc/orchestrator/auditor";
-
 pub struct JobInput<'a> {
     pub taskrun: &'a TaskRun,
     pub namespace: &'a str,
@@ -488,37 +472,6 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
     volumes
 }
 
-/// The agent's credential: in memory (never on the node's disk), a few bytes.
-fn agent_credential_volume() -> Volume {
-    Volume {
-        name: AGENT_CREDENTIAL_VOLUME.into(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            medium: Some("Memory".into()),
-            size_limit: Some(Quantity("64Ki".into())),
-        }),
-        ..Default::default()
-    }
-}
-
-/// The auditors' token, only its key (0440: root and the pod's `fsGroup`; only the proxy's
-/// container mounts it). The Secret is optional: until it exists no auditor is accepted.
-fn auditor_volume() -> Volume {
-    Volume {
-        name: AUDITOR_VOLUME.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(AUDITOR_SECRET.into()),
-            items: Some(vec![KeyToPath {
-                key: AUDITOR_TOKEN_KEY.into(),
-                path: AUDITOR_TOKEN_KEY.into(),
-                ..Default::default()
-            }]),
-            default_mode: Some(0o440),
-            optional: Some(true),
-        }),
-        ..Default::default()
-    }
-}
-
 /// The Secret keys the proxy masks: every one the pod gets (see [`mask_keys`]).
 fn masked(input: &JobInput<'_>) -> Vec<MaskKey> {
     let agent_env = input
@@ -529,88 +482,4 @@ fn masked(input: &JobInput<'_>) -> Vec<MaskKey> {
         .map(|a| a.env.as_slice())
         .unwrap_or_default();
     mask_keys(&input.resolved.secrets, agent_env)
-}
-
-/// The mask volume (none without keys): one `secret` source per Secret (two when some of its
-/// keys are optional and some not), each key at `<secret>/<key>`, read-only for everyone in
-/// the one container that mounts it (the proxy's).
-fn mask_volume(keys: &[MaskKey]) -> Option<Volume> {
-    let mut sources: BTreeMap<(&str, bool), Vec<KeyToPath>> = BTreeMap::new();
-    for k in keys {
-        sources
-            .entry((k.secret.as_str(), k.optional))
-            .or_default()
-            .push(KeyToPath {
-                key: k.key.clone(),
-                path: format!("{}/{}", k.secret, k.key),
-                ..Default::default()
-            });
-    }
-    (!sources.is_empty()).then(|| Volume {
-        name: MASK_VOLUME.into(),
-        projected: Some(ProjectedVolumeSource {
-            default_mode: Some(0o444),
-            sources: Some(
-                sources
-                    .into_iter()
-                    .map(|((secret, optional), items)| VolumeProjection {
-                        secret: Some(SecretProjection {
-                            name: secret.to_string(),
-                            items: Some(items),
-                            optional: optional.then_some(true),
-                        }),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-        }),
-        ..Default::default()
-    })
-}
-
-/// What the standard automount gives, for the proxy container only: a bound token of the pod's
-/// ServiceAccount (the task's identity), the cluster CA and the namespace.
-fn api_access_volume() -> Volume {
-    Volume {
-        name: API_ACCESS_VOLUME.into(),
-        projected: Some(ProjectedVolumeSource {
-            default_mode: Some(0o444),
-            sources: Some(vec![
-                VolumeProjection {
-                    service_account_token: Some(ServiceAccountTokenProjection {
-                        path: "token".into(),
-                        expiration_seconds: Some(TOKEN_SECONDS),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                VolumeProjection {
-                    config_map: Some(ConfigMapProjection {
-                        name: "kube-root-ca.crt".into(),
-                        items: Some(vec![KeyToPath {
-                            key: "ca.crt".into(),
-                            path: "ca.crt".into(),
-                            ..Default::default()
-                        }]),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                VolumeProjection {
-                    downward_api: Some(DownwardAPIProjection {
-                        items: Some(vec![DownwardAPIVolumeFile {
-                            path: "namespace".into(),
-                            field_ref: Some(ObjectFieldSelector {
-                                field_path: "metadata.namespace".into(),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }]),
-                    }),
-                    ..Default::default()
-                },
-            ]),
-        }),
-        ..Default::default()
-    }
 }

@@ -18,6 +18,7 @@ pub mod files;
 pub mod identity;
 pub mod job;
 pub mod pod;
+pub mod proxy_volumes;
 pub mod resolve;
 pub mod shared;
 pub mod zone;
