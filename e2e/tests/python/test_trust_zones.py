@@ -61,7 +61,8 @@ from test_real_node import environ, running_pod, secret  # noqa: E402
 AGENT_UID = 65532
 # /var/run is a link to /run in the images: from the host, follow it inside the container root.
 TOKEN_PATH = "run/secrets/kubernetes.io/serviceaccount/token"
-# Shared mode: the agent's token for the shared proxy (shared_mode.TOKEN_FILE), from the host.
+# The agent's credential for its proxy: in shared mode the projected token for the shared proxy
+# (shared_mode.TOKEN_FILE); in sidecar mode the token its own proxy writes (one path, TOKEN_DIR).
 MCP_TOKEN_PATH = "run/secrets/orchestrator.io/mcp/token"
 # Shared mode: where a zone container has its own key (operator/src/render/zone.rs).
 ZONE_KEY_DIR = "etc/orchestrator/zone-key"
@@ -553,7 +554,7 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
     assert ran == [], f"planted commands ran in a server's container: {ran}"
     # What verifies signatures (no tool of the git server runs it): the zone's git in its
     # container, `git log` and `git show` of the signed commits. Nothing ran there either.
-    for args in (["log", "-5"], ["show", "HEAD~1"], ["log", "--show-signature", "-4"]):
+    for args in (["log", "-5"], ["show", ":/signed ssh"], ["log", "--show-signature"]):
         out = zone_git(story, name, "git", *args)
         assert out.returncode == 0 and "signed " in out.stdout, (args, out.stderr)
         assert "gpg.x509.program" in out.stderr and "log.showsignature" in out.stderr, out.stderr
@@ -575,7 +576,10 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
         assert not [s for s, key in keys.items() if key in env_text], f"a zone key in {container}'s env"
         for path in (TOKEN_PATH, MCP_TOKEN_PATH):
             has_token_file = Path(f"/proc/{pid}/root/{path}").exists()
-            assert has_token_file == (container == home and path == home_path), (container, path)
+            # Sidecar mode: the agent's credential for its proxy is in the proxy's container
+            # (which writes it) and the agent's, no zone's.
+            credential = not shared and path == MCP_TOKEN_PATH and container in ("mcp-proxy", "agent")
+            assert has_token_file == ((container == home and path == home_path) or credential), (container, path)
     if not shared:
         # The proxy runs alone in its container: nothing else there can read its memory or token.
         assert descendants(pids["mcp-proxy"]) == [], descendants(pids["mcp-proxy"])
@@ -624,7 +628,7 @@ def test_a_hostile_agent_reaches_no_secret_no_token_and_runs_nothing_in_the_git_
 
     # The control, last (what it runs copies the git zone's view into the workspace): plain git in
     # the git zone runs the repository's signature programs, so the route above was live.
-    zone_git(story, name, "/usr/bin/git", "-c", "safe.directory=*", "log", "-4")
+    zone_git(story, name, "/usr/bin/git", "-c", "safe.directory=*", "log")
     ran = {p.name.split("-uid")[0] for p in (workspace / "loot").iterdir() if p.name.startswith("ran-")}
     assert {"ran-x509", "ran-ssh-keygen", "ran-gpg"} <= ran, ran
 
@@ -814,7 +818,7 @@ def test_a_hostile_upstream_reads_only_its_own_secret_and_cannot_patch_the_lease
     # 401 to every request without the agent's credential (calls, audit, tools, metrics), so it
     # opened no session and called nothing; in shared mode nothing listens there.
     tried = found["proxy"]
-    assert len(tried) >= 7, tried
+    assert len(tried) >= 6, tried  # no token to try: the server reaches none
     if shared:
         assert all("error" in t for t in tried), tried
     else:
