@@ -726,8 +726,10 @@ def test_pods_reach_a_cluster_ip_service_and_nothing_outside_the_node(net_ns):
 
     # Through the Service: kube-proxy may need a moment for the Service's rules; then every answer
     # comes from a backend, shows the client's own address, and both backends answer.
-    wait_until("the Service to answer the client", lambda: all(
-        "backend" in a for a in answers("client", f"http://{cluster_ip}/", 4)), timeout=30, interval=0.5)
+    # (both backends' rules: the second endpoint can reach kube-proxy a moment after the first).
+    wait_until("the Service to answer the client from both backends", lambda: (lambda got: all(
+        "backend" in a for a in got) and {a["backend"] for a in got} == set(backends))(
+        answers("client", f"http://{cluster_ip}/", 8)), timeout=30, interval=0.5)
     got = answers("client", f"http://{cluster_ip}/", 40)
     assert {a.get("backend") for a in got} == set(backends), got
     assert {a["peer"] for a in got} == {ips["client"]}, f"the backends saw another source than the client's pod IP: {got}"
