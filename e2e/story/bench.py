@@ -80,11 +80,13 @@ def start_busy_task(story: Story) -> BusyAgent:
     return script
 
 
-def change(story: Story, enable: bool) -> dict:
-    """One add-context --wait-synced toggling everything:get-env; when each step happened."""
+def change(story: Story, enable: bool, timeout: str = "2m") -> dict:
+    """One add-context --wait-synced (giving up after `timeout`) toggling everything:get-env; when
+    each step happened."""
     flag = "--enable-tools" if enable else "--disable-tools"
     started = time.time()
-    cli = story.cli("task", "add-context", "--task-id", "1001", flag, "everything:get-env", "--wait-synced")
+    cli = story.cli("task", "add-context", "--task-id", "1001", flag, "everything:get-env", "--wait-synced",
+                    "--timeout", timeout)
     if cli.returncode != 0:
         status = story.json("get", "taskrun", "task-1001", "-n", story.work_ns).get("status", {})
         status.pop("tools", None)
