@@ -1,11 +1,8 @@
 //! The chart's admission policies and metrics NetworkPolicies, rendered by `helm template` (helm
-//! from the control-plane build, as `chart_shared.rs` gets it): which objects each value makes,
+//! from the control-plane build, `common::rendered`): which objects each value makes,
 //! and that the names they share with the operator (the task pods' labels, the metrics port's
 //! name, the zones' ports, the annotations) are the operator's own constants. What the policies
 //! decide is shown on the API server by `e2e/tests/python/test_admission.py`.
-
-use std::path::PathBuf;
-use std::process::Command;
 
 use kube::CustomResourceExt;
 use orchestrator_crds::taskrun::result::CREATED_BY_ANNOTATION;
@@ -15,43 +12,8 @@ use orchestrator_operator::render::job::METRICS_PORT_NAME;
 use orchestrator_operator::render::zone::ZONE_PORT_BASE;
 use serde_json::{Value, json};
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the repository")
-        .to_path_buf()
-}
-
-fn helm() -> PathBuf {
-    let out = Command::new(repo_root().join("e2e/controlplane/build"))
-        .output()
-        .expect("e2e/controlplane/build runs");
-    assert!(out.status.success(), "{out:?}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().expect("a bin dir").trim()).join("helm")
-}
-
-/// The chart rendered with `set` (release `r` in namespace `sys`), one JSON value per object.
-fn rendered(set: &[&str]) -> Result<Vec<Value>, String> {
-    let mut args = vec!["template", "r", "charts/orchestrator", "-n", "sys"];
-    args.extend(["--kube-version", "1.35.4"]);
-    for s in set {
-        args.extend(["--set", s]);
-    }
-    let out = Command::new(helm())
-        .current_dir(repo_root())
-        .args(&args)
-        .output()
-        .expect("helm runs");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .split("\n---")
-        .filter(|d| d.contains("kind:"))
-        .map(|d| serde_saphyr::from_str(d).expect("a YAML object"))
-        .collect())
-}
+mod common;
+use common::rendered;
 
 fn all<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()

@@ -1,52 +1,15 @@
 //! The chart's shared proxy (`sharedProxy.enabled`), rendered by `helm template` (helm from the
-//! control-plane build, as `e2e/tests/chart.rs` gets it): the Deployment, its Service, HPA, PDB,
+//! control-plane build, `common::rendered`): the Deployment, its Service, HPA, PDB,
 //! NetworkPolicy and RBAC, the operator's flags pointing at it, and the operator's Role there
 //! exactly `rbac::RULES`' shared-proxy scope. Off by default: none of it is rendered.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::Command;
 
 use orchestrator_operator::rbac::{RULES, Scope};
 use serde_json::{Value, json};
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the repository")
-        .to_path_buf()
-}
-
-fn helm() -> PathBuf {
-    let out = Command::new(repo_root().join("e2e/controlplane/build"))
-        .output()
-        .expect("e2e/controlplane/build runs");
-    assert!(out.status.success(), "{out:?}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().expect("a bin dir").trim()).join("helm")
-}
-
-/// The chart rendered with `set` (release `r` in namespace `sys`), one JSON value per object.
-fn rendered(set: &[&str]) -> Result<Vec<Value>, String> {
-    let mut args = vec!["template", "r", "charts/orchestrator", "-n", "sys"];
-    args.extend(["--kube-version", "1.35.4"]);
-    for s in set {
-        args.extend(["--set", s]);
-    }
-    let out = Command::new(helm())
-        .current_dir(repo_root())
-        .args(&args)
-        .output()
-        .expect("helm runs");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .split("\n---")
-        .filter(|d| d.contains("kind:"))
-        .map(|d| serde_saphyr::from_str(d).expect("a YAML object"))
-        .collect())
-}
+mod common;
+use common::rendered;
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     let found: Vec<&Value> = docs
