@@ -16,11 +16,8 @@ use kube::api::PostParams;
 use orchestrator_crds::shared::{AUDITOR_SECRET, AUDITOR_TOKEN_KEY};
 
 use super::Context;
-use crate::error::{Error, Result};
-
-/// Bytes of the token.
-const TOKEN_BYTES: usize = 32;
-
+use super::zone_keys::random_key;
+use crate::error::Result;
 /// The Secret as created: a random token, labelled as the operator's.
 pub fn secret(ns: &str, token: String) -> Secret {
     Secret {
@@ -48,7 +45,7 @@ pub fn secret(ns: &str, token: String) -> Secret {
 pub async fn create_if_missing(ctx: &Context, ns: &str) -> Result<()> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     match api
-        .create(&PostParams::default(), &secret(ns, random_token()?))
+        .create(&PostParams::default(), &secret(ns, random_key()?))
         .await
     {
         // Made for an earlier task, or by an admin: it stays as it is.
@@ -58,19 +55,13 @@ pub async fn create_if_missing(ctx: &Context, ns: &str) -> Result<()> {
     }
 }
 
-fn random_token() -> Result<String> {
-    let mut bytes = [0u8; TOKEN_BYTES];
-    getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_auditor_secret_holds_one_random_token_and_no_owner() {
-        let (a, b) = (random_token().expect("a"), random_token().expect("b"));
+        let (a, b) = (random_key().expect("a"), random_key().expect("b"));
         assert_eq!(a.len(), 64);
         assert_ne!(a, b);
         let s = secret("team-a", a.clone());

@@ -79,8 +79,8 @@ pub async fn not_ours(client: &Client, ns: &str, tr: &TaskRun) -> Result<Option<
     }))
 }
 
-/// A key: 32 random bytes as 64 lowercase hex digits.
-fn random_key() -> Result<String> {
+/// A key (a zone's, the auditors' token): 32 random bytes as 64 lowercase hex digits.
+pub(super) fn random_key() -> Result<String> {
     let mut bytes = [0u8; KEY_BYTES];
     getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
