@@ -8,40 +8,11 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
-use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::shared::{AUDITOR_SECRET, TOKEN_DIR};
-use orchestrator_crds::taskrun::TaskRun;
 
 use super::files::headers_script;
+use super::tests::{plan, pod, task_1001};
 use super::*;
-
-fn plan() -> Plan {
-    let catalog = Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("catalog");
-    let mut tr: TaskRun =
-        serde_saphyr::from_str(include_str!("../../../config/samples/taskrun.yaml"))
-            .expect("sample");
-    tr.metadata.namespace = Some("team-a".into());
-    tr.metadata.uid = Some("0b6a3c9e-1b1e-4c57-9a43-5f1d2d6c1001".into());
-    let settings = RenderSettings {
-        sidecar_image: "proxy:1".into(),
-        agent_image: "agent:1".into(),
-        sidecar_otlp_endpoint: None,
-        sidecar_port: DEFAULT_SIDECAR_PORT,
-        sidecar_api_watch: true,
-        sidecar_kubernetes_service: None,
-        sidecar_metrics_port: None,
-        shared_proxy: None,
-    };
-    render(&tr, &catalog, &settings).unwrap_or_else(|p| panic!("renders: {p:?}"))
-}
-
-fn pod(plan: &Plan) -> PodSpec {
-    plan.job()
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.clone())
-        .expect("pod spec")
-}
 
 fn containers(pod: &PodSpec) -> Vec<Container> {
     pod.init_containers
@@ -62,7 +33,7 @@ fn env(c: &Container, name: &str) -> Option<String> {
 
 #[test]
 fn only_the_proxy_and_the_agent_mount_the_agents_credential_and_only_the_proxy_the_auditors() {
-    let pod = pod(&plan());
+    let pod = pod(&plan(&task_1001()));
     let credential = pod
         .volumes
         .iter()
@@ -143,7 +114,7 @@ fn only_the_proxy_and_the_agent_mount_the_agents_credential_and_only_the_proxy_t
 
 #[test]
 fn claude_codes_mcp_config_gets_the_token_through_the_rendered_helper() {
-    let data = plan().config_map(1).data.expect("data");
+    let data = plan(&task_1001()).config_map(1).data.expect("data");
     let mcp: serde_json::Value = serde_json::from_str(&data["mcp-config.json"]).expect("json");
     assert_eq!(
         mcp["mcpServers"]["orchestrator"]["headersHelper"],

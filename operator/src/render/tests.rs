@@ -33,7 +33,7 @@ fn sample(yaml: &str) -> TaskRun {
     tr
 }
 
-fn task_1001() -> TaskRun {
+pub(super) fn task_1001() -> TaskRun {
     sample(include_str!("../../../config/samples/taskrun.yaml"))
 }
 
@@ -41,7 +41,7 @@ fn task_1002() -> TaskRun {
     sample(include_str!("../../../config/samples/taskrun-github.yaml"))
 }
 
-fn plan(tr: &TaskRun) -> Plan {
+pub(super) fn plan(tr: &TaskRun) -> Plan {
     render(tr, &catalog(), &settings()).unwrap_or_else(|p| panic!("renders: {p:?}"))
 }
 
@@ -247,7 +247,7 @@ fn the_risk_policy_reaches_the_proxy_with_the_taskruns_classes_over_the_catalogs
     assert!(!plain["proxy.yaml"].contains("policy"));
 }
 
-fn pod(plan: &Plan) -> k8s_openapi::api::core::v1::PodSpec {
+pub(super) fn pod(plan: &Plan) -> k8s_openapi::api::core::v1::PodSpec {
     plan.job()
         .spec
         .as_ref()
