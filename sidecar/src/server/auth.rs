@@ -243,8 +243,8 @@ mod tests {
 
     #[test]
     fn the_agents_token_is_created_once_kept_across_restarts_and_readable_by_the_group_only() {
-        let dir = tempfile_dir();
-        let path = dir.join("token");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("token");
         let first = AgentToken::load_or_create(&path).expect("created");
         let text = std::fs::read_to_string(&path).expect("written");
         assert_eq!(text.len(), 64);
@@ -259,15 +259,14 @@ mod tests {
         let new = AgentToken::load_or_create(&path).expect("replaced");
         assert_ne!(&*new.0, b"guessable");
         assert_ne!(first.0, new.0);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn only_the_agents_token_calls_and_the_auditors_only_reads() {
-        let dir = tempfile_dir();
-        let agent = AgentToken::load_or_create(&dir.join("agent")).expect("agent");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let agent = AgentToken::load_or_create(&dir.path().join("agent")).expect("agent");
         let agent_text = String::from_utf8(agent.0.to_vec()).expect("hex");
-        let auditor_path = dir.join("auditor");
+        let auditor_path = dir.path().join("auditor");
         let auditor_text = "a".repeat(40);
         std::fs::write(&auditor_path, format!("{auditor_text}\n")).expect("write");
         let auth = ClientAuth::new(Some(agent), Some(AuditorToken::new(auditor_path.clone())));
@@ -309,7 +308,6 @@ mod tests {
         assert!(!allows(Some(bearer_of("short")), Access::Read));
         std::fs::remove_file(&auditor_path).expect("rm");
         assert!(!allows(Some(bearer_of(&"b".repeat(40))), Access::Read));
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -317,14 +315,5 @@ mod tests {
         let auth = ClientAuth::default();
         assert!(auth.is_open());
         assert!(auth.allows(None, Access::Call));
-    }
-
-    fn tempfile_dir() -> PathBuf {
-        let mut bytes = [0u8; 8];
-        aws_lc_rs::rand::fill(&mut bytes).expect("random");
-        let name: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let dir = std::env::temp_dir().join(format!("orchestrator-auth-{name}"));
-        std::fs::create_dir_all(&dir).expect("dir");
-        dir
     }
 }
