@@ -101,7 +101,8 @@ def change(story: Story, enable: bool, timeout: str = "2m") -> dict:
             timeout=240, what="the change to reach the model")
     except TimeoutError:
         last = story.model.conversation()[-1]
-        Path("/tmp/bench-last-request.json").write_text(json.dumps(last.body))
+        print(f"the model's last request (its tools and last message): "
+              f"{json.dumps({'tools': last.mcp_tools(), 'last': (last.body.get('messages') or [None])[-1]})[:4000]}")
         print(story.kubectl("logs", "-n", story.work_ns, "job/task-1001", "-c", "mcp-proxy", "--tail", "30"))
         raise
     reload_at, notified_at = story.proxy_reload_times(started)

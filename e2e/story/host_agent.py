@@ -319,6 +319,12 @@ def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_
         run_env["ORCHESTRATOR_MCP_TOKEN_FILE"] = str(proxy.token_file)
     else:
         run_env.pop("ORCHESTRATOR_MCP_TOKEN_FILE", None)
+    # Each run writes only below its own home: its temporary files (the agent script's, Claude
+    # Code's) and its termination log, never the host's /tmp names or /dev/termination-log, which
+    # a run as another uid could not write after this one.
+    run_env["TMPDIR"] = str(home / "tmp")
+    (home / "tmp").mkdir()
+    run_env["ORCHESTRATOR_TERMINATION_LOG"] = str(home / "termination-log")
     run_env["ANTHROPIC_API_KEY"] = "sk-ant-stand-in"  # the rendered secretKeyRef's stand-in
     run_env["ANTHROPIC_BASE_URL"] = model.url
     run_env.update(env or {})

@@ -25,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
 
-from host_agent import host_proxy, run_claude  # noqa: E402
+from host_agent import host_proxy, rendered_files, run_claude  # noqa: E402
 from scripted_model import ScriptedModel, text, tool_result_text, tool_use  # noqa: E402
 
 MCP = "mcp__orchestrator__"
@@ -155,3 +155,28 @@ def test_the_model_is_offered_only_the_allowed_tools_fewer_bytes_than_directly()
     assert rows[(INTENT, ALL_DEFINITIONS)]["definition_bytes"] < rows[(PROXIED, ALL_DEFINITIONS)]["definition_bytes"]
     assert rows[(INTENT, DEFERRED)]["deferred_name_bytes"] < rows[(PROXIED, DEFERRED)]["deferred_name_bytes"]
     assert rows[(INTENT, DEFERRED)]["retrieve_every_tool"]["tools"] == len(rows[(PROXIED, DEFERRED)]["names"])
+
+
+def test_the_agent_script_runs_as_root_then_as_the_pods_uid_and_leaves_nothing_in_tmp_or_dev(work):
+    """The demo's byte count runs the rendered agent command as root; the tests run it as the
+    pod's uid. One after the other in one process, both finish and report: each run writes its
+    result and termination log below its own home, none in the host's /tmp or /dev."""
+    files = rendered_files()
+    settings = json.loads(files["settings.json"])
+    settings["permissions"].pop("defaultMode", None)  # Claude Code refuses bypassPermissions as root
+    host = {d: set(os.listdir(d)) for d in ("/tmp", "/dev")}
+    reports = []
+    for as_pod_user in (False, True):
+        with ScriptedModel(lambda first: (yield text(f"done as pod user: {as_pod_user}"))) as model:
+            run = run_claude(model, "http://127.0.0.1:9/mcp", work, settings=settings,
+                             env={"CLAUDE_CODE_MAX_RETRIES": "0"}, as_pod_user=as_pod_user)
+        assert run.returncode == 0, f"as pod user {as_pod_user}: {run.stdout[-2000:]} {run.stderr[-2000:]}"
+        assert run.stdout.strip().endswith(f"done as pod user: {as_pod_user}"), run.stdout[-500:]
+        report = json.loads((run.home / "termination-log").read_text())
+        assert (report["subtype"], report["isError"]) == ("success", False), report
+        reports.append(report)
+        assert not list((run.home / "tmp").glob("claude-result.*")), "the script removes its result file"
+    assert [r["text"] for r in reports] == ["done as pod user: False", "done as pod user: True"]
+    if os.geteuid() == 0:
+        added = {d: sorted(set(os.listdir(d)) - before) for d, before in host.items()}
+        assert added == {"/tmp": [], "/dev": []}, f"new in the host's /tmp or /dev: {added}"

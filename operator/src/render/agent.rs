@@ -6,13 +6,16 @@
 //!   (their own uids, the pod's fsGroup).
 //! - The final text (Claude Code's `result`) goes to stdout, so `kubectl logs` and `task logs`
 //!   show the answer; without a JSON result, whatever Claude Code printed.
-//! - Its report (docs/api.md, "The agent's result") goes to `/dev/termination-log` as one JSON
+//! - Its report (docs/api.md, "The agent's result") goes to `/dev/termination-log` (or the file
+//!   `ORCHESTRATOR_TERMINATION_LOG` names: a run on a host gives each run its own) as one JSON
 //!   object under 4096 bytes (the kubelet keeps the last 4096): `subtype`, `isError`, `turns`,
 //!   the token counts, `costUsd`, `durationMs`, `sessionId`, and `text` clipped to what fits
 //!   (`textTruncated`), never inside an escape or a UTF-8 sequence. Without a JSON result (Claude
 //!   Code failed before it printed one), `subtype: error_no_result, isError: true`.
 //! - Built with `awk` (POSIX; Debian's `mawk` in the agent image, which has no Node.js or
 //!   Python), under `LC_ALL=C` so strings are bytes.
+//! - Claude Code's JSON goes to a file of its own (`mktemp` in `$TMPDIR`), removed at the end:
+//!   no fixed path that a run as another uid could own.
 //! - The shell waits for Claude Code and passes on SIGTERM (a cancelled task's pod is stopped:
 //!   a shell as a container's PID 1 would ignore it), and exits with Claude Code's exit code.
 
@@ -58,20 +61,18 @@ mod tests {
             std::fs::write(dir.join(f), "# the task").expect("an input");
         }
         let log = dir.join("termination-log");
-        let script = DEFAULT_AGENT_SCRIPT
-            .replace("/dev/termination-log", &log.display().to_string())
-            .replace(
-                "/tmp/.claude-result.json",
-                &dir.join("out").display().to_string(),
-            );
+        let tmp = dir.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("tmp dir");
         let path = format!(
             "{}:{}",
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         let Output { stdout, status, .. } = Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", DEFAULT_AGENT_SCRIPT])
             .env("PATH", path)
+            .env("TMPDIR", &tmp)
+            .env("ORCHESTRATOR_TERMINATION_LOG", &log)
             .env("ORCHESTRATOR_TASK_FILE", dir.join("task.md"))
             .env("ORCHESTRATOR_MCP_CONFIG", dir.join("mcp.json"))
             .env("ORCHESTRATOR_SETTINGS", dir.join("settings.json"))
@@ -83,7 +84,16 @@ mod tests {
             "the task is on stdin"
         );
         let message = std::fs::read_to_string(&log).unwrap_or_default();
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .expect("tmp dir")
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .expect("tmp entries");
         let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            left.is_empty(),
+            "the script leaves nothing in $TMPDIR: {left:?}"
+        );
         Run {
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
             message,
@@ -109,23 +119,16 @@ mod tests {
         .expect("the stand-in");
         chmod_x(&fake);
         std::fs::write(dir.join("task.md"), "# the task").expect("the task");
-        let script = DEFAULT_AGENT_SCRIPT
-            .replace(
-                "/dev/termination-log",
-                &dir.join("log").display().to_string(),
-            )
-            .replace(
-                "/tmp/.claude-result.json",
-                &dir.join("out").display().to_string(),
-            );
         let path = format!(
             "{}:{}",
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         let mut shell = Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", DEFAULT_AGENT_SCRIPT])
             .env("PATH", path)
+            .env("TMPDIR", &dir)
+            .env("ORCHESTRATOR_TERMINATION_LOG", dir.join("log"))
             .env("ORCHESTRATOR_TASK_FILE", dir.join("task.md"))
             .stdout(std::process::Stdio::null())
             .spawn()

@@ -1,6 +1,10 @@
 # The default agent (operator/src/render/agent.rs): Claude Code, headless, the task on stdin.
 umask 002
-out=/tmp/.claude-result.json
+# Where it writes comes from its environment: its own temporary file for Claude Code's JSON (in
+# $TMPDIR, removed at the end), and the termination log (the pod's /dev/termination-log unless
+# ORCHESTRATOR_TERMINATION_LOG names another file: a run on a host gives its own).
+tl=${ORCHESTRATOR_TERMINATION_LOG:-/dev/termination-log}
+out=$(mktemp "${TMPDIR:-/tmp}/claude-result.XXXXXX") || exit 1
 # Shared mode: the shared proxy serves this pod's token once the operator has bound the pod (its
 # uid and IP on the task's proxy config), a moment after the pod starts; wait for that (30 s at
 # most) so that Claude Code's first connection is served. (In sidecar mode the pod's proxy is
@@ -38,7 +42,7 @@ pid=$!
 trap 'kill -TERM "$pid" 2>/dev/null' TERM INT HUP
 wait "$pid"; code=$?
 while kill -0 "$pid" 2>/dev/null; do wait "$pid"; code=$?; done
-LC_ALL=C awk -v code="$code" -v tl=/dev/termination-log '
+LC_ALL=C awk -v code="$code" -v tl="$tl" '
 function ws() { while (p <= n && index(" \t\r\n", substr(s, p, 1))) p++ }
 function str(   q, c) {
   q = p; p++
@@ -154,4 +158,5 @@ END {
   }
   printf "%s", o > tl
 }' "$out"
+rm -f "$out"
 exit "$code"
