@@ -98,6 +98,39 @@ pub struct Price {
     pub cache_read: Option<String>,
 }
 
+/// The annotation on the task's Lease where its proxy reports what the model gateway counted
+/// (JSON [`ModelUsage`]); the operator copies it to `status.usage`.
+pub const USAGE_ANNOTATION: &str = "orchestrator.io/model-usage";
+
+/// What a task's model requests used, as its proxy counted them from the endpoint's answers
+/// (not the agent's own claim). `status.usage`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    /// USD by the gateway's price table (absent while no request was priced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub cost_usd: Option<String>,
+    /// Model requests forwarded.
+    pub requests: u64,
+    /// Requests the budget refused.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused: u64,
+    /// The `spec.budget` field the last request was refused on, until a request is admitted
+    /// again (a raised budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub exceeded: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A decimal string of USD (`"2.50"`, `"0.000003"`) in nano-dollars, exactly; `None` when it is
 /// not a non-negative decimal with at most nine fractional digits or is too large.
 pub fn parse_usd_nanos(text: &str) -> Option<u64> {

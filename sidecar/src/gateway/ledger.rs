@@ -63,6 +63,25 @@ pub struct Usage {
     pub requests: u64,
     /// Requests refused by the budget.
     pub refused: u64,
+    /// The limit the last request was refused on, until one is admitted again.
+    pub exceeded: Option<&'static str>,
+}
+
+impl Usage {
+    /// As the Lease annotation and `status.usage` carry it.
+    pub fn to_wire(&self) -> orchestrator_crds::gateway::ModelUsage {
+        orchestrator_crds::gateway::ModelUsage {
+            input_tokens: self.tokens.input_tokens,
+            output_tokens: self.tokens.output_tokens,
+            cache_creation_input_tokens: self.tokens.cache_creation_input_tokens,
+            cache_read_input_tokens: self.tokens.cache_read_input_tokens,
+            cost_usd: (self.cost_nanos > 0)
+                .then(|| orchestrator_crds::gateway::format_usd_nanos(self.cost_nanos)),
+            requests: self.requests,
+            refused: self.refused,
+            exceeded: self.exceeded.map(str::to_string),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -102,6 +121,28 @@ impl Ledger {
         lock(&self.state).used
     }
 
+    /// Takes up what an earlier proxy of the task counted (its report on the task's Lease), so
+    /// a restarted proxy does not start the budget again; each count only grows.
+    pub fn restore(&self, wire: &orchestrator_crds::gateway::ModelUsage) {
+        let mut state = lock(&self.state);
+        let used = &mut state.used;
+        let t = &mut used.tokens;
+        t.input_tokens = t.input_tokens.max(wire.input_tokens);
+        t.output_tokens = t.output_tokens.max(wire.output_tokens);
+        t.cache_creation_input_tokens = t
+            .cache_creation_input_tokens
+            .max(wire.cache_creation_input_tokens);
+        t.cache_read_input_tokens = t.cache_read_input_tokens.max(wire.cache_read_input_tokens);
+        let cost = wire
+            .cost_usd
+            .as_deref()
+            .and_then(orchestrator_crds::gateway::parse_usd_nanos)
+            .unwrap_or(0);
+        used.cost_nanos = used.cost_nanos.max(cost);
+        used.requests = used.requests.max(wire.requests);
+        used.refused = used.refused.max(wire.refused);
+    }
+
     /// Admits a request under `limits`, reserving its worst case: `ask.input` input tokens and
     /// the output it asks for, clamped to the output (and cost) left, which the caller then
     /// asks the endpoint for instead ([`Reservation::output`]). Refused when nothing is left
@@ -110,6 +151,7 @@ impl Ledger {
         let mut state = lock(&self.state);
         let exceeded = |state: &mut State, limit, used, reserved, wanted, allowed| {
             state.used.refused += 1;
+            state.used.exceeded = Some(limit);
             Err(Exceeded {
                 limit,
                 used,
@@ -178,6 +220,7 @@ impl Ledger {
         state.reserved.output += amount.output;
         state.reserved.cost_nanos += amount.cost_nanos;
         state.reserved_requests += 1;
+        state.used.exceeded = None;
         Ok(Reservation {
             ledger: self.clone(),
             amount,
@@ -333,5 +376,34 @@ mod tests {
             ..limits
         };
         assert!(ledger.admit(&raised, amount(1, 1)).is_ok());
+    }
+
+    #[test]
+    fn a_refusal_is_reported_until_a_request_is_admitted_and_a_restart_keeps_the_counts() {
+        let ledger = Arc::new(Ledger::default());
+        let limits = Limits {
+            requests: Some(1),
+            ..Limits::default()
+        };
+        ledger
+            .admit(&limits, amount(1, 1))
+            .expect("first")
+            .settle(&Tokens::default(), 0);
+        assert!(ledger.admit(&limits, amount(1, 1)).is_err());
+        let wire = ledger.usage().to_wire();
+        assert_eq!(
+            (wire.exceeded.as_deref(), wire.refused, wire.requests),
+            (Some("requests"), 1, 1)
+        );
+        // A proxy restarted in the same pod takes the report up: the budget is not new.
+        let restarted = Arc::new(Ledger::default());
+        restarted.restore(&wire);
+        assert!(restarted.admit(&limits, amount(1, 1)).is_err());
+        let raised = Limits {
+            requests: Some(5),
+            ..limits
+        };
+        assert!(restarted.admit(&raised, amount(1, 1)).is_ok());
+        assert_eq!(restarted.usage().exceeded, None);
     }
 }

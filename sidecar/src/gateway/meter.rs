@@ -181,6 +181,7 @@ impl Watch {
             Some(reservation) => drop(reservation),
             None => {}
         }
+        m.gateway.publish();
         let outcome = match (ok_status, known || m.endpoint == Endpoint::CountTokens) {
             _ if self.failed || self.status == 0 => "failed",
             (false, _) => "api_error",

@@ -48,8 +48,16 @@ const MAX_KEY: u64 = 8 * 1024;
 pub struct Gateway {
     proxy: Arc<Proxy>,
     pub ledger: Arc<Ledger>,
+    /// The usage after each request, for the report on the task's Lease (`crate::api`).
+    usage: tokio::sync::watch::Sender<orchestrator_crds::gateway::ModelUsage>,
     /// The client for the CA file it trusts (rebuilt when `caFile` changes).
     client: Mutex<Option<(Option<PathBuf>, reqwest::Client)>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
+    }
 }
 
 impl Gateway {
@@ -57,8 +65,31 @@ impl Gateway {
         Arc::new(Self {
             proxy,
             ledger: Arc::default(),
+            usage: tokio::sync::watch::Sender::new(Default::default()),
             client: Mutex::new(None),
         })
+    }
+
+    /// Follows the usage (a new value after each request).
+    pub fn usage_watch(
+        &self,
+    ) -> tokio::sync::watch::Receiver<orchestrator_crds::gateway::ModelUsage> {
+        self.usage.subscribe()
+    }
+
+    /// Takes up an earlier proxy's count (see [`Ledger::restore`]).
+    pub fn restore(&self, usage: &orchestrator_crds::gateway::ModelUsage) {
+        self.ledger.restore(usage);
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let usage = self.ledger.usage().to_wire();
+        self.usage.send_if_modified(|current| {
+            let changed = *current != usage;
+            *current = usage;
+            changed
+        });
     }
 
     fn client(&self, ca_file: Option<&Path>) -> Result<reqwest::Client, String> {
@@ -219,6 +250,7 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
         match gateway.ledger.admit(&config.limits, ask_most) {
             Ok(reservation) => Some(reservation),
             Err(over) => {
+                gateway.publish();
                 gateway.proxy.metrics.model.refused(over.limit);
                 tracing::warn!(
                     limit = over.limit,

@@ -37,6 +37,8 @@ pub struct Settings {
     pub max_sessions: usize,
     /// Who may call (`/mcp`) and read (`/tools`, `/audit`, `/metrics`); open when empty.
     pub auth: ClientAuth,
+    /// The model gateway at `/model` (one is made for the app when `None`).
+    pub gateway: Option<Arc<crate::gateway::Gateway>>,
 }
 
 /// Builds the whole HTTP app.
@@ -63,7 +65,11 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         auth::require,
     ));
     // The model gateway: the agent's credential (as its API key), the body bounded as /mcp's.
-    let gateway = crate::gateway::routes(crate::gateway::Gateway::new(proxy.clone()))
+    let gateway = settings
+        .gateway
+        .clone()
+        .unwrap_or_else(|| crate::gateway::Gateway::new(proxy.clone()));
+    let gateway = crate::gateway::routes(gateway)
         .layer(middleware::from_fn(limits::read_body))
         .layer(middleware::from_fn_with_state(
             (settings.auth.clone(), Access::Model),
