@@ -72,7 +72,7 @@ pub struct Budget {
     pub output_tokens: Option<u64>,
     /// USD, a decimal string (`"2.50"`), priced with the table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(r"^[0-9]{1,10}(\.[0-9]{1,9})?$"))]
+    #[schemars(pattern(r"^[0-9]{1,10}(\.[0-9]{1,9})?$"), length(max = 20))]
     pub cost_usd: Option<String>,
     /// Model requests (`count_tokens` is not one).
     #[serde(default, skip_serializing_if = "Option::is_none")]

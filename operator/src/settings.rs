@@ -255,6 +255,21 @@ fn namespace_name(value: &str) -> Result<String, String> {
     }
 }
 
+/// `NAME/KEY` of a Secret key.
+fn secret_key(text: &str) -> Result<orchestrator_crds::taskrun::KeyRef, String> {
+    match text.split_once('/') {
+        Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
+            Ok(orchestrator_crds::taskrun::KeyRef {
+                name: name.to_string(),
+                key: key.to_string(),
+            })
+        }
+        _ => Err(format!(
+            "{text:?} is not NAME/KEY of a Secret (e.g. orchestrator-model/api-key)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,20 +334,5 @@ mod tests {
                 .contains("\"Team_B\" is not a namespace name"),
             "{bad}"
         );
-    }
-}
-
-/// `NAME/KEY` of a Secret key.
-fn secret_key(text: &str) -> Result<orchestrator_crds::taskrun::KeyRef, String> {
-    match text.split_once('/') {
-        Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
-            Ok(orchestrator_crds::taskrun::KeyRef {
-                name: name.to_string(),
-                key: key.to_string(),
-            })
-        }
-        _ => Err(format!(
-            "{text:?} is not NAME/KEY of a Secret (e.g. orchestrator-model/api-key)"
-        )),
     }
 }

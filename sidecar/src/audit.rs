@@ -1,11 +1,10 @@
 //! Audit log: one JSON line per `tools/call` (and per model request and built-in tool use the
 //! gateway saw: [`model`]). Lines are formatted on the call path and written by a dedicated
 //! thread, so a slow disk never holds up a call. Argument values are recorded only when
-//! `audit.includeArguments` is set; otherwise only their serialized size is.
-//!
-//! The recent records are also kept in memory for `GET /audit` ([`ring`], queried with
-//! [`query`]): the same line, shared, plus the few fields the query filters on. In shared mode
-//! a call forwarded upstream first gets a `tool_call_started` line, written at once ([`started`]).
+//! `audit.includeArguments` is set; otherwise only their serialized size is. The recent records
+//! are kept in memory too for `GET /audit` ([`ring`], queried with [`query`]): the same line,
+//! shared, plus the few fields the query filters on. In shared mode a call forwarded upstream
+//! first gets a `tool_call_started` line, written at once ([`started`]).
 
 pub mod model;
 pub mod otlp;
@@ -58,9 +57,8 @@ pub enum RecordType {
     DefinitionChange,
     /// Shared mode: a call about to be forwarded upstream ([`started`]).
     ToolCallStarted,
-    /// A request through the model gateway ([`model`]).
+    /// The model gateway's: a request, a built-in `tool_use` in its answer ([`model`]).
     ModelRequest,
-    /// A `tool_use` of the agent's own tools in a model's response ([`model`]).
     AgentToolUse,
 }
 

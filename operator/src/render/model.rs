@@ -123,21 +123,3 @@ pub fn key_helper_script(headers_script: &str) -> String {
         )
     )
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::render::files::headers_script;
-
-    #[test]
-    fn the_key_helper_checks_the_port_like_the_headers_helper_and_prints_the_token() {
-        let script = key_helper_script(&headers_script("127.0.0.1:8080"));
-        assert!(script.contains("/proc/net/tcp"), "{script}");
-        assert!(script.ends_with("cat \"$token\"\n"), "{script}");
-        assert!(!script.contains("Authorization"), "{script}");
-        assert!(
-            script.starts_with("# Claude Code's apiKeyHelper"),
-            "{script}"
-        );
-    }
-}

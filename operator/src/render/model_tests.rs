@@ -205,3 +205,15 @@ fn the_default_credential_serves_a_task_that_names_none_but_not_one_with_its_own
         problems[0].message
     );
 }
+
+#[test]
+fn the_key_helper_checks_the_port_like_the_headers_helper_and_prints_the_token() {
+    let script = model::key_helper_script(&files::headers_script("127.0.0.1:8080"));
+    assert!(script.contains("/proc/net/tcp"), "{script}");
+    assert!(script.ends_with("cat \"$token\"\n"), "{script}");
+    assert!(!script.contains("Authorization"), "{script}");
+    assert!(
+        script.starts_with("# Claude Code's apiKeyHelper"),
+        "{script}"
+    );
+}
