@@ -6,12 +6,14 @@
 //! - [`tools`]: the allow/deny glob semantics of a server's tools, shared by all binaries.
 //! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
 //! - [`approval`]: human approval of held calls (requests, decisions, verdicts, call digests).
+//! - [`gateway`]: the model gateway's config (endpoint, key file, models, budget, prices).
 //! - [`digest`]: hashes over canonical JSON (definition pins, call digests).
 //! - [`shared`]: shared-service mode's names (the mode, the per-task ConfigMap, its annotations).
 
 pub mod approval;
 pub mod catalog;
 pub mod digest;
+pub mod gateway;
 pub mod policy;
 pub mod proxy;
 pub mod shared;

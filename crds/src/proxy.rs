@@ -56,6 +56,9 @@ pub struct ProxyConfig {
     /// The upstream MCP servers.
     #[serde(default)]
     pub servers: Vec<ServerSpec>,
+    /// The model API served to the agent at `/model` (see [`crate::gateway`]); unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<crate::gateway::GatewaySpec>,
 }
 
 /// Which task a proxy belongs to.

@@ -11,6 +11,7 @@
 //! `scripts/check-module-cycles` holds the code to this list):
 //! - [`limits`]: the upper bounds on the spec's strings, lists and maps, and the transforms that
 //!   set them on the Kubernetes types embedded in it.
+//! - [`model`]: `spec.model` (the model credential the task's proxy holds) and `spec.budget`.
 //! - [`permission_rules`]: the grammar of the agent's permission rules, as CEL and in Rust.
 //! - `tool_config`: `spec.toolConfig` (built-in tools, MCP servers) and [`EffectiveTools`].
 //! - [`history`]: `status.contextHistory`, one entry per `contextVersion`, and who asked.
@@ -43,6 +44,7 @@ pub use tool_config::{
 
 pub mod history;
 pub mod limits;
+pub mod model;
 pub mod permission_rules;
 pub mod result;
 mod status;
@@ -132,7 +134,8 @@ pub const MAX_SERVERS: usize = 32;
     {"rule": "has(self.activeDeadlineSeconds) == has(oldSelf.activeDeadlineSeconds) && (!has(self.activeDeadlineSeconds) || self.activeDeadlineSeconds == oldSelf.activeDeadlineSeconds)", "message": "spec.activeDeadlineSeconds is immutable", "fieldPath": ".activeDeadlineSeconds"},
     {"rule": "has(self.serviceAccountName) == has(oldSelf.serviceAccountName) && (!has(self.serviceAccountName) || self.serviceAccountName == oldSelf.serviceAccountName)", "message": "spec.serviceAccountName is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".serviceAccountName"},
     {"rule": "has(self.podTemplate) == has(oldSelf.podTemplate) && (!has(self.podTemplate) || self.podTemplate == oldSelf.podTemplate)", "message": "spec.podTemplate is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".podTemplate"},
-    {"rule": "has(self.proxy) == has(oldSelf.proxy) && (!has(self.proxy) || self.proxy == oldSelf.proxy)", "message": "spec.proxy is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".proxy"}
+    {"rule": "has(self.proxy) == has(oldSelf.proxy) && (!has(self.proxy) || self.proxy == oldSelf.proxy)", "message": "spec.proxy is immutable once the TaskRun exists (a Job's pod cannot change)", "fieldPath": ".proxy"},
+    {"rule": "has(self.model) == has(oldSelf.model) && (!has(self.model) || self.model == oldSelf.model)", "message": "spec.model is immutable once the TaskRun exists (the proxy's container mounts its Secret); spec.budget may change", "fieldPath": ".model"}
 ]))]
 pub struct TaskRunSpec {
     /// The task's id in the tracker (e.g. 1001). Select by it with
@@ -193,9 +196,22 @@ pub struct TaskRunSpec {
     pub retention_seconds_after_finished: Option<i32>,
 
     /// The tools the agent may use: its own built-in tools and MCP servers behind the proxy.
-    /// The only part of the spec that may change while the task runs (add-context).
+    /// With `budget`, the only part of the spec that may change while the task runs
+    /// (add-context).
     #[serde(default)]
     pub tool_config: ToolConfig,
+
+    /// The model the agent talks to through the task's proxy: the Secret with its API key
+    /// (only the proxy reads it), the endpoint, the models allowed. Unset: the operator's
+    /// default credential, if one is configured (the chart's `model` values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<model::ModelSpec>,
+
+    /// What the task may spend on its model: input and output tokens, cost in USD (by the
+    /// gateway's price table), model requests. The proxy refuses a request that could pass a
+    /// limit. May be raised (or lowered) while the task runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<model::Budget>,
 }
 
 /// Where the task text comes from. Exactly one field is set.

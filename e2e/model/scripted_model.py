@@ -89,6 +89,8 @@ class Recorded:
     body: dict
     side: bool = False
     reply: dict | None = None  # what was answered (blocks, stop_reason) or the error
+    raw_headers: list[tuple[str, str]] = field(default_factory=list)  # every header, as sent
+    sent: bytes = b""  # the response body, byte for byte
 
     @property
     def tools(self) -> list[str]:
@@ -215,6 +217,8 @@ class ScriptedModel:
     side_reply: Callable[[Recorded], Reply] = lambda _r: text("ok")
     requests: list[Recorded] = field(default_factory=list)
     error: BaseException | None = None
+    # HTTPS with a certificate of its own CA (`tls_pair`): (certificate file, key file).
+    tls: tuple[str, str] | None = None
 
     def __post_init__(self):
         if not self.host.startswith("127."):
@@ -223,13 +227,18 @@ class ScriptedModel:
         self._gen: Generator[Reply, Recorded, None] | None = None
         self._turn = threading.Lock()  # one conversation step at a time
         self._server = ThreadingHTTPServer((self.host, self.port), self._handler())
+        if self.tls is not None:
+            import ssl
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-model", daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def start(self) -> "ScriptedModel":
         self._thread.start()
@@ -323,13 +332,14 @@ class ScriptedModel:
             def log_message(self, *args):  # quiet: the test prints what matters
                 pass
 
-            def _json(self, status: int, body: dict) -> None:
+            def _json(self, status: int, body: dict) -> bytes:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                return data
 
             def do_GET(self):  # noqa: N802
                 r = model._new_record(self, {})
@@ -373,22 +383,28 @@ class ScriptedModel:
                 if reply.delay:
                     time.sleep(reply.delay)
                 if body.get("stream"):
-                    self._stream(body, reply)
+                    r.sent = self._stream(body, reply)
                 else:
-                    self._json(200, message(body, reply))
+                    r.sent = self._json(200, message(body, reply))
                 model._replied(r, {"blocks": reply.blocks, "stop_reason": reply.stop_reason,
                                    "usage": _usage(body, reply)})
 
-            def _stream(self, body: dict, reply: Reply) -> None:
+            def _stream(self, body: dict, reply: Reply) -> bytes:
+                # As the API streams: chunked, an event per chunk, the connection kept.
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
+                self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
+                sent = b""
                 for event, data in stream_events(body, reply):
-                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                    chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                    sent += chunk
+                self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
-                self.close_connection = True
+                return sent
 
         return Handler
 
@@ -398,14 +414,17 @@ class ScriptedModel:
         keep = {k.lower(): v for k, v in handler.headers.items()
                 if k.lower() in ("anthropic-version", "anthropic-beta", "user-agent", "x-app", "x-api-key")}
         return Recorded(seq=next(self._seq), at=time.monotonic(), wall=time.time(),
-                        path=handler.path, headers=keep, body=body)
+                        path=handler.path, headers=keep, body=body, raw_headers=list(handler.headers.items()))
 
 
 def _usage(body: dict, reply: Reply) -> dict:
     """The usage a reply reports: about a token per 4 bytes of the messages sent and of the blocks
-    answered (what an agent sums into its own count and cost)."""
+    answered (what an agent sums into its own count and cost), the output never over the
+    request's `max_tokens` (the API stops there)."""
+    most = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
+    output = max(1, len(json.dumps(reply.blocks)) // 4)
     return {"input_tokens": max(1, len(json.dumps(body.get("messages", []))) // 4),
-            "output_tokens": max(1, len(json.dumps(reply.blocks)) // 4),
+            "output_tokens": min(output, most) if most else output,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
@@ -465,3 +484,24 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def tls_pair(directory) -> tuple[str, str, str]:
+    """A CA of its own and a certificate it signed for 127.0.0.1 (openssl), in `directory`:
+    (the CA's PEM, the server's certificate, its key), for `ScriptedModel(tls=...)`."""
+    import subprocess
+    from pathlib import Path
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    ca, ca_key, cert, key, csr = (d / n for n in ("ca.pem", "ca.key", "cert.pem", "key.pem", "cert.csr"))
+    run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+        "-subj", "/CN=scripted model stand-in CA", "-keyout", str(ca_key), "-out", str(ca),
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(csr))
+    ext = d / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+        "-days", "2", "-out", str(cert), "-extfile", str(ext))
+    return str(ca), str(cert), str(key)

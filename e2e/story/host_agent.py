@@ -178,17 +178,21 @@ class HostProxy:
 
 @contextmanager
 def host_proxy(work: Path, cache_dir: Path | None, name: str = "proxy",
-               policy: dict | None = None) -> Iterator[HostProxy]:
+               policy: dict | None = None, gateway: dict | None = None,
+               audit_arguments: bool = False) -> Iterator[HostProxy]:
     """The proxy with the sample's rendered proxy.yaml, on a free port, its audit in a file; the
     memory server's file under `work`; `policy` entries set over the rendered ones (e.g.
-    `{"toolMode": "intent"}`). Stopped with SIGTERM (as the kubelet stops the sidecar)."""
+    `{"toolMode": "intent"}`); `gateway` as the proxy config's (the model gateway, as a TaskRun
+    with spec.model renders it). Stopped with SIGTERM (as the kubelet stops the sidecar)."""
     cfg = yaml.safe_load(rendered_files()["proxy.yaml"])
     if policy:
         cfg["policy"] = {**cfg.get("policy", {}), **policy}
+    if gateway:
+        cfg["gateway"] = gateway
     port = free_port()
     cfg["listen"] = f"127.0.0.1:{port}"
     audit = work / f"{name}-audit.jsonl"
-    cfg["audit"] = {"path": str(audit)}
+    cfg["audit"] = {"path": str(audit), **({"includeArguments": True} if audit_arguments else {})}
     # Each stdio server as the pod runs it: `orchestrator-mcp-proxy zone` with its container's
     # rendered command and env, on a socket the proxy config names (here under `work`).
     zones = []
@@ -269,12 +273,15 @@ def _as_pod_user() -> dict:
 
 def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_config: dict | None = None,
                settings: dict | None = None, env: dict | None = None, as_pod_user: bool = True,
-               timeout: float = 180) -> AgentRun:
+               timeout: float = 180, through_gateway: bool = False) -> AgentRun:
     """The agent container's rendered command (`sh -c "exec claude -p ... < task.md"`) with its
     rendered env, the rendered files at host paths (mcp-config.json pointed at the proxy's URL,
     its headersHelper given the host proxy's port, uid and token file), as the pod's uid when run
     by root (unless `as_pod_user` is false). `mcp_config` / `settings` replace the rendered ones;
-    a plain URL for `proxy` means a server that takes no credential."""
+    a plain URL for `proxy` means a server that takes no credential. `through_gateway`: as a
+    TaskRun with spec.model renders the agent: its base URL the proxy's /model, no model key in
+    its env, and settings' apiKeyHelper the rendered model-key.sh (the proxy's port check, then
+    the agent's credential)."""
     proxy_url = proxy if isinstance(proxy, str) else proxy.url
     files = rendered_files()
     container = agent_container()
@@ -302,6 +309,14 @@ def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_
         else:
             server.pop("headersHelper", None)
     (tools / "mcp-config.json").write_text(json.dumps(mcp))
+    if through_gateway:
+        assert isinstance(proxy, HostProxy), "the gateway is the host proxy's"
+        # model-key.sh as the operator renders it (render/model.rs: the headers helper's port
+        # check, then the token), with the host proxy's port and uid.
+        check = (tools / "mcp-headers.sh").read_text().rsplit("printf '{", 1)[0]
+        (tools / "model-key.sh").write_text(check + 'cat "$token"\n')
+        settings = dict(settings if settings is not None else json.loads(files["settings.json"]))
+        settings["apiKeyHelper"] = f"sh {tools / 'model-key.sh'}"
     (tools / "settings.json").write_text(json.dumps(settings) if settings is not None else files["settings.json"])
     (task / "task.md").write_text(files["task.md"])
     paths = {"/etc/orchestrator/tools": str(tools), "/etc/orchestrator/task": str(task), "/tmp": str(home)}
@@ -325,8 +340,12 @@ def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_
     run_env["TMPDIR"] = str(home / "tmp")
     (home / "tmp").mkdir()
     run_env["ORCHESTRATOR_TERMINATION_LOG"] = str(home / "termination-log")
-    run_env["ANTHROPIC_API_KEY"] = "sk-ant-stand-in"  # the rendered secretKeyRef's stand-in
-    run_env["ANTHROPIC_BASE_URL"] = model.url
+    if through_gateway:
+        run_env.pop("ANTHROPIC_API_KEY", None)
+        run_env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{proxy.port}/model"
+    else:
+        run_env["ANTHROPIC_API_KEY"] = "sk-ant-stand-in"  # the rendered secretKeyRef's stand-in
+        run_env["ANTHROPIC_BASE_URL"] = model.url
     run_env.update(env or {})
     user = _as_pod_user() if as_pod_user else {}
     if user:

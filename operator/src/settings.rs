@@ -73,6 +73,14 @@ pub struct Settings {
     #[arg(long, env = "ORCH_SIDECAR_METRICS_PORT",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub sidecar_metrics_port: Option<u16>,
+    /// The default model credential: a TaskRun without `spec.model` (and without a model key in
+    /// its agent's env) uses this Secret of its own namespace (`NAME/KEY`), read by its proxy
+    /// only. Unset: no default (such a task's agent has no model key).
+    #[arg(long, env = "ORCH_MODEL_SECRET", value_parser = secret_key)]
+    pub model_secret: Option<orchestrator_crds::taskrun::KeyRef>,
+    /// The default credential's endpoint (with `--model-secret`).
+    #[arg(long, env = "ORCH_MODEL_ENDPOINT")]
+    pub model_endpoint: Option<String>,
     /// Where a TaskRun's MCP proxy runs when neither its `spec.proxy.mode` nor the label
     /// `orchestrator.io/proxy-mode` on its Namespace says: `sidecar` (one proxy in each task
     /// pod) or `shared` (the chart's shared proxy Deployment, `--shared-proxy-url`).
@@ -180,6 +188,13 @@ impl Settings {
             sidecar_kubernetes_service: self.sidecar_kubernetes_service.clone(),
             sidecar_metrics_port: self.sidecar_metrics_port,
             shared_proxy: self.shared_proxy(),
+            default_model: self.model_secret.clone().map(|secret_key_ref| {
+                orchestrator_crds::taskrun::model::ModelSpec {
+                    secret_key_ref,
+                    endpoint: self.model_endpoint.clone(),
+                    models: Vec::new(),
+                }
+            }),
         }
     }
 
@@ -237,6 +252,21 @@ fn namespace_name(value: &str) -> Result<String, String> {
         Err(format!(
             "{value:?} is not a namespace name (a DNS-1123 label: lowercase letters, digits and '-')"
         ))
+    }
+}
+
+/// `NAME/KEY` of a Secret key.
+fn secret_key(text: &str) -> Result<orchestrator_crds::taskrun::KeyRef, String> {
+    match text.split_once('/') {
+        Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
+            Ok(orchestrator_crds::taskrun::KeyRef {
+                name: name.to_string(),
+                key: key.to_string(),
+            })
+        }
+        _ => Err(format!(
+            "{text:?} is not NAME/KEY of a Secret (e.g. orchestrator-model/api-key)"
+        )),
     }
 }
 

@@ -210,6 +210,7 @@ fn audit_ring(iters: usize) {
         argument_bytes: 53,
         arguments: None,
         intent: None,
+        model: None,
     };
     let ring = Ring::new(DEFAULT_MAX_RECORDS, DEFAULT_MAX_BYTES);
     let mut serialize = Vec::with_capacity(iters);

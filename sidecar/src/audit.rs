@@ -1,13 +1,12 @@
-//! Audit log: one JSON line per `tools/call`. Lines are formatted on the call path and written by
-//! a dedicated thread, so a slow disk never holds up a call.
-//!
-//! Argument values are recorded only when `audit.includeArguments` is set; otherwise only their
-//! serialized size is.
-//!
-//! The recent records are also kept in memory for `GET /audit` ([`ring`], queried with
-//! [`query`]): the same line, shared, plus the few fields the query filters on. In shared mode
-//! a call forwarded upstream first gets a `tool_call_started` line, written at once ([`started`]).
+//! Audit log: one JSON line per `tools/call` (and per model request and built-in tool use the
+//! gateway saw: [`model`]). Lines are formatted on the call path and written by a dedicated
+//! thread, so a slow disk never holds up a call. Argument values are recorded only when
+//! `audit.includeArguments` is set; otherwise only their serialized size is. The recent records
+//! are kept in memory too for `GET /audit` ([`ring`], queried with [`query`]): the same line,
+//! shared, plus the few fields the query filters on. In shared mode a call forwarded upstream
+//! first gets a `tool_call_started` line, written at once ([`started`]).
 
+pub mod model;
 pub mod otlp;
 pub mod query;
 pub mod redact;
@@ -58,6 +57,9 @@ pub enum RecordType {
     DefinitionChange,
     /// Shared mode: a call about to be forwarded upstream ([`started`]).
     ToolCallStarted,
+    /// The model gateway's: a request, a built-in `tool_use` in its answer ([`model`]).
+    ModelRequest,
+    AgentToolUse,
 }
 
 impl RecordType {
@@ -66,6 +68,8 @@ impl RecordType {
             RecordType::ToolCall => "tool_call",
             RecordType::DefinitionChange => "definition_change",
             RecordType::ToolCallStarted => "tool_call_started",
+            RecordType::ModelRequest => "model_request",
+            RecordType::AgentToolUse => "agent_tool_use",
         }
     }
 }
@@ -96,6 +100,7 @@ pub struct Record<'a> {
     #[serde(skip_serializing_if = "String::is_empty")]
     pub request_id: String,
     /// The name the client called (in intent mode, the tool a `call_tool_*` named).
+    #[serde(skip_serializing_if = "str::is_empty")]
     pub tool: &'a str,
     /// The upstream server and its name for the tool (when known).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,6 +139,8 @@ pub struct Record<'a> {
     /// What the agent declared, for a call made through a `call_tool_*` (intent mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intent: Option<Intent<'a>>,
+    #[serde(flatten)]
+    pub model: Option<model::ModelFields>,
 }
 
 /// The intent declared with a call in intent mode (`policy.toolMode: intent`), as the agent gave
@@ -478,6 +485,7 @@ mod tests {
                 argument_bytes: 20,
                 arguments: include.then_some(&args),
                 intent: None,
+                model: None,
             };
             audit.record(Some(&path), &record);
         }
@@ -538,6 +546,7 @@ mod tests {
             argument_bytes: 0,
             arguments: None,
             intent: None,
+            model: None,
         };
         shared.record(Some(&path), &record);
         sidecar.record(Some(&path), &record);

@@ -21,6 +21,8 @@
 //!   streamable HTTP; their tool lists, crash/restart handling and shutdown).
 //! - [`proxy`]: the core: current config + tool tables, `tools/list`, the `tools/call` pipeline
 //!   (its steps, forwarding, audit), the relayed rest (prompts, resources, ...), reload, drain.
+//! - [`gateway`] (the model API served to the agent at `/model`: forwarded with the key only the
+//!   proxy reads, held to the task's budget, measured and audited).
 //! - [`apply`] (the one decision which config is served, for both sources) and [`server`] (the
 //!   MCP front: streamable HTTP at `/mcp`, or stdio, and the HTTP endpoints).
 //! - [`reload`] (hot reload of the mounted config), [`api`] (the task's ConfigMap watched
@@ -37,6 +39,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod filter;
+pub mod gateway;
 pub mod metrics;
 pub mod names;
 pub mod policy;

@@ -17,6 +17,8 @@ use prometheus_client::{
 
 use std::{ops::Deref, sync::Arc};
 
+pub mod model;
+
 use crate::names::ServerName;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,6 +129,8 @@ pub struct Families {
     approvals: Family<ApprovalLabels, Counter>,
     per_task: PerTask,
     audit_otlp_dropped: Counter,
+    /// The model gateway's series.
+    pub model: model::ModelMetrics,
 }
 
 impl Default for Metrics {
@@ -306,7 +310,9 @@ impl Metrics {
             "Audit records not exported over OTLP (--audit-otlp) because the queue to the collector was full; the stdout/file line is still written",
             audit_otlp_dropped.clone(),
         );
+        let model = model::ModelMetrics::register(&mut registry);
         let families = Families {
+            model,
             registry,
             calls,
             call_seconds,

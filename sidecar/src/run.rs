@@ -122,6 +122,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         print,
         applier.clone(),
     )?;
+    // The model gateway: one per proxy, its counts taken up from the task's Lease before it
+    // serves (a restarted proxy does not start the budget again).
+    let gateway = crate::gateway::Gateway::new(proxy.clone());
+    let usage_task = api::model_usage(api_client.as_ref(), &opts.api, &gateway).await;
     let api_tasks = api::start(api_client, &opts.api, &applier).await;
 
     let sessions_cancel = CancellationToken::new();
@@ -148,6 +152,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             session_idle: opts.session_idle,
             max_sessions: opts.max_sessions,
             auth,
+            gateway: Some(gateway.clone()),
         };
         let app = http::app(proxy.clone(), &settings, sessions_cancel.clone());
         tracing::info!(%listen, "serving MCP at http://{listen}/mcp");
@@ -198,6 +203,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     // No config change from the API while stopping; stop taking new connections and calls, let
     // calls in flight finish, then stop children.
     drop(api_tasks);
+    if let Some(task) = usage_task {
+        task.abort();
+    }
     accept_cancel.cancel();
     proxy.drain(opts.shutdown_grace).await;
     sessions_cancel.cancel();
@@ -303,6 +311,8 @@ pub async fn run_shared(opts: SharedOptions) -> anyhow::Result<()> {
             max_sessions: opts.max_sessions,
             // Each request is authenticated by its token's TokenReview (`tenant::auth`).
             auth: ClientAuth::default(),
+            // Shared mode serves no model yet (the operator refuses spec.model there).
+            gateway: None,
         },
         start_timeout: opts.start_timeout,
         kill_grace: opts.kill_grace,

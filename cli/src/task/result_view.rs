@@ -59,6 +59,38 @@ pub fn duration(ms: i64) -> String {
 
 /// The describe section of the result: `Result (reported by the agent):` and its fields, or a
 /// line saying there is none (yet).
+/// `status.usage`: what the task's proxy counted from the model's answers (not the agent's
+/// claim), and whether the budget stops it.
+pub fn usage_section(tr: &TaskRun) -> String {
+    let Some(u) = tr.status.as_ref().and_then(|s| s.usage.as_ref()) else {
+        return String::new();
+    };
+    let mut out = String::from("Usage (counted by the task's proxy from the model's answers):\n");
+    out.push_str(&format!(
+        "  Requests:  {}{}\n  Tokens:    {} in ({} cache writes, {} cache reads), {} out\n",
+        u.requests,
+        if u.refused > 0 {
+            format!(" ({} refused by the budget)", u.refused)
+        } else {
+            String::new()
+        },
+        u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens,
+        u.cache_creation_input_tokens,
+        u.cache_read_input_tokens,
+        u.output_tokens
+    ));
+    if let Some(c) = &u.cost_usd {
+        out.push_str(&format!("  Cost:      ${}\n", visible(c)));
+    }
+    if let Some(limit) = &u.exceeded {
+        out.push_str(&format!(
+            "  Budget:    spent (spec.budget.{}): its model requests are refused\n",
+            visible(limit)
+        ));
+    }
+    out
+}
+
 pub fn result_section(tr: &TaskRun) -> String {
     let status = tr.status.clone().unwrap_or_default();
     let finished = status.phase.is_some_and(|p| p.is_terminal());

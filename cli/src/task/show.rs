@@ -307,6 +307,7 @@ pub fn describe_text(
         out.push_str(&format!("{:<13}{v}\n", format!("{k}:")));
     }
     out.push_str(&super::result_view::result_section(tr));
+    out.push_str(&super::result_view::usage_section(tr));
 
     out.push_str("Conditions:\n");
     if status.conditions.is_empty() {

@@ -206,3 +206,34 @@ fn describe_says_where_the_proxy_runs_and_who_reports_served() {
         "{text}"
     );
 }
+
+#[test]
+fn describe_shows_the_proxys_count_beside_the_agents_claim_and_a_spent_budget() {
+    let tr = taskrun(
+        "task-9",
+        9,
+        "web",
+        json!({"phase": "Running",
+               "result": {"subtype": "success", "inputTokens": 10, "outputTokens": 1, "costUsd": "0.01"},
+               "usage": {"inputTokens": 1200, "outputTokens": 345, "cacheCreationInputTokens": 100,
+                         "cacheReadInputTokens": 4000, "costUsd": "0.0123", "requests": 7,
+                         "refused": 2, "exceeded": "outputTokens"}}),
+    );
+    let text = describe_text(&tr, None, &[], now());
+    assert!(
+        text.contains("Usage (counted by the task's proxy from the model's answers):"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  Requests:  7 (2 refused by the budget)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  Tokens:    5300 in (100 cache writes, 4000 cache reads), 345 out"),
+        "{text}"
+    );
+    assert!(text.contains("  Cost:      $0.0123"), "{text}");
+    assert!(text.contains("spent (spec.budget.outputTokens)"), "{text}");
+    // The agent's claim is still shown, as its own.
+    assert!(text.contains("Result (reported by the agent"), "{text}");
+}

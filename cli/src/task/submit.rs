@@ -92,6 +92,8 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
         ttl_seconds_after_finished: None,
         retention_seconds_after_finished: None,
         tool_config,
+        model: None,
+        budget: None,
     };
 
     let Some(cluster) = cluster else {

@@ -80,6 +80,10 @@ pub struct TaskRunStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub created_by: Option<String>,
+    /// What the task's model requests used, counted by its proxy's model gateway from the
+    /// endpoint's answers (independent of `result`, the agent's own report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::gateway::ModelUsage>,
 }
 
 /// The lifecycle phase of a task run.
@@ -126,4 +130,8 @@ pub mod conditions {
     /// `Succeeded=False` reason when the task was cancelled (`task cancel`); the message names
     /// who asked.
     pub const CANCELLED: &str = "Cancelled";
+    /// True while the task's model gateway refuses its requests for its budget
+    /// (`status.usage.exceeded` names the limit); also the `Succeeded=False` reason of a task
+    /// that failed so.
+    pub const BUDGET_EXCEEDED: &str = "BudgetExceeded";
 }

@@ -176,6 +176,7 @@ mod tests {
             sidecar_kubernetes_service: None,
             sidecar_metrics_port: None,
             shared_proxy: None,
+            default_model: None,
         };
         render(&tr, &catalog, &settings).expect("renders")
     }

@@ -18,6 +18,7 @@ use orchestrator_crds::approval::{
     ApprovalRequest, BINDING_UID_ANNOTATION, DigestCheck, MASK_NONCE_LEN, MAX_MASKED, MAX_PENDING,
     MAX_REQUEST_BYTES, REQUESTS_ANNOTATION,
 };
+use orchestrator_crds::gateway::{ModelUsage, USAGE_ANNOTATION};
 use orchestrator_crds::policy::is_pin;
 use orchestrator_crds::taskrun::conditions as ct;
 
@@ -62,6 +63,32 @@ pub struct LeaseFacts {
     pub requests: Option<Vec<ApprovalRequest>>,
     /// The uid of the pod whose proxy alone may write the Lease (`None`: not bound yet).
     pub bound_uid: Option<String>,
+    /// What the proxy's model gateway counted (`status.usage`).
+    pub usage: Option<ModelUsage>,
+}
+
+/// What the proxy of task `name` reports its model gateway counted, if it has reported.
+pub fn usage(leases: &Index<LeaseFacts>, ns: &str, name: &str) -> Option<ModelUsage> {
+    leases.get(ns, name).and_then(|f| f.usage.clone())
+}
+
+/// `BudgetExceeded`: True while the gateway refuses the task's requests for its budget.
+pub fn budget_condition(usage: &ModelUsage) -> Cond {
+    match &usage.exceeded {
+        Some(limit) => Cond::yes(
+            ct::BUDGET_EXCEEDED,
+            "BudgetExceeded",
+            format!(
+                "the task's model requests are refused: spec.budget.{limit} is spent; raise it \
+                 to let the task go on"
+            ),
+        ),
+        None => Cond::no(
+            ct::BUDGET_EXCEEDED,
+            "WithinBudget",
+            format!("{} model requests within the budget", usage.requests),
+        ),
+    }
 }
 
 /// The facts of a task Lease; a malformed request list counts as none published (logged).
@@ -95,11 +122,23 @@ pub fn lease_facts(lease: &PartialObjectMeta<Lease>) -> Option<LeaseFacts> {
         .get(BINDING_UID_ANNOTATION)
         .filter(|u| !u.is_empty())
         .cloned();
-    (served.is_some() || requests.is_some() || bound_uid.is_some()).then_some(LeaseFacts {
-        served,
-        requests,
-        bound_uid,
-    })
+    // Bounded: a report is a handful of numbers; anything long is not our proxy's.
+    let usage = annotations
+        .get(USAGE_ANNOTATION)
+        .filter(|v| v.len() <= 1024)
+        .and_then(|v| serde_json::from_str::<ModelUsage>(v).ok())
+        .filter(|u| {
+            u.cost_usd.as_ref().is_none_or(|c| c.len() <= 32)
+                && u.exceeded.as_ref().is_none_or(|e| e.len() <= 32)
+        });
+    (served.is_some() || requests.is_some() || bound_uid.is_some() || usage.is_some()).then_some(
+        LeaseFacts {
+            served,
+            requests,
+            bound_uid,
+            usage,
+        },
+    )
 }
 
 /// Whether a request is what a proxy writes (`orchestrator_crds::approval`): anything else did
@@ -282,5 +321,45 @@ mod tests {
             lease_facts(&lease(json!([]))).unwrap_or_default().bound_uid,
             None
         );
+    }
+
+    #[test]
+    fn the_proxys_usage_report_becomes_status_usage_and_a_spent_budget_a_condition() {
+        let with = |text: &str| -> PartialObjectMeta<Lease> {
+            serde_json::from_value(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "t", "namespace": "team-a",
+                             "annotations": {USAGE_ANNOTATION: text}}}))
+            .unwrap_or_else(|e| panic!("a Lease: {e}"))
+        };
+        let report = json!({"inputTokens": 1200, "outputTokens": 100, "cacheCreationInputTokens": 0,
+                            "cacheReadInputTokens": 4000, "costUsd": "0.0123", "requests": 3,
+                            "refused": 2, "exceeded": "outputTokens"});
+        let usage = lease_facts(&with(&report.to_string()))
+            .and_then(|f| f.usage)
+            .expect("the usage");
+        assert_eq!((usage.output_tokens, usage.requests), (100, 3));
+        let cond = budget_condition(&usage);
+        assert!(
+            cond.message.contains("spec.budget.outputTokens"),
+            "{}",
+            cond.message
+        );
+        assert_eq!(cond.reason, "BudgetExceeded");
+        let within = ModelUsage {
+            exceeded: None,
+            ..usage
+        };
+        assert_eq!(budget_condition(&within).reason, "WithinBudget");
+        // Not our proxy's: too long, or not the shape.
+        for bad in [
+            format!("{{\"requests\": 1, \"x\": \"{}\"}}", "a".repeat(2000)),
+            "[1]".into(),
+        ] {
+            assert!(
+                lease_facts(&with(&bad)).and_then(|f| f.usage).is_none(),
+                "{bad:.40}"
+            );
+        }
     }
 }

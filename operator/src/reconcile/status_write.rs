@@ -56,6 +56,8 @@ pub async fn write_rendered(
     };
     let state = status::outcome(seen.job_state.as_ref(), previous);
     status::fill_phase(&mut status, previous, state.as_ref());
+    status.usage = served::usage(&ctx.leases, &seen.ns, name).or_else(|| previous.usage.clone());
+    let budget = status.usage.as_ref().map(served::budget_condition);
     let synced = ctx.render.sidecar_api_watch.then(|| {
         status.served_context_version =
             served::reported(&ctx.leases, &seen.ns, name).or(previous.served_context_version);
@@ -78,7 +80,22 @@ pub async fn write_rendered(
         job_cond,
         status::succeeded_cond(state.as_ref()),
     ];
+    // A task that failed while its budget was spent failed for that.
+    if let (Some(Phase::Failed), Some(limit)) = (
+        status.phase,
+        status.usage.as_ref().and_then(|u| u.exceeded.as_deref()),
+    ) && let Some(succeeded) = conds.last_mut()
+    {
+        *succeeded = Cond::no(
+            ct::SUCCEEDED,
+            ct::BUDGET_EXCEEDED,
+            format!(
+                "the agent stopped after its model requests were refused: spec.budget.{limit} is spent"
+            ),
+        );
+    }
     conds.extend(synced);
+    conds.extend(budget);
     status.conditions = status::conditions(
         conds,
         &previous.conditions,

@@ -323,6 +323,7 @@ impl Harness {
                 sidecar_kubernetes_service: None,
                 sidecar_metrics_port: None,
                 shared_proxy,
+                default_model: None,
             },
             catalog: CatalogStore::with(catalog),
             metrics: Arc::new(Metrics::default()),

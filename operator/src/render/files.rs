@@ -44,6 +44,8 @@ pub struct Files {
     task: Option<String>,
     /// Shared mode: the proxy config is not the pod's (it goes to the shared proxy's ConfigMap).
     shared: bool,
+    /// The model gateway's key helper for the agent (see `super::model`).
+    model_key_helper: Option<String>,
 }
 
 impl Files {
@@ -129,6 +131,7 @@ impl Files {
                 }
             },
             servers,
+            gateway: None,
         };
         Files {
             proxy,
@@ -137,6 +140,7 @@ impl Files {
             settings: pretty(&settings(tr)),
             task: tr.spec.task.prompt.clone(),
             shared: false,
+            model_key_helper: None,
         }
     }
 
@@ -150,6 +154,21 @@ impl Files {
     pub fn use_shared_proxy(&mut self, url: &str) {
         self.mcp_config = pretty(&shared_mcp_config(url));
         self.shared = true;
+    }
+
+    /// The task's proxy serves the model (`model`): its config's `gateway`, and the agent's
+    /// settings name the key helper that prints the agent's credential.
+    pub fn use_gateway(
+        &mut self,
+        tr: &TaskRun,
+        model: &orchestrator_crds::taskrun::model::ModelSpec,
+    ) {
+        use super::model::{MODEL_KEY_HELPER_FILE, gateway_spec, key_helper_script};
+        self.proxy.gateway = Some(gateway_spec(tr, model));
+        let mut settings = settings(tr);
+        settings["apiKeyHelper"] = json!(format!("sh {TOOLS_DIR}/{MODEL_KEY_HELPER_FILE}"));
+        self.settings = pretty(&settings);
+        self.model_key_helper = Some(key_helper_script(&self.headers_helper));
     }
 
     /// The ConfigMap data with `contextVersion` set.
@@ -169,6 +188,12 @@ impl Files {
         if !self.shared {
             data.insert(PROXY_CONFIG_FILE.to_string(), proxy_yaml);
             data.insert(HEADERS_HELPER_FILE.to_string(), self.headers_helper.clone());
+            if let Some(helper) = &self.model_key_helper {
+                data.insert(
+                    super::model::MODEL_KEY_HELPER_FILE.to_string(),
+                    helper.clone(),
+                );
+            }
         }
         if let Some(task) = &self.task {
             data.insert(TASK_FILE.to_string(), task.clone());

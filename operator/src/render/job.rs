@@ -77,6 +77,8 @@ pub struct JobInput<'a> {
     /// Shared mode: the proxy is the shared one, not a container of the pod (see
     /// [`super::shared`]); each stdio server keeps its container, listening on the pod's IP.
     pub shared: Option<&'a SharedProxy>,
+    /// The model credential the task's proxy holds (see [`super::model`]).
+    pub model: Option<&'a orchestrator_crds::taskrun::model::ModelSpec>,
 }
 
 pub fn render(input: JobInput<'_>) -> Job {
@@ -190,6 +192,9 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
         mount(AGENT_CREDENTIAL_VOLUME, TOKEN_DIR, false),
         mount(AUDITOR_VOLUME, AUDITOR_DIR, true),
     ];
+    if input.model.is_some() {
+        mounts.push(super::model::key_mount());
+    }
     vars.extend([
         env(
             "MCP_PROXY_CLIENT_TOKEN_FILE",
@@ -364,6 +369,9 @@ fn agent_container(input: &JobInput<'_>) -> Container {
     } else {
         mounts.push(mount(AGENT_CREDENTIAL_VOLUME, TOKEN_DIR, true));
     }
+    if input.model.is_some() {
+        vars.extend(super::model::agent_env(&input.settings.proxy_addr()));
+    }
     // The user's env comes last and replaces ours of the same name.
     vars.retain(|e| !agent.env.iter().any(|u| u.name == e.name));
     vars.extend(agent.env.iter().cloned());
@@ -461,6 +469,12 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
         agent_credential_volume(),
         auditor_volume(),
     ];
+    let default_model = input.taskrun.spec.model.is_none();
+    volumes.extend(
+        input
+            .model
+            .map(|model| super::model::key_volume(model, default_model)),
+    );
     for zone in zones(input.resolved) {
         volumes.push(empty_dir(&zone.socket_volume()));
         volumes.push(empty_dir(&zone.tmp_volume()));

@@ -9,6 +9,8 @@
 //!   zone) as native sidecars.
 //! - [`zone`]: a stdio server's container (its name, its socket, the container), for `job`
 //!   and `files`; [`pod`]: the containers' building blocks (uids, security context, mounts).
+//! - [`model`]: the model gateway in the pod (`spec.model` or the default credential: the
+//!   proxy's `gateway`, its key volume, the agent's base URL and key helper).
 //! - [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
 //! - [`shared`]: shared-service mode (docs/design/shared-mode.md): the task's ConfigMap in the
 //!   shared proxy's namespace, the agent's token for it, and what such a task cannot have.
@@ -17,6 +19,7 @@ pub mod agent;
 pub mod files;
 pub mod identity;
 pub mod job;
+pub mod model;
 pub mod pod;
 pub mod proxy_volumes;
 pub mod resolve;
@@ -73,6 +76,8 @@ pub struct RenderSettings {
     pub sidecar_metrics_port: Option<u16>,
     /// The shared proxy (`--shared-proxy-*`), when shared mode is on.
     pub shared_proxy: Option<SharedProxy>,
+    /// The model credential of a TaskRun that names none (`--model-secret`).
+    pub default_model: Option<orchestrator_crds::taskrun::model::ModelSpec>,
 }
 
 /// The chart's shared proxy, as the operator's flags name it.
@@ -249,6 +254,22 @@ pub fn render_mode(
     let labels = labels(tr);
 
     let mut files = files::Files::render(tr, &namespace, &resolved, &settings.proxy_addr());
+    // The model gateway runs in the task's own proxy (sidecar mode).
+    let model = match mode {
+        ProxyMode::Sidecar => model::choose(tr, settings).map_err(|p| vec![p])?,
+        ProxyMode::Shared if tr.spec.model.is_some() => {
+            return Err(vec![Problem {
+                reason: "ModelNeedsSidecar",
+                message: "spec.model: the model gateway runs in the task's own proxy; set \
+                          spec.proxy.mode: sidecar (shared mode does not serve the model yet)"
+                    .into(),
+            }]);
+        }
+        ProxyMode::Shared => None,
+    };
+    if let Some(model) = model {
+        files.use_gateway(tr, model);
+    }
     let shared = proxy.map(|p| {
         let config = shared::SharedConfig::render(tr, &namespace, files.proxy(), &resolved, p);
         files.use_shared_proxy(&p.url);
@@ -297,6 +318,7 @@ pub fn render_mode(
         resolved: &resolved,
         service_account_name: identity.service_account_name(),
         shared: proxy,
+        model,
     });
     // Each stdio server has its container, in either mode.
     let zoned = zone::zones(&resolved)
@@ -370,6 +392,8 @@ pub fn short_hex(hash: &[u8]) -> String {
 
 #[cfg(test)]
 mod credential_tests;
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod shared_tests;
 #[cfg(test)]

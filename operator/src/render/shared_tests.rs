@@ -49,6 +49,7 @@ fn settings(shared: Option<SharedProxy>) -> RenderSettings {
         sidecar_kubernetes_service: None,
         sidecar_metrics_port: None,
         shared_proxy: shared,
+        default_model: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn settings() -> RenderSettings {
         sidecar_kubernetes_service: None,
         sidecar_metrics_port: None,
         shared_proxy: None,
+        default_model: None,
     }
 }
 
@@ -958,6 +959,7 @@ fn only_the_proxy_container_gets_the_task_identitys_token() {
         sidecar_kubernetes_service: Some("127.0.0.1:6443".into()),
         sidecar_metrics_port: None,
         shared_proxy: None,
+        default_model: None,
         ..settings()
     };
     let there = render(&task_1001(), &catalog(), &there).expect("renders");

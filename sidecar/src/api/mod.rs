@@ -7,12 +7,14 @@
 //! (restored before the proxy serves, waiting at most a few seconds). None blocks the proxy:
 //! when the API is unreachable the mounted file still applies changes. In shared mode `holders`
 //! writes this replica's share of the pending set and adopts the calls of replicas that are gone.
+//! `usage` reports the model gateway's counts on the Lease and takes them up at start.
 
 mod approvals;
 mod baseline;
 mod events;
 mod holders;
 mod lease;
+mod usage;
 mod watch;
 
 use std::sync::Arc;
@@ -132,6 +134,25 @@ pub async fn restore_baseline(
     };
     let leases: Api<Lease> = Api::namespaced(api.client.clone(), &api.namespace);
     baseline::restore(&leases, name, shared.baseline()).await;
+}
+
+/// The model gateway's usage: taken up from the task's Lease (an earlier proxy's report), then
+/// reported there after each request (see `usage`). Nothing without a Lease (`--served-lease`).
+pub async fn model_usage(
+    api: Option<&Connected>,
+    opts: &ApiOptions,
+    gateway: &Arc<crate::gateway::Gateway>,
+) -> Option<JoinHandle<()>> {
+    let (Some(api), Some(name)) = (api, &opts.served_lease) else {
+        return None;
+    };
+    let leases: Api<Lease> = Api::namespaced(api.client.clone(), &api.namespace);
+    usage::restore(&leases, name, gateway).await;
+    Some(tokio::spawn(usage::report(
+        leases,
+        name.clone(),
+        gateway.clone(),
+    )))
 }
 
 /// Starts the ConfigMap watch and the Lease report that `opts` asks for, with `api`'s client

@@ -185,6 +185,8 @@ pub fn event_name(record_type: RecordType) -> &'static str {
         RecordType::ToolCall => "mcp.audit.tool_call",
         RecordType::DefinitionChange => "mcp.audit.definition_change",
         RecordType::ToolCallStarted => "mcp.audit.tool_call_started",
+        RecordType::ModelRequest => "mcp.audit.model_request",
+        RecordType::AgentToolUse => "mcp.audit.agent_tool_use",
     }
 }
 

@@ -190,6 +190,7 @@ pub(crate) mod tests {
             argument_bytes: 0,
             arguments: None,
             intent: None,
+            model: None,
         }
     }
 

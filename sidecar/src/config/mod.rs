@@ -3,6 +3,7 @@
 //! wire types of `orchestrator_crds::proxy`.
 
 mod approval;
+mod gateway;
 mod normalize;
 mod problem;
 mod shape;
@@ -17,6 +18,7 @@ use std::{
 };
 
 pub use approval::{ApprovalPattern, ApprovalPolicy};
+pub use gateway::{BUILT_IN_PRICES, GatewayConfig, Limits, PriceNanos};
 use orchestrator_crds::proxy::{OnChange, ProxyConfig, RateLimits, Risk, ToolMode, ToolPrefix};
 pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
@@ -53,6 +55,8 @@ pub struct Config {
     pub require_approval: Option<ApprovalPolicy>,
     /// In file order; names are unique.
     pub servers: Vec<Arc<Server>>,
+    /// `gateway`: the model API served at `/model` (none when unset).
+    pub gateway: Option<Arc<GatewayConfig>>,
 }
 
 impl Config {

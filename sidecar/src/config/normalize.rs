@@ -129,6 +129,8 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         .require_approval
         .as_ref()
         .map(|wire| ApprovalPolicy::normalize(wire, &mut problems));
+    let gateway = (wire.gateway.as_ref())
+        .and_then(|wire| super::GatewayConfig::normalize(wire, &mut problems).map(Arc::new));
 
     let problems = sorted(problems);
     if problems.has_errors() {
@@ -162,6 +164,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         on_change: wire.policy.on_change,
         require_approval,
         servers: servers.into_iter().map(|(_, s)| s).collect(),
+        gateway,
     };
     Loaded {
         config: Some(config),

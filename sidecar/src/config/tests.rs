@@ -488,6 +488,17 @@ fn what_the_operator_renders_round_trips() {
                 definitions: Vec::new(),
             },
         ],
+        gateway: Some(orchestrator_crds::gateway::GatewaySpec {
+            endpoint: "https://api.anthropic.com".into(),
+            key_file: "/var/run/orchestrator/model/api-key".into(),
+            models: vec!["claude-*".into()],
+            budget: orchestrator_crds::gateway::Budget {
+                output_tokens: Some(100_000),
+                cost_usd: Some("2.50".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
     };
     for text in [
         serde_saphyr::to_string(&wire).expect("yaml"),

@@ -38,6 +38,9 @@ pub enum Access {
     Call,
     /// `GET /tools`, `GET /audit`, `GET /metrics`: the agent or an auditor.
     Read,
+    /// `/model` (the model gateway): the agent only, its token sent as the API key
+    /// (`x-api-key`, as an API key helper's output is sent) or as a bearer token.
+    Model,
 }
 
 /// The agent's token: random, created by the proxy when its file is missing or not one, and
@@ -168,6 +171,13 @@ fn bearer(request: &Request) -> Option<&[u8]> {
         .then(|| bytes[7..].trim_ascii())
 }
 
+/// The `x-api-key` of a request (one such header only).
+fn api_key(request: &Request) -> Option<&[u8]> {
+    let mut values = request.headers().get_all("x-api-key").iter();
+    let (value, more) = (values.next()?, values.next());
+    more.is_none().then(|| value.as_bytes().trim_ascii())
+}
+
 /// The middleware: a request without a credential for `access` gets 401 before anything reads
 /// its body or opens a session.
 pub async fn require(
@@ -175,7 +185,11 @@ pub async fn require(
     request: Request,
     next: Next,
 ) -> Response {
-    if auth.allows(bearer(&request), access) {
+    let presented = match access {
+        Access::Model => bearer(&request).or_else(|| api_key(&request)),
+        _ => bearer(&request),
+    };
+    if auth.allows(presented, access) {
         return next.run(request).await;
     }
     let n = auth.refused.fetch_add(1, Ordering::Relaxed) + 1;
@@ -188,7 +202,17 @@ pub async fn require(
              client not given the token file); {n} refused so far"
         );
     }
+    if access == Access::Model {
+        return crate::gateway::refuse(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "the model gateway serves only the task's agent: send the token in the file \
+             ORCHESTRATOR_MCP_TOKEN_FILE names as the API key (no model key is needed: the \
+             proxy holds it)",
+        );
+    }
     let why = match access {
+        Access::Model => "",
         Access::Call => {
             "Unauthorized: the proxy serves only the task's agent: send Authorization: Bearer \
              <the token in the file ORCHESTRATOR_MCP_TOKEN_FILE names>\n"

@@ -1,7 +1,7 @@
 //! The HTTP app: MCP at `/mcp` (behind a `Host` check that follows config reloads, the client
 //! credential of `auth`, the body and session limits of `limits`), and `/healthz`, `/readyz`,
 //! `/metrics`, `GET /tools`, `GET /audit` (`super::audit`; these three for the agent or an
-//! auditor).
+//! auditor), and the model gateway at `/model` (`crate::gateway`).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -37,6 +37,8 @@ pub struct Settings {
     pub max_sessions: usize,
     /// Who may call (`/mcp`) and read (`/tools`, `/audit`, `/metrics`); open when empty.
     pub auth: ClientAuth,
+    /// The model gateway at `/model` (one is made for the app when `None`).
+    pub gateway: Option<Arc<crate::gateway::Gateway>>,
 }
 
 /// Builds the whole HTTP app.
@@ -62,10 +64,24 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         (settings.auth.clone(), Access::Call),
         auth::require,
     ));
-    let revealing = reading.merge(mcp).layer(middleware::from_fn_with_state(
-        (proxy.clone(), listen),
-        hosts::check_host,
-    ));
+    // The model gateway: the agent's credential (as its API key), the body bounded as /mcp's.
+    let gateway = settings
+        .gateway
+        .clone()
+        .unwrap_or_else(|| crate::gateway::Gateway::new(proxy.clone()));
+    let gateway = crate::gateway::routes(gateway)
+        .layer(middleware::from_fn(limits::read_body))
+        .layer(middleware::from_fn_with_state(
+            (settings.auth.clone(), Access::Model),
+            auth::require,
+        ));
+    let revealing = reading
+        .merge(mcp)
+        .merge(gateway)
+        .layer(middleware::from_fn_with_state(
+            (proxy.clone(), listen),
+            hosts::check_host,
+        ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))

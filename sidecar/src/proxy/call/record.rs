@@ -163,6 +163,7 @@ impl Ledger<'_> {
             argument_bytes: 0,
             arguments: None,
             intent: None,
+            model: None,
         };
         self.audit.record(config.audit.path.as_ref(), &record);
     }
@@ -315,6 +316,7 @@ impl Ledger<'_> {
                 None
             },
             intent: req.intent.as_ref().map(|declared| declared.audit()),
+            model: None,
         };
         self.audit.record(config.audit.path.as_ref(), &record);
     }

@@ -1,0 +1,125 @@
+//! The model gateway in a task's pod (sidecar mode): which credential the task uses
+//! (`spec.model`, else the operator's default), the proxy config's `gateway`, the Secret volume
+//! only the proxy's container mounts, and what points the agent's runtime at the proxy (its
+//! base URL, and an API key helper that prints the pod's agent credential, only to the proxy's
+//! uid).
+
+use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, SecretVolumeSource, Volume, VolumeMount};
+use orchestrator_crds::gateway::{GatewaySpec, PATH_PREFIX};
+use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::model::{DEFAULT_ENDPOINT, ModelSpec};
+
+use super::RenderSettings;
+use super::pod::{env, mount};
+use super::resolve::Problem;
+
+/// The model key's volume: the Secret's one key, in the proxy's container only.
+pub const MODEL_KEY_VOLUME: &str = "model-key";
+/// Where the proxy reads it (`gateway.keyFile`).
+pub const MODEL_KEY_DIR: &str = "/etc/orchestrator/model";
+pub const MODEL_KEY_FILE: &str = "api-key";
+/// The agent's API key helper (Claude Code's `apiKeyHelper`), in the task's ConfigMap.
+pub const MODEL_KEY_HELPER_FILE: &str = "model-key.sh";
+
+/// Agent env that brings a model key (or another endpoint) into the agent's container: the
+/// older way, before the gateway.
+const AGENT_MODEL_ENV: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+];
+
+/// The task's model credential: its own `spec.model`; else the operator's default, unless the
+/// agent's env brings a key of its own (a TaskRun written before the gateway keeps working, and
+/// keeps its key in the agent's env). `spec.model` with such env is refused: the key would be
+/// in the agent's container after all.
+pub fn choose<'a>(
+    tr: &'a TaskRun,
+    settings: &'a RenderSettings,
+) -> Result<Option<&'a ModelSpec>, Problem> {
+    let agent_env: Vec<&str> = tr
+        .spec
+        .agent
+        .iter()
+        .flat_map(|a| a.env.iter())
+        .map(|e| e.name.as_str())
+        .filter(|name| AGENT_MODEL_ENV.contains(name))
+        .collect();
+    match (&tr.spec.model, agent_env.first()) {
+        (Some(_), Some(name)) => Err(Problem {
+            reason: "ModelKeyInAgent",
+            message: format!(
+                "spec.agent.env names {name}, and spec.model gives the task's proxy the model \
+                 key: remove {name} from spec.agent.env (the agent reaches the model through \
+                 the proxy, which holds the key; docs/api.md, \"The model\")"
+            ),
+        }),
+        (Some(model), None) => Ok(Some(model)),
+        (None, Some(_)) => Ok(None),
+        (None, None) => Ok(settings.default_model.as_ref()),
+    }
+}
+
+/// `proxy.yaml`'s `gateway` for `model`, with the TaskRun's budget.
+pub fn gateway_spec(tr: &TaskRun, model: &ModelSpec) -> GatewaySpec {
+    GatewaySpec {
+        endpoint: model
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.into()),
+        key_file: format!("{MODEL_KEY_DIR}/{MODEL_KEY_FILE}"),
+        models: model.models.clone(),
+        budget: tr.spec.budget.clone().unwrap_or_default(),
+        ..GatewaySpec::default()
+    }
+}
+
+/// The Secret's key as one file (0440: root and the pod's `fsGroup`; only the proxy's container
+/// mounts it, so no other container has a path to it). The TaskRun's own Secret must exist
+/// (the pod waits for it, as for env from a Secret); the operator's default may not exist in
+/// every namespace (`optional`: the gateway then answers that it has no key).
+pub fn key_volume(model: &ModelSpec, optional: bool) -> Volume {
+    Volume {
+        name: MODEL_KEY_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(model.secret_key_ref.name.clone()),
+            items: Some(vec![KeyToPath {
+                key: model.secret_key_ref.key.clone(),
+                path: MODEL_KEY_FILE.into(),
+                ..Default::default()
+            }]),
+            default_mode: Some(0o440),
+            optional: optional.then_some(true),
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn key_mount() -> VolumeMount {
+    mount(MODEL_KEY_VOLUME, MODEL_KEY_DIR, true)
+}
+
+/// The agent's runtime talks to the model at the proxy.
+pub fn agent_env(proxy_addr: &str) -> Vec<EnvVar> {
+    vec![env(
+        "ANTHROPIC_BASE_URL",
+        &format!("http://{proxy_addr}{PATH_PREFIX}"),
+    )]
+}
+
+/// Claude Code's `apiKeyHelper` (run with `sh`): the agent's credential, printed only when the
+/// proxy's port is held by the proxy's uid (the same check as the MCP headers helper: while
+/// the proxy restarts another container could bind the port).
+pub fn key_helper_script(headers_script: &str) -> String {
+    let check = headers_script
+        .rsplit_once("printf '{")
+        .map_or(headers_script, |(check, _)| check);
+    format!(
+        "{}cat \"$token\"\n",
+        check.replacen(
+            "# Claude Code's headersHelper (sidecar mode)",
+            "# Claude Code's apiKeyHelper (sidecar mode): the model gateway's key is",
+            1
+        )
+    )
+}

@@ -1,0 +1,219 @@
+//! The model gateway in the pod (issue 42): with `spec.model` (or the operator's default
+//! credential) the model key is in a Secret volume of the proxy's container only, the proxy's
+//! config has the gateway and the budget, and the agent is pointed at the proxy with its own
+//! credential as the API key; never a key in the agent's env.
+
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use orchestrator_crds::taskrun::KeyRef;
+use orchestrator_crds::taskrun::model::{Budget, ModelSpec};
+
+use super::tests::{pod, task_1001};
+use super::*;
+
+fn containers(pod: &PodSpec) -> Vec<Container> {
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(pod.containers.iter())
+        .cloned()
+        .collect()
+}
+
+/// The sample without its agent env key, with `spec.model` and a budget.
+fn with_model() -> TaskRun {
+    let mut tr = task_1001();
+    tr.spec.agent = None;
+    tr.spec.model = Some(ModelSpec {
+        secret_key_ref: KeyRef {
+            name: "anthropic".into(),
+            key: "api-key".into(),
+        },
+        endpoint: None,
+        models: vec!["claude-sonnet-*".into()],
+    });
+    tr.spec.budget = Some(Budget {
+        output_tokens: Some(50_000),
+        cost_usd: Some("2.50".into()),
+        ..Budget::default()
+    });
+    tr
+}
+
+fn test_settings(default_model: Option<ModelSpec>) -> RenderSettings {
+    RenderSettings {
+        sidecar_image: "proxy:1".into(),
+        agent_image: "agent:1".into(),
+        sidecar_otlp_endpoint: None,
+        sidecar_port: 8080,
+        sidecar_api_watch: true,
+        sidecar_kubernetes_service: None,
+        sidecar_metrics_port: None,
+        shared_proxy: None,
+        default_model,
+    }
+}
+
+fn catalog() -> Catalog {
+    Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("shipped catalog is valid")
+}
+
+fn plan_with(tr: &TaskRun, settings: &RenderSettings) -> Result<Plan, Vec<Problem>> {
+    render(tr, &catalog(), settings)
+}
+
+#[test]
+fn the_key_is_mounted_in_the_proxys_container_only_and_the_agent_gets_the_proxys_url() {
+    let plan = plan_with(&with_model(), &test_settings(None)).expect("renders");
+    let pod = pod(&plan);
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "model-key")
+        .and_then(|v| v.secret.clone())
+        .expect("the model key's volume");
+    assert_eq!(volume.secret_name.as_deref(), Some("anthropic"));
+    let items = volume.items.unwrap_or_default();
+    assert_eq!(
+        (items[0].key.as_str(), items[0].path.as_str()),
+        ("api-key", "api-key")
+    );
+    for c in containers(&pod) {
+        let mounts_key = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "model-key");
+        assert_eq!(mounts_key, c.name == "mcp-proxy", "{}", c.name);
+        // No container gets a key in its env, from any Secret.
+        for e in c.env.iter().flatten() {
+            assert!(
+                !e.name.contains("API_KEY") && !e.name.contains("AUTH_TOKEN"),
+                "{}: {}",
+                c.name,
+                e.name
+            );
+        }
+    }
+    let agent = containers(&pod)
+        .into_iter()
+        .find(|c| c.name == "agent")
+        .expect("agent");
+    let base = agent
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "ANTHROPIC_BASE_URL")
+        .and_then(|e| e.value.clone());
+    assert_eq!(base.as_deref(), Some("http://127.0.0.1:8080/model"));
+
+    let data = plan.config_map(3).data.unwrap_or_default();
+    let proxy: orchestrator_crds::proxy::ProxyConfig =
+        serde_saphyr::from_str(&data["proxy.yaml"]).expect("proxy.yaml");
+    let gateway = proxy.gateway.expect("the gateway");
+    assert_eq!(gateway.endpoint, "https://api.anthropic.com");
+    assert_eq!(gateway.key_file, "/etc/orchestrator/model/api-key");
+    assert_eq!(gateway.models, ["claude-sonnet-*"]);
+    assert_eq!(gateway.budget.output_tokens, Some(50_000));
+    assert_eq!(gateway.budget.cost_usd.as_deref(), Some("2.50"));
+    let settings: serde_json::Value =
+        serde_json::from_str(&data["settings.json"]).expect("settings");
+    assert_eq!(
+        settings["apiKeyHelper"],
+        "sh /etc/orchestrator/tools/model-key.sh"
+    );
+    assert!(data["model-key.sh"].contains("/proc/net/tcp"));
+    assert!(
+        !data.values().any(|v| v.contains("sk-ant")),
+        "no key in the ConfigMap"
+    );
+}
+
+#[test]
+fn a_raised_budget_changes_the_config_and_nothing_else() {
+    let settings = test_settings(None);
+    let before = plan_with(&with_model(), &settings).expect("renders");
+    let mut raised = with_model();
+    raised.spec.budget = Some(Budget {
+        output_tokens: Some(500_000),
+        ..Budget::default()
+    });
+    let after = plan_with(&raised, &settings).expect("renders");
+    assert_ne!(
+        before.config_hash(),
+        after.config_hash(),
+        "a new contextVersion"
+    );
+    assert_eq!(
+        serde_json::to_value(before.job()).expect("json"),
+        serde_json::to_value(after.job()).expect("json"),
+        "the pod stays"
+    );
+}
+
+#[test]
+fn the_default_credential_serves_a_task_that_names_none_but_not_one_with_its_own_key() {
+    let default = ModelSpec {
+        secret_key_ref: KeyRef {
+            name: "orchestrator-model".into(),
+            key: "api-key".into(),
+        },
+        endpoint: Some("https://llm.internal.example".into()),
+        models: Vec::new(),
+    };
+    let settings = test_settings(Some(default));
+    let mut plain = with_model();
+    plain.spec.model = None;
+    let plan = plan_with(&plain, &settings).expect("renders");
+    let data = plan.config_map(1).data.unwrap_or_default();
+    assert!(data["proxy.yaml"].contains("https://llm.internal.example"));
+    let secret = pod(&plan)
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "model-key")
+        .and_then(|v| v.secret.clone())
+        .and_then(|s| s.secret_name);
+    assert_eq!(secret.as_deref(), Some("orchestrator-model"));
+    let optional = pod(&plan)
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "model-key")
+        .and_then(|v| v.secret.clone())
+        .and_then(|s| s.optional);
+    assert_eq!(
+        optional,
+        Some(true),
+        "a namespace may not have the default's Secret"
+    );
+
+    // The sample as it was (its key in the agent's env): no gateway, as before.
+    let older = plan_with(&task_1001(), &settings).expect("renders");
+    let data = older.config_map(1).data.unwrap_or_default();
+    assert!(!data["proxy.yaml"].contains("gateway"));
+    assert!(!data.contains_key("model-key.sh"));
+
+    // Both: refused, naming the field to remove.
+    let mut both = task_1001();
+    both.spec.model = with_model().spec.model;
+    let problems = plan_with(&both, &settings).expect_err("refused");
+    assert_eq!(problems[0].reason, "ModelKeyInAgent");
+    assert!(
+        problems[0].message.contains("ANTHROPIC_API_KEY"),
+        "{}",
+        problems[0].message
+    );
+}
+
+#[test]
+fn the_key_helper_checks_the_port_like_the_headers_helper_and_prints_the_token() {
+    let script = model::key_helper_script(&files::headers_script("127.0.0.1:8080"));
+    assert!(script.contains("/proc/net/tcp"), "{script}");
+    assert!(script.ends_with("cat \"$token\"\n"), "{script}");
+    assert!(!script.contains("Authorization"), "{script}");
+    assert!(
+        script.starts_with("# Claude Code's apiKeyHelper"),
+        "{script}"
+    );
+}

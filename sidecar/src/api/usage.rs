@@ -1,0 +1,82 @@
+//! What the model gateway counted, reported on the task's Lease (annotation
+//! [`USAGE_ANNOTATION`], JSON `ModelUsage`), which the operator copies to `status.usage` and
+//! the `BudgetExceeded` condition; and read back when the proxy starts, so a restarted proxy
+//! container does not start the task's budget again. At most one patch per [`EVERY`]: the
+//! latest count is what matters; failures are retried with backoff.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, api::Patch};
+use orchestrator_crds::gateway::{ModelUsage, USAGE_ANNOTATION};
+use serde_json::json;
+
+use crate::gateway::Gateway;
+
+/// The least time between two reports.
+const EVERY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(30);
+/// A read or patch that takes longer is abandoned.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What an earlier proxy of the task reported, taken up by `gateway` (nothing when the Lease
+/// cannot be read within [`TIMEOUT`] or has no report).
+pub async fn restore(api: &Api<Lease>, name: &str, gateway: &Gateway) {
+    let lease = match tokio::time::timeout(TIMEOUT, api.get_metadata_opt(name)).await {
+        Ok(Ok(Some(lease))) => lease,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => {
+            tracing::warn!(lease = %name, error = %e, "cannot read the model usage reported before; counting from zero");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(lease = %name, "no answer reading the model usage reported before; counting from zero");
+            return;
+        }
+    };
+    let reported = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(USAGE_ANNOTATION))
+        .and_then(|v| serde_json::from_str::<ModelUsage>(v).ok());
+    if let Some(usage) = reported {
+        tracing::info!(lease = %name, requests = usage.requests, output_tokens = usage.output_tokens, "took up the model usage an earlier proxy of the task reported");
+        gateway.restore(&usage);
+    }
+}
+
+/// Reports `gateway`'s usage on the Lease `name` until the proxy stops.
+pub async fn report(api: Api<Lease>, name: String, gateway: Arc<Gateway>) {
+    let mut usage = gateway.usage_watch();
+    let mut retry = EVERY;
+    loop {
+        if usage.changed().await.is_err() {
+            return;
+        }
+        let current = usage.borrow_and_update().clone();
+        let text = match serde_json::to_string(&current) {
+            Ok(text) => text,
+            Err(_) => continue,
+        };
+        let body = json!({"metadata": {"annotations": {USAGE_ANNOTATION: text}}});
+        let patched = tokio::time::timeout(
+            TIMEOUT,
+            api.patch(&name, &super::patch_params(), &Patch::Merge(&body)),
+        )
+        .await;
+        match patched {
+            Ok(Ok(_)) => retry = EVERY,
+            Ok(Err(e)) => {
+                tracing::debug!(lease = %name, error = %e, "cannot report the model usage; retrying");
+                usage.mark_changed();
+                retry = (retry * 2).min(MAX_RETRY);
+            }
+            Err(_) => {
+                usage.mark_changed();
+                retry = (retry * 2).min(MAX_RETRY);
+            }
+        }
+        tokio::time::sleep(retry).await;
+    }
+}
