@@ -217,6 +217,16 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "SECONDS")]
     pub active_deadline_seconds: Option<i64>,
 
+    /// The model credential (spec.model): the Secret key with the API key, in the task's
+    /// namespace, which only the task's proxy reads. Default: the operator's (the chart's
+    /// model.secretName).
+    #[arg(long, value_name = "SECRET/KEY", value_parser = parse_secret_key)]
+    pub model_secret: Option<orchestrator_crds::taskrun::KeyRef>,
+
+    /// The most output tokens the task's model may produce (spec.budget.outputTokens).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_output_tokens: Option<u64>,
+
     /// Follow the task until it succeeds or fails (exit 5 if it fails).
     #[arg(long)]
     pub wait: bool,
@@ -234,6 +244,18 @@ pub struct SubmitArgs {
     /// Print the TaskRun instead of creating it (with -o json|yaml: the whole object).
     #[arg(long)]
     pub dry_run: bool,
+}
+
+fn parse_secret_key(s: &str) -> Result<orchestrator_crds::taskrun::KeyRef, String> {
+    match s.split_once('/') {
+        Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
+            Ok(orchestrator_crds::taskrun::KeyRef {
+                name: name.into(),
+                key: key.into(),
+            })
+        }
+        _ => Err(format!("{s:?} is not SECRET/KEY (e.g. anthropic/api-key)")),
+    }
 }
 
 fn parse_proxy_mode(s: &str) -> Result<orchestrator_crds::shared::ProxyMode, String> {

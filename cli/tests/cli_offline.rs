@@ -273,6 +273,55 @@ fn a_missing_kubeconfig_is_reported_in_words_with_exit_1() {
 }
 
 #[test]
+fn submit_names_the_model_credential_and_the_output_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let task = dir.path().join("task.md");
+    std::fs::write(&task, "# Fix the login bug\n").expect("write");
+    let catalog = catalog();
+    let args = |model: &str| {
+        vec![
+            "task".to_string(),
+            "submit".into(),
+            "--service".into(),
+            "todo-api".into(),
+            "--task-file".into(),
+            task.to_str().expect("utf-8").into(),
+            "--task-id".into(),
+            "7".into(),
+            "--tools".into(),
+            "github:*".into(),
+            "--catalog".into(),
+            catalog.to_str().expect("utf-8").into(),
+            "--model-secret".into(),
+            model.into(),
+            "--max-output-tokens".into(),
+            "5000".into(),
+            "--dry-run".into(),
+            "-o".into(),
+            "json".into(),
+        ]
+    };
+    let given = args("anthropic/api-key");
+    let out = run(&given.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let tr: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(
+        tr["spec"]["model"],
+        serde_json::json!({"secretKeyRef": {"name": "anthropic", "key": "api-key"}})
+    );
+    assert_eq!(
+        tr["spec"]["budget"],
+        serde_json::json!({"outputTokens": 5000})
+    );
+    let bad = args("no-key-here");
+    let out = run(&bad.iter().map(String::as_str).collect::<Vec<_>>());
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("is not SECRET/KEY"), "{stderr}");
+}
+
+#[test]
 fn dry_run_prints_the_taskrun_it_would_create() {
     let dir = tempfile::tempdir().expect("tempdir");
     let task = dir.path().join("task.md");

@@ -92,8 +92,18 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
         ttl_seconds_after_finished: None,
         retention_seconds_after_finished: None,
         tool_config,
-        model: None,
-        budget: None,
+        model: args.model_secret.clone().map(|secret_key_ref| {
+            orchestrator_crds::taskrun::model::ModelSpec {
+                secret_key_ref,
+                ..Default::default()
+            }
+        }),
+        budget: args
+            .max_output_tokens
+            .map(|tokens| orchestrator_crds::taskrun::model::Budget {
+                output_tokens: Some(tokens),
+                ..Default::default()
+            }),
     };
 
     let Some(cluster) = cluster else {
