@@ -153,6 +153,11 @@ async fn main() -> Result<()> {
     let endpoint = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
         let app = Router::new().route("/v1/messages", post(messages));
+        // No Nagle delay on the stand-in's small writes (what the API's servers do too).
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let _ = axum::serve(listener, app).await;
     });
 
