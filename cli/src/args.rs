@@ -220,7 +220,7 @@ pub struct SubmitArgs {
     /// The model credential (spec.model): the Secret key with the API key, in the task's
     /// namespace, which only the task's proxy reads. Default: the operator's (the chart's
     /// model.secretName).
-    #[arg(long, value_name = "SECRET/KEY", value_parser = parse_secret_key)]
+    #[arg(long, value_name = "SECRET/KEY", value_parser = orchestrator_crds::taskrun::KeyRef::parse_slash)]
     pub model_secret: Option<orchestrator_crds::taskrun::KeyRef>,
 
     /// The most output tokens the task's model may produce (spec.budget.outputTokens).
@@ -244,18 +244,6 @@ pub struct SubmitArgs {
     /// Print the TaskRun instead of creating it (with -o json|yaml: the whole object).
     #[arg(long)]
     pub dry_run: bool,
-}
-
-fn parse_secret_key(s: &str) -> Result<orchestrator_crds::taskrun::KeyRef, String> {
-    match s.split_once('/') {
-        Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
-            Ok(orchestrator_crds::taskrun::KeyRef {
-                name: name.into(),
-                key: key.into(),
-            })
-        }
-        _ => Err(format!("{s:?} is not SECRET/KEY (e.g. anthropic/api-key)")),
-    }
 }
 
 fn parse_proxy_mode(s: &str) -> Result<orchestrator_crds::shared::ProxyMode, String> {

@@ -251,6 +251,23 @@ pub struct KeyRef {
     pub key: String,
 }
 
+impl KeyRef {
+    /// `NAME/KEY` (how the CLI's and the operator's flags name a Secret key).
+    pub fn parse_slash(text: &str) -> Result<Self, String> {
+        match text.split_once('/') {
+            Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
+                Ok(Self {
+                    name: name.into(),
+                    key: key.into(),
+                })
+            }
+            _ => Err(format!(
+                "{text:?} is not SECRET/KEY of a Secret (e.g. anthropic/api-key)"
+            )),
+        }
+    }
+}
+
 /// The agent container.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]

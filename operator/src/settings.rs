@@ -76,7 +76,7 @@ pub struct Settings {
     /// The default model credential: a TaskRun without `spec.model` (and without a model key in
     /// its agent's env) uses this Secret of its own namespace (`NAME/KEY`), read by its proxy
     /// only. Unset: no default (such a task's agent has no model key).
-    #[arg(long, env = "ORCH_MODEL_SECRET", value_parser = secret_key)]
+    #[arg(long, env = "ORCH_MODEL_SECRET", value_parser = orchestrator_crds::taskrun::KeyRef::parse_slash)]
     pub model_secret: Option<orchestrator_crds::taskrun::KeyRef>,
     /// The default credential's endpoint (with `--model-secret`).
     #[arg(long, env = "ORCH_MODEL_ENDPOINT")]
@@ -252,21 +252,6 @@ fn namespace_name(value: &str) -> Result<String, String> {
         Err(format!(
             "{value:?} is not a namespace name (a DNS-1123 label: lowercase letters, digits and '-')"
         ))
-    }
-}
-
-/// `NAME/KEY` of a Secret key.
-fn secret_key(text: &str) -> Result<orchestrator_crds::taskrun::KeyRef, String> {
-    match text.split_once('/') {
-        Some((name, key)) if !name.is_empty() && !key.is_empty() && !key.contains('/') => {
-            Ok(orchestrator_crds::taskrun::KeyRef {
-                name: name.to_string(),
-                key: key.to_string(),
-            })
-        }
-        _ => Err(format!(
-            "{text:?} is not NAME/KEY of a Secret (e.g. orchestrator-model/api-key)"
-        )),
     }
 }
 

@@ -7,21 +7,12 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::Container;
 use orchestrator_crds::shared::{AUDITOR_SECRET, TOKEN_DIR};
 
 use super::files::headers_script;
-use super::tests::{plan, pod, task_1001};
+use super::tests::{containers, plan, pod, task_1001};
 use super::*;
-
-fn containers(pod: &PodSpec) -> Vec<Container> {
-    pod.init_containers
-        .iter()
-        .flatten()
-        .chain(pod.containers.iter())
-        .cloned()
-        .collect()
-}
 
 fn env(c: &Container, name: &str) -> Option<String> {
     c.env

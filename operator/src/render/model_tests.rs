@@ -3,21 +3,11 @@
 //! config has the gateway and the budget, and the agent is pointed at the proxy with its own
 //! credential as the API key; never a key in the agent's env.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
 use orchestrator_crds::taskrun::KeyRef;
 use orchestrator_crds::taskrun::model::{Budget, ModelSpec};
 
-use super::tests::{pod, task_1001};
+use super::tests::{catalog, containers, pod, settings, task_1001};
 use super::*;
-
-fn containers(pod: &PodSpec) -> Vec<Container> {
-    pod.init_containers
-        .iter()
-        .flatten()
-        .chain(pod.containers.iter())
-        .cloned()
-        .collect()
-}
 
 /// The sample without its agent env key, with `spec.model` and a budget.
 fn with_model() -> TaskRun {
@@ -41,20 +31,9 @@ fn with_model() -> TaskRun {
 
 fn test_settings(default_model: Option<ModelSpec>) -> RenderSettings {
     RenderSettings {
-        sidecar_image: "proxy:1".into(),
-        agent_image: "agent:1".into(),
-        sidecar_otlp_endpoint: None,
-        sidecar_port: 8080,
-        sidecar_api_watch: true,
-        sidecar_kubernetes_service: None,
-        sidecar_metrics_port: None,
-        shared_proxy: None,
         default_model,
+        ..settings()
     }
-}
-
-fn catalog() -> Catalog {
-    Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("shipped catalog is valid")
 }
 
 fn plan_with(tr: &TaskRun, settings: &RenderSettings) -> Result<Plan, Vec<Problem>> {

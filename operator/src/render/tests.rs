@@ -8,11 +8,11 @@ use orchestrator_crds::taskrun::{McpServer, TaskRun};
 
 use super::*;
 
-fn catalog() -> Catalog {
+pub(super) fn catalog() -> Catalog {
     Catalog::parse(include_str!("../../../config/catalog.yaml")).expect("shipped catalog is valid")
 }
 
-fn settings() -> RenderSettings {
+pub(super) fn settings() -> RenderSettings {
     RenderSettings {
         sidecar_image: "ghcr.io/example/orchestrator-mcp-proxy:0.1.0".into(),
         agent_image: "ghcr.io/example/claude-code:1".into(),
@@ -246,6 +246,16 @@ fn the_risk_policy_reaches_the_proxy_with_the_taskruns_classes_over_the_catalogs
     // Without a policy the proxy config carries none (and the sample's snapshot is unchanged).
     let plain = plan(&task_1002()).config_map(1).data.expect("data");
     assert!(!plain["proxy.yaml"].contains("policy"));
+}
+
+/// Every container of a pod: the init (native sidecar) containers, then the others.
+pub(super) fn containers(pod: &k8s_openapi::api::core::v1::PodSpec) -> Vec<Container> {
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(pod.containers.iter())
+        .cloned()
+        .collect()
 }
 
 pub(super) fn pod(plan: &Plan) -> k8s_openapi::api::core::v1::PodSpec {

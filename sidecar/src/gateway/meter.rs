@@ -46,8 +46,8 @@ pub(super) struct Measure {
 
 impl Measure {
     /// The endpoint never answered: nothing was used.
-    pub fn failed(self, status: u16) {
-        let mut watch = Watch::new(self, status, false);
+    pub fn failed(self) {
+        let mut watch = Watch::new(self, 0, false);
         watch.failed = true;
         watch.finish();
     }

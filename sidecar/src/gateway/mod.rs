@@ -331,7 +331,7 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
         Err(e) => {
             let why = format!("the model endpoint did not answer: {}", error_chain(&e));
             tracing::warn!(error = %why, "model request failed");
-            measure.failed(0);
+            measure.failed();
             return refuse(StatusCode::BAD_GATEWAY, "api_error", &why);
         }
     };

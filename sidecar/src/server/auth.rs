@@ -159,12 +159,7 @@ fn same(expected: &[u8], presented: &[u8]) -> bool {
 
 /// The bearer token of a request (`Authorization: Bearer <token>`; one such header only).
 fn bearer(request: &Request) -> Option<&[u8]> {
-    let mut values = request.headers().get_all(header::AUTHORIZATION).iter();
-    let (value, more) = (values.next()?, values.next());
-    if more.is_some() {
-        return None;
-    }
-    let bytes = value.as_bytes();
+    let bytes = only_header(request, header::AUTHORIZATION.as_str())?;
     let scheme = bytes.get(..7)?;
     scheme
         .eq_ignore_ascii_case(b"bearer ")
@@ -173,9 +168,14 @@ fn bearer(request: &Request) -> Option<&[u8]> {
 
 /// The `x-api-key` of a request (one such header only).
 fn api_key(request: &Request) -> Option<&[u8]> {
-    let mut values = request.headers().get_all("x-api-key").iter();
+    only_header(request, "x-api-key").map(<[u8]>::trim_ascii)
+}
+
+/// The value of header `name` when the request has exactly one.
+fn only_header<'r>(request: &'r Request, name: &str) -> Option<&'r [u8]> {
+    let mut values = request.headers().get_all(name).iter();
     let (value, more) = (values.next()?, values.next());
-    more.is_none().then(|| value.as_bytes().trim_ascii())
+    more.is_none().then(|| value.as_bytes())
 }
 
 /// The middleware: a request without a credential for `access` gets 401 before anything reads
