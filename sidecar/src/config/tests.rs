@@ -858,3 +858,46 @@ fn a_zone_over_tcp_needs_its_key_and_neither_a_socket_nor_the_containers_env() {
         env.problems
     );
 }
+
+#[test]
+fn the_gateway_holds_the_agent_to_its_models_and_prices_what_the_table_names() {
+    let text = r#"
+task: {name: t}
+servers: []
+gateway:
+  endpoint: https://api.anthropic.com/
+  keyFile: /etc/orchestrator/model/api-key
+  models: ["claude-sonnet-*"]
+  prices:
+    "claude-sonnet-4-5*": {input: "2", output: "10"}
+"#;
+    let loaded = load(text);
+    let config = loaded
+        .config
+        .unwrap_or_else(|| panic!("{}", loaded.problems));
+    let gateway = config.gateway.clone().expect("the gateway");
+    assert_eq!(gateway.endpoint, "https://api.anthropic.com");
+    assert!(gateway.allows_model("claude-sonnet-4-5"));
+    for other in ["claude-opus-4-5", "gpt-5", "", "claude-sonnet"] {
+        assert!(!gateway.allows_model(other), "{other}");
+    }
+    // The platform's price first, then the built-in table; cache prices by the providers' rule.
+    let own = gateway.price("claude-sonnet-4-5-20250929").expect("priced");
+    assert_eq!((own.input, own.output), (2_000_000_000, 10_000_000_000));
+    assert_eq!(
+        (own.cache_write, own.cache_read),
+        (2_500_000_000, 200_000_000)
+    );
+    let built_in = gateway.price("claude-haiku-4-5").expect("built in");
+    assert_eq!(built_in.output, 5_000_000_000);
+    assert!(gateway.price("gpt-5").is_none());
+    // http:// only to a loopback address.
+    let plain = text.replace("https://api.anthropic.com/", "http://api.example.com");
+    let refused = load(&plain);
+    assert!(refused.config.is_none());
+    assert!(
+        paths(&refused).contains(&"gateway.endpoint"),
+        "{}",
+        refused.problems
+    );
+}
