@@ -227,6 +227,15 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "TOKENS")]
     pub max_output_tokens: Option<u64>,
 
+    /// A node label the task's pod must run on (spec.podTemplate.nodeSelector), repeatable.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_node_selector)]
+    pub node_selector: Vec<(String, String)>,
+
+    /// A taint the task's pod tolerates (spec.podTemplate.tolerations): KEY (any value),
+    /// KEY=VALUE, either with :EFFECT (NoSchedule, PreferNoSchedule, NoExecute), repeatable.
+    #[arg(long, value_name = "KEY[=VALUE][:EFFECT]", value_parser = parse_toleration)]
+    pub toleration: Vec<k8s_openapi::api::core::v1::Toleration>,
+
     /// Follow the task until it succeeds or fails (exit 5 if it fails).
     #[arg(long)]
     pub wait: bool,
@@ -251,7 +260,7 @@ fn parse_proxy_mode(s: &str) -> Result<orchestrator_crds::shared::ProxyMode, Str
         .ok_or_else(|| format!("{s:?} is not a proxy mode: use sidecar or shared"))
 }
 
-/// Change the tools of a task while it runs.
+/// Change the tools (and the model budget) of a task while it runs.
 ///
 /// Enabled tools become visible to the agent, disabled ones disappear; everything else stays as
 /// it is. The change is written as a JSON Patch that first tests the server list is still what
@@ -268,7 +277,8 @@ Examples:
   orchestrator-cli task add-context --task-id 1001 \\
       --enable-tools 'github:merge_pr,github:close_issue' --disable-tools filesystem:delete_file
   orchestrator-cli task add-context task-1001 --enable-tools 'memory:*' --wait-synced
-  orchestrator-cli task add-context task-1001 --disable-tools 'github:*' --dry-run")]
+  orchestrator-cli task add-context task-1001 --disable-tools 'github:*' --dry-run
+  orchestrator-cli task add-context task-1001 --budget outputTokens=200000 --budget costUsd=5")]
 pub struct AddContextArgs {
     #[command(flatten)]
     pub task: TaskRef,
@@ -277,13 +287,19 @@ pub struct AddContextArgs {
     #[arg(
         long,
         value_name = "SERVER:TOOL,...",
-        required_unless_present = "disable_tools"
+        required_unless_present_any = ["disable_tools", "budget"]
     )]
     pub enable_tools: Vec<String>,
 
     /// Tools to hide: SERVER:TOOL items, comma-separated (repeatable).
     #[arg(long, value_name = "SERVER:TOOL,...")]
     pub disable_tools: Vec<String>,
+
+    /// Change the task's model budget (spec.budget) while it runs: inputTokens, outputTokens,
+    /// requests (whole numbers), costUsd (USD, 2.50), or FIELD=none for no limit (repeatable).
+    /// A task the gateway stopped (BudgetExceeded) goes on once its budget allows.
+    #[arg(long, value_name = "FIELD=VALUE", value_parser = crate::task::budget::parse)]
+    pub budget: Vec<(String, serde_json::Value)>,
 
     /// Wait until the change is live: rendered by the operator (status.contextVersion) and, for
     /// a running task whose proxy reports, served by that proxy (status.servedContextVersion).
@@ -573,4 +589,41 @@ Examples:
         #[arg(long, value_name = "FILE")]
         write: Option<std::path::PathBuf>,
     },
+}
+
+/// `--node-selector KEY=VALUE`.
+fn parse_node_selector(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("{text:?}: expected KEY=VALUE (a node label)")),
+    }
+}
+
+/// `--toleration KEY[=VALUE][:EFFECT]`: with a value, operator Equal; without, Exists.
+fn parse_toleration(text: &str) -> Result<k8s_openapi::api::core::v1::Toleration, String> {
+    const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+    let (rest, effect) = match text.rsplit_once(':') {
+        Some((rest, effect)) if EFFECTS.contains(&effect) => (rest, Some(effect.to_string())),
+        Some((_, effect)) => {
+            return Err(format!(
+                "{text:?}: the effect {effect:?} is not one of {}",
+                EFFECTS.join(", ")
+            ));
+        }
+        None => (text, None),
+    };
+    let (key, value) = match rest.split_once('=') {
+        Some((key, value)) => (key, Some(value.to_string())),
+        None => (rest, None),
+    };
+    if key.is_empty() {
+        return Err(format!("{text:?}: expected KEY[=VALUE][:EFFECT] (a taint's key first)"));
+    }
+    Ok(k8s_openapi::api::core::v1::Toleration {
+        key: Some(key.to_string()),
+        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.into()),
+        value,
+        effect,
+        ..Default::default()
+    })
 }

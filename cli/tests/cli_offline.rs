@@ -322,6 +322,71 @@ fn submit_names_the_model_credential_and_the_output_budget() {
 }
 
 #[test]
+fn submit_places_the_pod_with_node_selector_and_tolerations() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let task = dir.path().join("task.md");
+    std::fs::write(&task, "# Fix the login bug\n").expect("write");
+    let catalog = catalog();
+    let args = |extra: &[&str]| {
+        let mut args = vec![
+            "task".to_string(),
+            "submit".into(),
+            "--service".into(),
+            "todo-api".into(),
+            "--task-file".into(),
+            task.to_str().expect("utf-8").into(),
+            "--task-id".into(),
+            "7".into(),
+            "--tools".into(),
+            "github:*".into(),
+            "--catalog".into(),
+            catalog.to_str().expect("utf-8").into(),
+            "--dry-run".into(),
+            "-o".into(),
+            "json".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let given = args(&[
+        "--node-selector",
+        "pool=gpu",
+        "--toleration",
+        "dedicated=agents:NoSchedule",
+        "--toleration",
+        "spot",
+    ]);
+    let out = run(&given.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let tr: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(
+        tr["spec"]["podTemplate"],
+        serde_json::json!({
+            "nodeSelector": {"pool": "gpu"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "agents", "effect": "NoSchedule"},
+                {"key": "spot", "operator": "Exists"},
+            ],
+        })
+    );
+    // Without them: no podTemplate at all.
+    let out = run(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let tr: serde_json::Value = serde_json::from_str(&text(&out).0).expect("JSON");
+    assert!(tr["spec"].get("podTemplate").is_none(), "{tr}");
+    for (flag, bad, says) in [
+        ("--node-selector", "pool", "expected KEY=VALUE"),
+        ("--toleration", "dedicated=agents:Sometimes", "is not one of NoSchedule"),
+        ("--toleration", "=agents", "a taint's key first"),
+    ] {
+        let out = run(&args(&[flag, bad]).iter().map(String::as_str).collect::<Vec<_>>());
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{flag} {bad}");
+        assert!(stderr.contains(says) && stderr.contains(flag), "{stderr}");
+    }
+}
+
+#[test]
 fn dry_run_prints_the_taskrun_it_would_create() {
     let dir = tempfile::tempdir().expect("tempdir");
     let task = dir.path().join("task.md");

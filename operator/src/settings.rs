@@ -81,6 +81,10 @@ pub struct Settings {
     /// The default credential's endpoint (with `--model-secret`).
     #[arg(long, env = "ORCH_MODEL_ENDPOINT")]
     pub model_endpoint: Option<String>,
+    /// The default credential's endpoint CAs (with `--model-secret`): a ConfigMap key of each
+    /// task's namespace (`NAME/KEY`) holding PEM certificates, trusted besides the system's.
+    #[arg(long, env = "ORCH_MODEL_CA_CONFIGMAP", value_parser = orchestrator_crds::taskrun::KeyRef::parse_slash)]
+    pub model_ca_config_map: Option<orchestrator_crds::taskrun::KeyRef>,
     /// Where a TaskRun's MCP proxy runs when neither its `spec.proxy.mode` nor the label
     /// `orchestrator.io/proxy-mode` on its Namespace says: `sidecar` (one proxy in each task
     /// pod) or `shared` (the chart's shared proxy Deployment, `--shared-proxy-url`).
@@ -193,6 +197,7 @@ impl Settings {
                     secret_key_ref,
                     endpoint: self.model_endpoint.clone(),
                     models: Vec::new(),
+                    ca_config_map_key_ref: self.model_ca_config_map.clone(),
                 }
             }),
         }

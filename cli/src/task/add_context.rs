@@ -61,6 +61,9 @@ pub struct Report {
     pub attempts: u32,
     /// Per server, the tools before and after.
     pub servers: Vec<ServerChange>,
+    /// With --budget: `spec.budget` before and after (null: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetChange>,
     /// With --wait-synced: the context version the operator rendered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_version: Option<i64>,
@@ -73,15 +76,22 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// `spec.budget` before and after an add-context.
+#[derive(Clone, Debug, Serialize)]
+pub struct BudgetChange {
+    pub before: Value,
+    pub after: Value,
+}
+
 /// Runs `task add-context`.
 pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
     let request = Request {
         enable: parse_specs("--enable-tools", &args.enable_tools)?,
         disable: parse_specs("--disable-tools", &args.disable_tools)?,
     };
-    if request.enable.is_empty() && request.disable.is_empty() {
+    if request.enable.is_empty() && request.disable.is_empty() && args.budget.is_empty() {
         return Err(Error::Usage(
-            "nothing to change: give --enable-tools and/or --disable-tools".into(),
+            "nothing to change: give --enable-tools, --disable-tools and/or --budget".into(),
         ));
     }
     merge::check_contradictions(&request)?;
@@ -113,10 +123,11 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
         true => None,
         false => identity::whoami(&cluster.client).await,
     };
-    let mut report = update(
+    let mut report = update_with_budget(
         &cluster,
         &name,
         &request,
+        &args.budget,
         &catalog,
         args.dry_run,
         user.as_deref(),
@@ -167,6 +178,20 @@ pub async fn update(
     dry_run: bool,
     user: Option<&str>,
 ) -> Result<Report> {
+    update_with_budget(cluster, name, request, &[], catalog, dry_run, user).await
+}
+
+/// [`update`], also changing `spec.budget` (`--budget`, [`super::budget::parse`]), tested the
+/// same way as the server list.
+pub async fn update_with_budget(
+    cluster: &Cluster,
+    name: &str,
+    request: &Request,
+    budget: &[(String, Value)],
+    catalog: &Catalog,
+    dry_run: bool,
+    user: Option<&str>,
+) -> Result<Report> {
     let resource = ApiResource::erase::<TaskRun>(&());
     let api: Api<DynamicObject> =
         Api::namespaced_with(cluster.client.clone(), &cluster.namespace, &resource);
@@ -194,8 +219,12 @@ pub async fn update(
         }
         let before = &current.spec.tool_config;
         let outcome = merge::apply(before, request, catalog)?;
-        let changed = outcome.config != *before;
-        if changed {
+        let tools_changed = outcome.config != *before;
+        let budget_before = raw.data.pointer("/spec/budget").cloned().unwrap_or(Value::Null);
+        let budget_after = super::budget::apply(raw.data.pointer("/spec/budget"), budget);
+        let budget_changed = !budget.is_empty() && budget_after != budget_before;
+        let changed = tools_changed || budget_changed;
+        if tools_changed {
             check_servers_in_pod(&current, &outcome.config.mcp_servers, catalog)?;
             if merge::nothing_enabled(&outcome.config) {
                 notes.push(format!(
@@ -206,7 +235,10 @@ pub async fn update(
         }
         let mut generation = raw.metadata.generation;
         if changed && !dry_run {
-            let patch = guarded_patch(&raw, &outcome.config.mcp_servers, user);
+            let mut patch = guarded_patch(&raw, &outcome.config.mcp_servers, user);
+            if budget_changed {
+                patch.0.extend(budget_ops(&budget_before, &budget_after));
+            }
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..Default::default()
@@ -238,6 +270,10 @@ pub async fn update(
             generation,
             attempts: attempt,
             servers: diff(before, &outcome.config, Some(catalog)),
+            budget: (!budget.is_empty()).then(|| BudgetChange {
+                before: budget_before,
+                after: budget_after,
+            }),
             context_version: None,
             served_context_version: None,
             notes,
@@ -314,6 +350,21 @@ pub fn guarded_patch(
     serde_json::from_value(Value::Array(ops)).unwrap_or_else(|_| json_patch::Patch(Vec::new()))
 }
 
+/// The JSON Patch operations that test `spec.budget` is still `before` (a missing one tests as
+/// null) and write `after` (null: remove it).
+pub fn budget_ops(before: &Value, after: &Value) -> Vec<json_patch::PatchOperation> {
+    let mut ops = vec![json!({"op": "test", "path": "/spec/budget", "value": before})];
+    match (before.is_null(), after.is_null()) {
+        (_, false) => ops.push(json!({"op": "add", "path": "/spec/budget", "value": after})),
+        (false, true) => ops.push(json!({"op": "remove", "path": "/spec/budget"})),
+        (true, true) => {}
+    }
+    // Built above from known shapes: they always deserialize.
+    ops.into_iter()
+        .filter_map(|op| serde_json::from_value(op).ok())
+        .collect()
+}
+
 /// Whether a refused write lost a race: a 409 (a conflict the API server did not retry
 /// itself), or a 422 while what the patch tested is no longer what was read. The API server
 /// reports a failed test operation only as a generic 422 "Invalid" without details, so the
@@ -335,10 +386,12 @@ async fn lost_race(
     }
 }
 
-/// What the patch tests: the server list, the generation, whether there are annotations.
-fn tested(obj: &DynamicObject) -> (Option<&Value>, Option<i64>, bool) {
+/// What the patch tests: the server list, the budget, the generation, whether there are
+/// annotations.
+fn tested(obj: &DynamicObject) -> (Option<&Value>, Option<&Value>, Option<i64>, bool) {
     (
         obj.data.pointer("/spec/toolConfig/mcpServers"),
+        obj.data.pointer("/spec/budget"),
         obj.metadata.generation,
         obj.metadata.annotations.is_some(),
     )
@@ -438,6 +491,12 @@ pub fn render_report(r: &Report) -> String {
             out.push_str(&format!("  {mark} {tool}\n"));
         }
     }
+    if let Some(b) = &r.budget {
+        out.push_str(&format!(
+            "budget: {}\n",
+            super::budget::describe(&b.before, &b.after)
+        ));
+    }
     let retried = if r.attempts > 1 {
         format!(" after {} attempts (concurrent writers)", r.attempts)
     } else {
@@ -445,6 +504,9 @@ pub fn render_report(r: &Report) -> String {
     };
     match (r.dry_run, r.changed) {
         (true, true) => out.push_str("dry run: nothing written\n"),
+        (_, false) if r.budget.is_some() => {
+            out.push_str("no change: the task already has these tools and this budget\n")
+        }
         (_, false) => out.push_str("no change: the task already has these tools\n"),
         (false, true) => out.push_str(&format!(
             "updated: generation {}{retried}\n",

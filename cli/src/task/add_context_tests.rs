@@ -156,6 +156,7 @@ fn report_marks_added_removed_and_kept_tools() {
         dry_run: false,
         generation: Some(2),
         attempts: 2,
+        budget: None,
         servers: diff(&before, &after, Some(&catalog)),
         context_version: Some(3),
         served_context_version: Some(3),
@@ -174,4 +175,49 @@ fn report_marks_added_removed_and_kept_tools() {
          synced: the operator rendered context version 3\n\
          served: the task pod's proxy serves context version 3\n"
     );
+}
+
+#[test]
+fn the_budget_is_tested_as_read_and_replaced_or_removed() {
+    use crate::task::budget::{apply, describe, parse};
+    let changes: Vec<(String, Value)> = ["outputTokens=50000", "costUsd=2.50", "requests=none"]
+        .iter()
+        .map(|t| parse(t).expect("parses"))
+        .collect();
+    let before = json!({"outputTokens": 2000, "requests": 10, "someNewLimit": 60});
+    let after = apply(Some(&before), &changes);
+    // Unknown fields (a newer CRD) are kept; `none` removes a limit.
+    assert_eq!(
+        after,
+        json!({"outputTokens": 50000, "costUsd": "2.50", "someNewLimit": 60})
+    );
+    assert_eq!(
+        describe(&before, &after),
+        "outputTokens 2000 → 50000, costUsd none → 2.50, requests 10 → none"
+    );
+    let ops = serde_json::to_value(budget_ops(&before, &after)).expect("serializes");
+    assert_eq!(
+        ops,
+        json!([
+            {"op": "test", "path": "/spec/budget", "value": before},
+            {"op": "add", "path": "/spec/budget", "value": after},
+        ])
+    );
+    // No budget before: tested as null. Every limit lifted: the field goes.
+    let ops = serde_json::to_value(budget_ops(&Value::Null, &json!({"requests": 3}))).expect("json");
+    assert_eq!(ops[0], json!({"op": "test", "path": "/spec/budget", "value": null}));
+    let lifted = apply(Some(&json!({"requests": 3})), &[parse("requests=none").expect("parses")]);
+    assert_eq!(lifted, Value::Null);
+    let ops = serde_json::to_value(budget_ops(&json!({"requests": 3}), &lifted)).expect("json");
+    assert_eq!(ops[1], json!({"op": "remove", "path": "/spec/budget"}));
+    // Bad input names the field and the form.
+    for (bad, says) in [
+        ("outputTokens", "expected FIELD=VALUE"),
+        ("tokens=5", "no budget field \"tokens\""),
+        ("outputTokens=-1", "outputTokens is a whole number"),
+        ("costUsd=2,50", "costUsd is USD as a decimal"),
+    ] {
+        let e = parse(bad).expect_err(bad);
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }

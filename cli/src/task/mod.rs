@@ -4,6 +4,7 @@
 pub mod add_context;
 pub mod approve;
 pub mod audit;
+pub mod budget;
 pub mod inbox;
 pub mod lifecycle;
 pub mod list_watch;

@@ -7,7 +7,7 @@ use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
 use orchestrator_crds::taskrun::history::{REQUESTED_BY_ANNOTATION, RequestedBy};
 use orchestrator_crds::taskrun::result::CREATED_BY_ANNOTATION;
 use orchestrator_crds::taskrun::{
-    AgentSpec, CancelRequest, MAX_NAME_LEN, McpServer, Phase, ProxyContainerSpec, TaskRun,
+    AgentSpec, CancelRequest, MAX_NAME_LEN, McpServer, Phase, PodTemplate, ProxyContainerSpec, TaskRun,
     TaskRunSpec, TaskSource, ToolConfig, permission_rules,
 };
 
@@ -87,7 +87,13 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
             ..Default::default()
         }),
         service_account_name: None,
-        pod_template: None,
+        pod_template: (!args.node_selector.is_empty() || !args.toleration.is_empty()).then(|| {
+            PodTemplate {
+                node_selector: args.node_selector.iter().cloned().collect(),
+                tolerations: args.toleration.clone(),
+                ..Default::default()
+            }
+        }),
         active_deadline_seconds: args.active_deadline_seconds,
         ttl_seconds_after_finished: None,
         retention_seconds_after_finished: None,

@@ -36,4 +36,10 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(min = 1, max = 256)))]
     pub models: Vec<String>,
+    /// A ConfigMap key in the TaskRun's namespace holding PEM CA certificates the proxy trusts
+    /// for `endpoint` besides the system's (a private gateway's CA, as trust-manager or
+    /// `kubectl create configmap --from-file` puts them). Only the proxy's container mounts it;
+    /// the pod waits for it, as for the Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map_key_ref: Option<KeyRef>,
 }

@@ -192,8 +192,8 @@ fn proxy_container(input: &JobInput<'_>) -> Container {
         mount(AGENT_CREDENTIAL_VOLUME, TOKEN_DIR, false),
         mount(AUDITOR_VOLUME, AUDITOR_DIR, true),
     ];
-    if input.model.is_some() {
-        mounts.push(super::model::key_mount());
+    if let Some(model) = input.model {
+        mounts.extend(super::model::mounts(model));
     }
     vars.extend([
         env(
@@ -473,7 +473,8 @@ fn volumes(input: &JobInput<'_>) -> Vec<Volume> {
     volumes.extend(
         input
             .model
-            .map(|model| super::model::key_volume(model, default_model)),
+            .into_iter()
+            .flat_map(|model| super::model::volumes(model, default_model)),
     );
     for zone in zones(input.resolved) {
         volumes.push(empty_dir(&zone.socket_volume()));

@@ -4,7 +4,9 @@
 //! base URL, and an API key helper that prints the pod's agent credential, only to the proxy's
 //! uid).
 
-use k8s_openapi::api::core::v1::{EnvVar, KeyToPath, SecretVolumeSource, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, EnvVar, KeyToPath, SecretVolumeSource, Volume, VolumeMount,
+};
 use orchestrator_crds::gateway::{GatewaySpec, PATH_PREFIX};
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::{DEFAULT_ENDPOINT, ModelSpec};
@@ -18,6 +20,10 @@ pub const MODEL_KEY_VOLUME: &str = "model-key";
 /// Where the proxy reads it (`gateway.keyFile`).
 pub const MODEL_KEY_DIR: &str = "/etc/orchestrator/model";
 pub const MODEL_KEY_FILE: &str = "api-key";
+/// The endpoint's CAs (`spec.model.caConfigMapKeyRef`), in the proxy's container only.
+pub const MODEL_CA_VOLUME: &str = "model-ca";
+pub const MODEL_CA_DIR: &str = "/etc/orchestrator/model-ca";
+pub const MODEL_CA_FILE: &str = "ca.pem";
 /// The agent's API key helper (Claude Code's `apiKeyHelper`), in the task's ConfigMap.
 pub const MODEL_KEY_HELPER_FILE: &str = "model-key.sh";
 
@@ -68,6 +74,10 @@ pub fn gateway_spec(tr: &TaskRun, model: &ModelSpec) -> GatewaySpec {
             .clone()
             .unwrap_or_else(|| DEFAULT_ENDPOINT.into()),
         key_file: format!("{MODEL_KEY_DIR}/{MODEL_KEY_FILE}"),
+        ca_file: model
+            .ca_config_map_key_ref
+            .as_ref()
+            .map(|_| format!("{MODEL_CA_DIR}/{MODEL_CA_FILE}")),
         models: model.models.clone(),
         budget: tr.spec.budget.clone().unwrap_or_default(),
         ..GatewaySpec::default()
@@ -95,8 +105,36 @@ pub fn key_volume(model: &ModelSpec, optional: bool) -> Volume {
     }
 }
 
-pub fn key_mount() -> VolumeMount {
-    mount(MODEL_KEY_VOLUME, MODEL_KEY_DIR, true)
+/// The proxy container's mounts for `model`: its key, and its CAs when it names some.
+pub fn mounts(model: &ModelSpec) -> Vec<VolumeMount> {
+    let mut mounts = vec![mount(MODEL_KEY_VOLUME, MODEL_KEY_DIR, true)];
+    if model.ca_config_map_key_ref.is_some() {
+        mounts.push(mount(MODEL_CA_VOLUME, MODEL_CA_DIR, true));
+    }
+    mounts
+}
+
+/// The pod's volumes for `model`: [`key_volume`], and the ConfigMap key of its CAs (not
+/// optional: a gateway that cannot verify its endpoint would only fail every request).
+pub fn volumes(model: &ModelSpec, default_credential: bool) -> Vec<Volume> {
+    let mut volumes = vec![key_volume(model, default_credential)];
+    if let Some(ca) = &model.ca_config_map_key_ref {
+        volumes.push(Volume {
+            name: MODEL_CA_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: ca.name.clone(),
+                items: Some(vec![KeyToPath {
+                    key: ca.key.clone(),
+                    path: MODEL_CA_FILE.into(),
+                    ..Default::default()
+                }]),
+                default_mode: Some(0o444),
+                optional: None,
+            }),
+            ..Default::default()
+        });
+    }
+    volumes
 }
 
 /// The agent's runtime talks to the model at the proxy.

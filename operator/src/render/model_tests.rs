@@ -20,6 +20,7 @@ fn with_model() -> TaskRun {
         },
         endpoint: None,
         models: vec!["claude-sonnet-*".into()],
+        ca_config_map_key_ref: None,
     });
     tr.spec.budget = Some(Budget {
         output_tokens: Some(50_000),
@@ -139,6 +140,7 @@ fn the_default_credential_serves_a_task_that_names_none_but_not_one_with_its_own
         },
         endpoint: Some("https://llm.internal.example".into()),
         models: Vec::new(),
+        ca_config_map_key_ref: None,
     };
     let settings = test_settings(Some(default));
     let mut plain = with_model();
@@ -195,4 +197,51 @@ fn the_key_helper_checks_the_port_like_the_headers_helper_and_prints_the_token()
         script.starts_with("# Claude Code's apiKeyHelper"),
         "{script}"
     );
+}
+
+#[test]
+fn the_endpoints_cas_come_from_a_configmap_mounted_in_the_proxys_container_only() {
+    let mut tr = with_model();
+    if let Some(model) = tr.spec.model.as_mut() {
+        model.endpoint = Some("https://llm.internal.example".into());
+        model.ca_config_map_key_ref = Some(KeyRef {
+            name: "llm-ca".into(),
+            key: "ca.crt".into(),
+        });
+    }
+    let plan = plan_with(&tr, &test_settings(None)).expect("renders");
+    let data = plan.config_map(1).data.unwrap_or_default();
+    let proxy: serde_json::Value = serde_saphyr::from_str(&data["proxy.yaml"]).expect("yaml");
+    assert_eq!(
+        proxy["gateway"]["caFile"],
+        "/etc/orchestrator/model-ca/ca.pem"
+    );
+    let spec = pod(&plan);
+    let ca = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "model-ca")
+        .and_then(|v| v.config_map.clone())
+        .expect("the CA volume");
+    assert_eq!(ca.name, "llm-ca");
+    let items = ca.items.unwrap_or_default();
+    assert_eq!(
+        (items[0].key.as_str(), items[0].path.as_str()),
+        ("ca.crt", "ca.pem")
+    );
+    assert_eq!(ca.optional, None, "the pod waits for its CAs");
+    for c in containers(&spec) {
+        let mounts_ca = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "model-ca");
+        assert_eq!(mounts_ca, c.name == "mcp-proxy", "{}", c.name);
+    }
+    // Without one: no volume, no caFile.
+    let plan = plan_with(&with_model(), &test_settings(None)).expect("renders");
+    let data = plan.config_map(1).data.unwrap_or_default();
+    assert!(!data["proxy.yaml"].contains("caFile"));
+    assert!(!pod(&plan).volumes.iter().flatten().any(|v| v.name == "model-ca"));
 }
