@@ -4,18 +4,20 @@
    imported; the operator runs out of the cluster with a token of the chart's ServiceAccount and
    the env of the chart's Deployment.
 2. `kubectl apply` of config/samples/taskrun.yaml (a task using two real catalog servers,
-   everything and memory, with allow and deny patterns) and its API-key Secret, with two things
-   added: a nodeSelector + toleration that put the pod on the real node, and ANTHROPIC_BASE_URL
-   pointing the agent at the model stand-in.
+   everything and memory, with allow and deny patterns, and its model key in spec.model) and its
+   API-key Secret, with two things added: a nodeSelector + toleration that put the pod on the real
+   node, and spec.model's endpoint set to the model stand-in (HTTPS, its CA in a ConfigMap).
 3. The Job's pod runs on the real node (kubelet, containerd, runc), in a namespace that enforces
    the restricted Pod Security profile: the proxy and each MCP server in its own container (its
    zone: own uid, own Secrets) as native sidecars, then the agent, Claude Code from npm, all from
    the images built here.
-4. Claude Code connects to the proxy over the pod's localhost; the model behind it is the one
-   thing we stand in for (e2e/model/scripted_model.py on 127.0.0.1, reached from the pod through
-   the node's netns-portal). Its script checks the agent offers exactly the allowed tools, calls
-   get-sum and memory's create_entities, asks for the denied get-env (the agent has no such
-   tool), then keeps the agent working (a call a second).
+4. Claude Code connects to the proxy over the pod's localhost, for MCP and for the model (the
+   proxy's model gateway holds the key; the agent presents its own credential); the model behind
+   it is the one thing we stand in for (e2e/model/scripted_model.py, HTTPS on 127.0.0.1, reached
+   from the pod through the node's netns-portal). Its script checks the agent offers exactly the
+   allowed tools, calls get-sum, has the agent run a Bash command, calls memory's
+   create_entities, asks for the denied get-env (the agent has no such tool), then keeps the
+   agent working (a call a second).
 5. 20 s later, `orchestrator-cli task add-context` enables get-env and disables echo; the operator
    re-renders the ConfigMap and annotates the running pod with the new contextVersion, so the
    kubelet syncs the pod and updates its volume at once (not at its periodic sync, default about
@@ -28,8 +30,9 @@
    every line one JSON record with a `recordType`.
 7. What the agent did: `status.result` (Claude Code's own result, written to its termination
    message: turns, tokens, cost, its final text; the tokens are checked against what the model
-   stand-in reported) and `orchestrator-cli task logs`; deleting the TaskRun removes the Job and
-   the ConfigMap.
+   stand-in reported), `status.usage` (what the gateway counted, equal to the stand-in's own
+   count), the audit's record of the Bash command between the MCP calls, and
+   `orchestrator-cli task logs`; deleting the TaskRun removes the Job and the ConfigMap.
 
 `run()` is used by the test (e2e/tests/python/test_story.py) and by the demo (`./demo`): every
 step checks what it shows and raises StoryError if the system does something else; the demo
@@ -60,7 +63,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "e2e/model"))
-from scripted_model import Recorded, ScriptedModel, text, tool_result_text, tool_use  # noqa: E402
+from scripted_model import Recorded, ScriptedModel, text, tls_pair, tool_result_text, tool_use  # noqa: E402
 
 STATE = Path(os.environ.get("ORCH_E2E_STATE", REPO / "e2e/.cluster"))
 PORT_BASE = int(os.environ.get("ORCH_E2E_PORT_BASE", "26000"))
@@ -91,6 +94,10 @@ MONITORING_VALUES = ["monitoring.podMonitor.enabled=true", "monitoring.serviceMo
 ENABLE = "everything:get-env"
 DISABLE = "everything:echo"
 MCP = "mcp__orchestrator__"  # how Claude Code names the tools of the MCP server "orchestrator"
+BASH_COMMAND = "echo bash says $((6 * 7))"  # what the model has the agent run with its own Bash
+# What the proxy's stdout carries: MCP calls, server definition changes, and the model gateway's
+# requests and the agent's own tool uses the model asked for.
+AUDIT_RECORD_TYPES = ("tool_call", "definition_change", "model_request", "agent_tool_use")
 # What the agent declares to the proxy (and the proxy to the servers): Claude Code declares roots.
 AGENT_DECLARES = {"roots"}
 # How long the model keeps the agent busy waiting for the new tool (a safety net: the story
@@ -328,6 +335,13 @@ class AgentScript:
         result = tool_result_text(r)
         check("5" in result and not result.startswith("ERROR"), f"get-sum failed: {result}")
         self.said.append(f"call everything__get-sum(2, 3) -> {result!r}")
+        # One of the agent's own tools: the proxy never sees the command run, but the gateway
+        # sees the model ask for it (its audit shows it between the MCP calls).
+        r = yield tool_use("Bash", {"command": BASH_COMMAND, "description": "Count to the answer"})
+        result = tool_result_text(r)
+        # 42 only if a shell ran it: the command itself says $((6 * 7)).
+        check("bash says 42" in result, f"the agent's Bash tool answered {result!r}")
+        self.said.append(f"Bash {BASH_COMMAND!r} -> {result.strip()!r} (the agent's own tool)")
         r = yield tool_use(MCP + "memory__create_entities", {"entities": [
             {"name": "todo-api", "entityType": "service", "observations": ["written in Rust"]}]})
         result = tool_result_text(r)
@@ -634,10 +648,15 @@ class Story:
 
     def apply_task(self) -> dict:
         self.say(f"\n== 2. kubectl apply -f config/samples/anthropic-secret.yaml -f config/samples/taskrun.yaml -n {self.work_ns}")
-        self.say("   (the sample, with a nodeSelector + toleration for the real node and ANTHROPIC_BASE_URL "
-                 f"= the model stand-in on 127.0.0.1:{MODEL_PORT})")
-        # The stand-in checks the key the agent sends: it must be the Secret's.
+        self.say("   (the sample, with a nodeSelector + toleration for the real node and spec.model.endpoint "
+                 f"= the model stand-in, HTTPS on 127.0.0.1:{MODEL_PORT}, its CA in ConfigMap model-ca)")
+        # The stand-in checks the key every request brings: it must be the Secret's, which only
+        # the task's proxy reads.
         self.api_key = f"sk-ant-stand-in-{secrets.token_hex(8)}"
+        self.tls = tls_pair(self.workdir / "model-tls")
+        ca = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "model-ca"},
+              "data": {"ca.crt": Path(self.tls[0]).read_text()}}
+        self.kubectl("apply", "-n", self.work_ns, "-f", "-", stdin=json.dumps(ca))
         secret = yaml.safe_load(SAMPLE_SECRET.read_text())
         key = next(iter(secret["stringData"]))
         secret["stringData"][key] = self.api_key
@@ -648,8 +667,10 @@ class Story:
             "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
             "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
         }
-        agent = spec.setdefault("agent", {})
-        agent["env"] = [*agent.get("env", []), {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]
+        check(spec.get("model", {}).get("secretKeyRef", {}).get("name") == secret["metadata"]["name"],
+              f"the sample's spec.model does not name the sample's Secret: {spec.get('model')}")
+        spec["model"] = {**spec["model"], "endpoint": f"https://127.0.0.1:{MODEL_PORT}",
+                         "caConfigMapKeyRef": {"name": "model-ca", "key": "ca.crt"}}
         self.applied_at = time.time()
         self.say("   " + self.kubectl("apply", "-n", self.work_ns, "-f", "-", stdin=json.dumps(doc)).rstrip())
         taskrun = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)
@@ -668,7 +689,7 @@ class Story:
         self.taskrun0 = self.json("get", "taskrun", "task-1001", "-n", self.work_ns)
         self.script = AgentScript(want_before=expected_tools(self.taskrun0, catalog))
         # The model must be there before the agent starts.
-        self.model = ScriptedModel(self.script, port=MODEL_PORT).start()
+        self.model = ScriptedModel(self.script, port=MODEL_PORT, tls=self.tls[1:]).start()
         self.cleanup.callback(self.model.stop)
 
         def proxy_ready():
@@ -728,7 +749,8 @@ class Story:
             raise StoryError(f"{e}\n{self.logs()}") from None
         if self.model.error is not None:
             raise StoryError(f"{self.model.error}\n{self.logs()}")
-        check(first.headers.get("x-api-key") == self.api_key, "the agent sent another API key than the Secret's")
+        check(first.headers.get("x-api-key") == self.api_key, "the model API got another API key than the Secret's")
+        self.no_key_in_agent(pod)
 
         def agent_state():  # the kubelet reports the container's start in its next status update
             p = self.json("get", "pod", pod["metadata"]["name"], "-n", self.work_ns)
@@ -851,6 +873,34 @@ class Story:
               f"no reload and list_changed in the proxy's log after add-context:\n{logs[-3000:]}")
         return reload_at, notified_at
 
+    def no_key_in_agent(self, pod: dict) -> None:
+        """The model key is the proxy's only: the agent's container spec names no Secret, and no
+        process of the agent's container (its cgroup, read from this machine's /proc) has it in
+        its environment or command line; the agent's runtime is pointed at the proxy."""
+        spec = self.json("get", "pod", pod["metadata"]["name"], "-n", self.work_ns)["spec"]
+        agent = next(c for c in spec["containers"] if c["name"] == "agent")
+        from_secrets = [e["name"] for e in agent.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
+        check(not from_secrets and not agent.get("envFrom"), f"the agent's env comes from Secrets: {from_secrets}")
+        base = next((e.get("value") for e in agent.get("env", []) if e["name"] == "ANTHROPIC_BASE_URL"), None)
+        check(base and base.startswith("http://127.0.0.1:") and base.endswith("/model"),
+              f"the agent's ANTHROPIC_BASE_URL is {base!r}, not the proxy's gateway")
+        pid = self.container_pids(pod)["agent"]
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        seen, found = 0, []
+        for p in Path("/proc").iterdir():
+            try:
+                if not p.name.isdigit() or (p / "cgroup").read_text() != cgroup:
+                    continue
+                seen += 1
+                for what in ("environ", "cmdline"):
+                    if self.api_key.encode() in (p / what).read_bytes():
+                        found.append(f"/proc/{p.name}/{what}")
+            except OSError:
+                continue  # gone meanwhile
+        check(seen and not found, f"the model key is readable in the agent's processes: {found}")
+        self.say(f"   the agent's container: no env from a Secret, ANTHROPIC_BASE_URL={base}; none of its {seen} "
+                 f"processes has the key in its env or command line; the model API got it on the first request")
+
     def memory(self, pids: dict[str, int], when: str, key: str = "memory_mib") -> None:
         """Per container of the pod: the PSS of its processes (the first one and its descendants)
         and its cgroup's peak; `proxy_pss`/`upstreams_pss` as before (the proxy alone, and every
@@ -907,7 +957,7 @@ class Story:
                     record = json.loads(line)
                 except ValueError:
                     raise StoryError(f"the proxy's stdout has a line that is not JSON: {line[:200]!r}") from None
-                check(isinstance(record, dict) and record.get("recordType") in ("tool_call", "definition_change"),
+                check(isinstance(record, dict) and record.get("recordType") in AUDIT_RECORD_TYPES,
                       f"the proxy's stdout has a line that is not an audit record: {line[:200]!r}")
                 records.append(record)
         return records
@@ -935,6 +985,21 @@ class Story:
                  + ", ".join(f"{s} {ms} ms" for s, ms in first.items()))
         self.say(f"   the proxy's audit: {len(records)} calls, one client identity {next(iter(clients))} "
                  f"across {len(sessions)} protocol session(s)")
+        # The model's requests, and the Bash command it asked for between get-sum and
+        # create_entities, in the order they happened.
+        requests = [r for r in stream if r["recordType"] == "model_request"]
+        used = self.model.usage()
+        check(len(requests) == used["requests"],
+              f"the stand-in answered {used['requests']} model requests, the audit has {len(requests)}")
+        order = [r.get("tool") if r["recordType"] == "agent_tool_use" else r.get("upstreamTool")
+                 for r in stream if r["recordType"] in ("tool_call", "agent_tool_use")]
+        bash = [i for i, r in enumerate(stream) if r["recordType"] == "agent_tool_use" and r.get("tool") == "Bash"]
+        check(len(bash) == 1, f"the audit should show the one Bash command the model asked for; tool order {order}")
+        calls = [i for i, r in enumerate(stream) if r["recordType"] == "tool_call"]
+        check(calls and calls[0] < bash[0] < calls[1] and stream[calls[1]].get("upstreamTool") == "create_entities",
+              f"the Bash command should come between get-sum and create_entities: {order}")
+        self.say(f"   the gateway's audit: {len(requests)} model requests (model {requests[0].get('model')}), and the "
+                 f"agent's own Bash command between the MCP calls: {order[:4]} ...")
 
     def finish(self, pod: dict) -> None:
         self.say("\n== 6. the agent exits; the kubelet stops the sidecar; the Job and the TaskRun succeed")
@@ -995,6 +1060,23 @@ class Story:
         check((r.get("inputTokens"), r.get("outputTokens")) == (used["input_tokens"], used["output_tokens"]),
               f"the tokens in the result ({r}) are not what the model stand-in reported ({used})")
         check(float(r.get("costUsd") or 0) > 0, f"Claude Code reported no cost: {r}")
+        # What the gateway counted, independent of the agent's own claim: the stand-in's count.
+        keys = {r.headers.get("x-api-key") for r in self.model.requests}
+        check(keys == {self.api_key}, f"every request to the model API must carry the Secret's key; got {len(keys)} keys")
+        want = {"inputTokens": used["input_tokens"], "outputTokens": used["output_tokens"], "requests": used["requests"]}
+
+        def usage():
+            u = self.json("get", "taskrun", "task-1001", "-n", self.work_ns).get("status", {}).get("usage") or {}
+            return u if {k: u.get(k) for k in want} == want else None
+
+        try:
+            u = wait_until("status.usage to be the model stand-in's count", usage, timeout=30)
+        except StoryError as e:
+            got = self.json("get", "taskrun", "task-1001", "-n", self.work_ns).get("status", {}).get("usage")
+            raise StoryError(f"{e}: status.usage {got}, the stand-in counted {want}") from None
+        self.figures["usage"] = u
+        self.say(f"   status.usage (the proxy's gateway counted): {u['inputTokens']} tokens in / {u['outputTokens']} out "
+                 f"over {u['requests']} requests, ${u.get('costUsd', '?')}: what the model stand-in counted")
         self.figures["result"] = {k: r.get(k) for k in ("turns", "inputTokens", "outputTokens", "costUsd", "durationMs")}
         self.say(f"   status.result: {result_line(r)} (as Claude Code reported; the model stand-in reported "
                  f"{used['input_tokens']} tokens in / {used['output_tokens']} out over {used['requests']} requests)")

@@ -30,6 +30,18 @@ fn with_model() -> TaskRun {
     tr
 }
 
+/// The sample as TaskRuns were written before the gateway: the key in the agent's env.
+fn with_agent_key() -> TaskRun {
+    let mut tr = task_1001();
+    tr.spec.model = None;
+    tr.spec.budget = None;
+    tr.spec.agent = Some(serde_json::from_value(serde_json::json!({"env": [{
+        "name": "ANTHROPIC_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}},
+    }]})).expect("an agent spec"));
+    tr
+}
+
 fn test_settings(default_model: Option<ModelSpec>) -> RenderSettings {
     RenderSettings {
         default_model,
@@ -169,14 +181,14 @@ fn the_default_credential_serves_a_task_that_names_none_but_not_one_with_its_own
         "a namespace may not have the default's Secret"
     );
 
-    // The sample as it was (its key in the agent's env): no gateway, as before.
-    let older = plan_with(&task_1001(), &settings).expect("renders");
+    // A TaskRun written before the gateway (its key in the agent's env): no gateway, as before.
+    let older = plan_with(&with_agent_key(), &settings).expect("renders");
     let data = older.config_map(1).data.unwrap_or_default();
     assert!(!data["proxy.yaml"].contains("gateway"));
     assert!(!data.contains_key("model-key.sh"));
 
     // Both: refused, naming the field to remove.
-    let mut both = task_1001();
+    let mut both = with_agent_key();
     both.spec.model = with_model().spec.model;
     let problems = plan_with(&both, &settings).expect_err("refused");
     assert_eq!(problems[0].reason, "ModelKeyInAgent");

@@ -527,8 +527,8 @@ fn pod_is_restricted_and_the_proxy_is_a_native_sidecar() {
 fn config_hash_ignores_the_version_and_follows_the_tool_config() {
     let tr = task_1001();
     let a = plan(&tr);
-    // proxy.yaml, mcp-config.json, mcp-headers.sh, settings.json, task.md.
-    assert_eq!(a.config_map(1).data.map(|d| d.len()), Some(5));
+    // proxy.yaml, mcp-config.json, mcp-headers.sh, model-key.sh, settings.json, task.md.
+    assert_eq!(a.config_map(1).data.map(|d| d.len()), Some(6));
     let mut changed = tr.clone();
     changed.spec.tool_config.mcp_servers[0]
         .tools
