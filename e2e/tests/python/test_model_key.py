@@ -1,13 +1,21 @@
-"""The model key on the real node (issue 42): a TaskRun with spec.model runs a hostile agent (a
-script in the agent image, no model needed) that looks for the key everywhere its container
-reaches and tries to use the gateway as an open proxy, and finds nothing.
+"""The model gateway on the real node (issue 42).
+
+1. A TaskRun with spec.model runs a hostile agent (a script in the agent image, no model needed)
+   that looks for the key everywhere its container reaches and tries to use the gateway as an
+   open proxy, and finds nothing.
+2. Two tasks run Claude Code against scripted models (HTTPS, their CA in a ConfigMap) with a small
+   output-token budget: the gateway refuses once it is spent, the TaskRuns show BudgetExceeded;
+   a person raises one task's budget with `task add-context --budget` and that task goes on and
+   succeeds; the other's agent gives up (no retries) and its TaskRun fails with BudgetExceeded.
+3. `orchestrator-cli task submit` with no model named runs on the chart's default credential (the
+   Secret orchestrator-model of the task's namespace).
 
 The agent looks in its environment, every file of its container's filesystem (under 1 MiB), every
 process it can see (/proc/*/environ, cmdline), the proxy's key path, and asks the gateway with its
 own credential for other paths, another host, a path that climbs out, without a credential, and
 with a real request (the endpoint is unreachable from the pod: the answer must not carry the
 key). The chart is installed and the operator runs once for the module (as in the story). Needs
-the cluster with its real node; about a minute.
+the cluster with its real node; about three minutes.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ import hashlib
 import json
 import secrets
 import sys
+import threading
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -23,7 +33,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
 
-from story import REAL_NODE, Story, wait_until  # noqa: E402
+from story import MODEL_PORT, REAL_NODE, Story, wait_until  # noqa: E402
+from scripted_model import ScriptedModel, text, tls_pair, tool_result_text, tool_use  # noqa: E402
+
+# Host ports the real node's pods reach (MODEL_PORT .. +9, e2e/node/node); other modules use the
+# first five.
+RAISED_PORT, SPENT_PORT, DEFAULT_PORT = MODEL_PORT + 5, MODEL_PORT + 6, MODEL_PORT + 7
+PLACEMENT = {
+    "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
+    "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],
+}
 
 HOSTILE = r'''
 import hashlib, json, os, re, urllib.request, urllib.error
@@ -98,9 +117,17 @@ print("HOSTILE " + json.dumps({"found": found, "answers": answers, "env": sorted
 
 @pytest.fixture(scope="module")
 def cluster():
-    story = Story(say=lambda *_: None)
+    # The chart's default credential points at a stand-in of this module, its CA in the
+    # ConfigMap model-ca of the tasks' namespace.
+    story = Story(say=lambda *_: None, helm_values=[
+        f"model.endpoint=https://127.0.0.1:{DEFAULT_PORT}", "model.caConfigMapName=model-ca",
+        "model.caConfigMapKey=ca.crt"])
     with ExitStack() as cleanup:
         story.prepare(cleanup)
+        story.tls = tls_pair(story.workdir / "model-tls")
+        ca = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "model-ca"},
+              "data": {"ca.crt": Path(story.tls[0]).read_text()}}
+        story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(ca))
         yield story
 
 
@@ -150,3 +177,153 @@ def test_a_hostile_agent_finds_no_model_key_and_no_open_proxy(cluster: Story):
     proxy_log = story.kubectl("logs", "-n", story.work_ns, "job/key-hunt", "-c", "mcp-proxy")
     assert key not in proxy_log
     assert "model_request" in proxy_log, proxy_log[-2000:]
+
+
+def model_secret(story: Story, name: str) -> str:
+    key = "sk-ant-api03-" + secrets.token_hex(24)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"api-key": key}}
+    story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(secret))
+    return key
+
+
+def status(story: Story, name: str) -> dict:
+    return story.json("get", "taskrun", name, "-n", story.work_ns).get("status", {})
+
+
+def condition(story: Story, name: str, kind: str) -> dict:
+    return next((c for c in status(story, name).get("conditions", []) if c["type"] == kind), {})
+
+
+class Steps:
+    """A model that has the agent run Bash commands (about 30 output tokens each) until `stop`
+    is set, then ends its turn."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.ran: list[str] = []
+
+    def __call__(self, first):
+        r, n = first, 0
+        while not self.stop.is_set():
+            n += 1
+            r = yield tool_use("Bash", {"command": f"echo step {n} done", "description": "a step"})
+            result = tool_result_text(r)
+            assert f"step {n} done" in result, result
+            self.ran.append(result.strip())
+        yield text("all steps done")
+
+
+def budget_task(story: Story, name: str, task_id: int, port: int, env: list) -> dict:
+    return {
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": name},
+        "spec": {
+            "taskId": task_id, "serviceName": "gateway", "task": {"prompt": "do the steps"},
+            "model": {"secretKeyRef": {"name": "model-budget", "key": "api-key"},
+                      "endpoint": f"https://127.0.0.1:{port}",
+                      "caConfigMapKeyRef": {"name": "model-ca", "key": "ca.crt"}},
+            "budget": {"outputTokens": BUDGET},
+            "agent": {"env": env},
+            "podTemplate": PLACEMENT,
+            "toolConfig": {"internalTools": {"permissions": {"allow": ["Bash"]}},
+                           "mcpServers": [{"name": "everything", "tools": {"allow": ["echo"]}}]},
+        },
+    }
+
+
+BUDGET = 150  # output tokens: a few Bash steps
+
+
+def test_a_spent_budget_stops_the_task_and_a_raised_one_lets_it_go_on(cluster: Story):
+    story = cluster
+    key = model_secret(story, "model-budget")
+    raised_steps, spent_steps = Steps(), Steps()
+    with ScriptedModel(raised_steps, port=RAISED_PORT, tls=story.tls[1:]) as raised_model, \
+            ScriptedModel(spent_steps, port=SPENT_PORT, tls=story.tls[1:]) as spent_model:
+        # Both tasks' agents retry a refused request as Claude Code does (429); the second is
+        # told not to retry, so it gives up at the first refusal.
+        for task in (budget_task(story, "budget-raised", 4202, RAISED_PORT, []),
+                     budget_task(story, "budget-spent", 4203, SPENT_PORT,
+                                 [{"name": "CLAUDE_CODE_MAX_RETRIES", "value": "0"}])):
+            story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(task))
+
+        # The gateway stops both: the TaskRuns say so, naming the field.
+        for name in ("budget-raised", "budget-spent"):
+            cond = wait_until(f"{name}'s BudgetExceeded condition", lambda n=name: (
+                c if (c := condition(story, n, "BudgetExceeded")).get("status") == "True" else None), timeout=240)
+            assert "spec.budget.outputTokens" in cond["message"], cond
+        used = status(story, "budget-raised")["usage"]
+        assert used["exceeded"] == "outputTokens" and used["refused"] >= 1, used
+        assert used["outputTokens"] <= BUDGET, f"the gateway let the task spend past its budget: {used}"
+        assert not raised_model.finished()
+
+        # A person raises it while the task runs: the agent's next retry goes through.
+        raised_at = time.monotonic()
+        out = story.cli("task", "add-context", "budget-raised", "--budget", "outputTokens=100000", "--wait-synced")
+        assert out.returncode == 0, out.stderr
+        assert "budget: outputTokens 150 → 100000" in out.stdout, out.stdout
+        raised_steps.stop.set()
+
+        def finished(name):
+            s = status(story, name)
+            return s if s.get("phase") in ("Succeeded", "Failed") else None
+
+        raised = wait_until("the raised task to finish", lambda: finished("budget-raised"), timeout=240)
+        went_on_s = time.monotonic() - raised_at
+        spent = wait_until("the spent task to finish", lambda: finished("budget-spent"), timeout=240)
+        raised_count, spent_count = raised_model.usage(), spent_model.usage()
+        raised_keys = {r.headers.get("x-api-key") for r in raised_model.requests}
+        spent_keys = {r.headers.get("x-api-key") for r in spent_model.requests}
+
+    # What the gateway counted is what the model stand-in answered, request for request.
+    def counted(name, count):
+        u = status(story, name).get("usage") or {}
+        same = (u.get("inputTokens"), u.get("outputTokens"), u.get("requests")) == \
+            (count["input_tokens"], count["output_tokens"], count["requests"])
+        return u if same else None
+
+    try:
+        raised_usage = wait_until("budget-raised's usage", lambda: counted("budget-raised", raised_count), timeout=30)
+        spent_usage = wait_until("budget-spent's usage", lambda: counted("budget-spent", spent_count), timeout=30)
+    except Exception as e:
+        raise AssertionError(f"{e}: raised {status(story, 'budget-raised').get('usage')} vs {raised_count}, "
+                             f"spent {status(story, 'budget-spent').get('usage')} vs {spent_count}") from None
+
+    logs = story.kubectl("logs", "-n", story.work_ns, "job/budget-raised", "-c", "agent", "--tail", "40")
+    assert raised["phase"] == "Succeeded", f"{raised}\n{logs}"
+    assert raised_usage.get("exceeded") is None and raised_usage["outputTokens"] > BUDGET, raised_usage
+    within = condition(story, "budget-raised", "BudgetExceeded")
+    assert within["status"] == "False", within
+    assert raised_keys == {key} and spent_keys == {key}
+
+    assert spent["phase"] == "Failed", spent
+    failed = next(c for c in spent["conditions"] if c["type"] == "Succeeded")
+    assert failed["status"] == "False" and failed["reason"] == "BudgetExceeded", failed
+    assert spent_usage["exceeded"] == "outputTokens" and spent_usage["outputTokens"] <= BUDGET, spent_usage
+    print(f"raised task went on {went_on_s:.1f} s after add-context --budget; "
+          f"raised usage {raised_usage}, spent usage {spent_usage}")
+
+
+def test_task_submit_runs_on_the_charts_default_credential(cluster: Story):
+    story = cluster
+    key = model_secret(story, "orchestrator-model")
+
+    def script(first):
+        yield text("done on the default credential")
+
+    with ScriptedModel(script, port=DEFAULT_PORT, tls=story.tls[1:]) as model:
+        out = story.cli(
+            "task", "submit", "--service", "gateway", "--prompt", "say done", "--task-id", "4204",
+            "--tools", "everything:echo", "--node-selector", f"{REAL_NODE[0]}={REAL_NODE[1]}",
+            "--toleration", f"{REAL_NODE[0]}={REAL_NODE[1]}:NoSchedule", "--wait", "--timeout", "4m")
+        count = model.usage()
+        keys = {r.headers.get("x-api-key") for r in model.requests}
+    assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+    tr = story.json("get", "taskrun", "task-4204", "-n", story.work_ns)
+    assert "model" not in tr["spec"], tr["spec"]
+    assert tr["status"]["phase"] == "Succeeded", tr["status"]
+    assert keys == {key}, "the model API got another key than the namespace's orchestrator-model"
+    usage = wait_until("status.usage", lambda: (
+        u if (u := status(story, "task-4204").get("usage", {})).get("requests") == count["requests"] else None),
+        timeout=30)
+    assert (usage["inputTokens"], usage["outputTokens"]) == (count["input_tokens"], count["output_tokens"])
+    assert tr["status"]["result"]["text"] == "done on the default credential", tr["status"]["result"]
