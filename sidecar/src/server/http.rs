@@ -64,13 +64,18 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         (settings.auth.clone(), Access::Call),
         auth::require,
     ));
-    // The model gateway: the agent's credential (as its API key), the body bounded as /mcp's.
+    // The model gateway: the agent's credential (as its API key), the body bounded by the
+    // model API's own limit, a refused body answered in the API's error shape.
     let gateway = settings
         .gateway
         .clone()
         .unwrap_or_else(|| crate::gateway::Gateway::new(proxy.clone()));
+    let model_body: (usize, limits::Refusal) = (limits::MAX_MODEL_BODY, model_body_refusal);
     let gateway = crate::gateway::routes(gateway)
-        .layer(middleware::from_fn(limits::read_body))
+        .layer(middleware::from_fn_with_state(
+            model_body,
+            limits::read_body_with,
+        ))
         .layer(middleware::from_fn_with_state(
             (settings.auth.clone(), Access::Model),
             auth::require,
@@ -232,4 +237,17 @@ async fn session_delete_status(request: Request, next: Next) -> Response {
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
     response
+}
+
+/// A model request body the proxy cannot take, as the model API says it (`request_too_large`
+/// for one over the limit; `overloaded_error` with `retry-after` while other large bodies hold
+/// the budget), so the agent's runtime shows and retries it as an API error.
+fn model_body_refusal(status: StatusCode, message: String) -> Response {
+    let kind = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+        StatusCode::REQUEST_TIMEOUT => "api_error",
+        _ => "invalid_request_error",
+    };
+    crate::gateway::refuse(status, kind, message.trim_end())
 }

@@ -26,6 +26,10 @@ use crate::{error::Error, names::clip};
 
 /// The largest request body, in bytes; rmcp is given the same limit.
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
+/// The largest model request body (`/model`): the Messages API's own limit (32 MB), so the
+/// gateway refuses nothing the API would take. It shares [`BODY_BUDGET`]: one this large waits
+/// for no other large body to be in flight (503 and `retry-after` otherwise).
+pub const MAX_MODEL_BODY: usize = 32 * 1024 * 1024;
 /// A request body must arrive within this (a client trickling one holds a connection).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bodies up to this size are not counted: with at most `listener::MAX_CONNECTIONS` requests at
@@ -67,6 +71,28 @@ pub fn budget_left() -> usize {
 /// layers inside see a complete body and rmcp's own limit never has to cut a stream. A JSON body
 /// rmcp cannot read as a JSON-RPC message (it answers 415 and a text) gets a JSON-RPC error.
 pub async fn read_body(request: Request, next: Next) -> Response {
+    read_body_upto(MAX_BODY, plain, request, next).await
+}
+
+/// How a body that cannot be read is answered: its status and what went wrong.
+pub type Refusal = fn(StatusCode, String) -> Response;
+
+/// The answer as text (MCP's front).
+fn plain(status: StatusCode, message: String) -> Response {
+    (status, message).into_response()
+}
+
+/// [`read_body`] up to `max` bytes, refusals answered by `answer` (the model gateway: up to
+/// [`MAX_MODEL_BODY`], in the model API's error shape).
+pub async fn read_body_with(
+    axum::extract::State((max, answer)): axum::extract::State<(usize, Refusal)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    read_body_upto(max, answer, request, next).await
+}
+
+async fn read_body_upto(max: usize, answer: Refusal, request: Request, next: Next) -> Response {
     if request.method() != http::Method::POST {
         return next.run(request).await;
     }
@@ -83,8 +109,8 @@ pub async fn read_body(request: Request, next: Next) -> Response {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return too_large();
+    if declared.is_some_and(|n| n > max as u64) {
+        return too_large(max, answer);
     }
     let (parts, body) = request.into_parts();
     let mut held = None;
@@ -92,27 +118,25 @@ pub async fn read_body(request: Request, next: Next) -> Response {
     if let Some(n) = declared.map(|n| n as usize).filter(|n| *n > SMALL_BODY)
         && reserve(&mut held, n).is_err()
     {
-        return busy(body.into_data_stream()).await;
+        return busy(body.into_data_stream(), max, answer).await;
     }
     let mut stream = body.into_data_stream();
-    let read = collect(&mut stream, declared.map(|n| n as usize), &mut held);
+    let read = collect(&mut stream, max, declared.map(|n| n as usize), &mut held);
     let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(Collect::TooLarge)) => return too_large(),
-        Ok(Err(Collect::Busy)) => return busy(stream).await,
+        Ok(Err(Collect::TooLarge)) => return too_large(max, answer),
+        Ok(Err(Collect::Busy)) => return busy(stream, max, answer).await,
         Ok(Err(Collect::Broken)) => {
-            return (
+            return answer(
                 StatusCode::BAD_REQUEST,
-                "Bad Request: the body could not be read",
-            )
-                .into_response();
+                "Bad Request: the body could not be read".into(),
+            );
         }
         Err(_) => {
-            return (
+            return answer(
                 StatusCode::REQUEST_TIMEOUT,
-                "Request Timeout: the body did not arrive in time",
-            )
-                .into_response();
+                "Request Timeout: the body did not arrive in time".into(),
+            );
         }
     };
     let response = next
@@ -173,6 +197,7 @@ enum Collect {
 /// the budget as it grows.
 async fn collect(
     stream: &mut BodyDataStream,
+    max: usize,
     declared: Option<usize>,
     held: &mut Option<OwnedSemaphorePermit>,
 ) -> Result<Bytes, Collect> {
@@ -192,12 +217,12 @@ async fn collect(
             more.len()
         };
         let len = held_so_far + chunk.len();
-        if len > MAX_BODY {
+        if len > max {
             return Err(Collect::TooLarge);
         }
         if len > reserved {
             // Steps of 256 KiB, so a trickled body does not take the budget a KiB at a time.
-            let upto = len.next_multiple_of(256 * 1024).min(MAX_BODY);
+            let upto = len.next_multiple_of(256 * 1024).min(max);
             let first_step = held.is_none();
             reserve(held, upto - if first_step { 0 } else { reserved })?;
             reserved = upto;
@@ -208,7 +233,7 @@ async fn collect(
             Some(f) => {
                 if more.is_empty() {
                     // The declared size at once: no doubling past it while the body arrives.
-                    more.reserve(declared.unwrap_or(0).min(MAX_BODY).max(len));
+                    more.reserve(declared.unwrap_or(0).min(max).max(len));
                     more.extend_from_slice(f);
                 }
                 more.extend_from_slice(&chunk);
@@ -225,38 +250,36 @@ async fn collect(
 /// 503 for a body the budget cannot hold: the rest of it is read and dropped first (bounded in
 /// size and time, keeping nothing), so its client, still sending, reads the answer instead of a
 /// reset connection.
-async fn busy(mut stream: BodyDataStream) -> Response {
+async fn busy(mut stream: BodyDataStream, max: usize, answer: Refusal) -> Response {
     let drain = async {
         let mut seen = 0usize;
         while let Some(Ok(chunk)) = stream.next().await {
             seen += chunk.len();
-            if seen > MAX_BODY {
+            if seen > max {
                 break;
             }
         }
     };
     let _ = tokio::time::timeout(BODY_READ_TIMEOUT, drain).await;
-    let mut response = (
+    let mut response = answer(
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
             "Service Unavailable: large request bodies in flight already hold the proxy's budget \
              ({} MiB); send it again in a moment\n",
             BODY_BUDGET / (1024 * 1024)
         ),
-    )
-        .into_response();
+    );
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
 }
 
-fn too_large() -> Response {
-    (
+fn too_large(max: usize, answer: Refusal) -> Response {
+    answer(
         StatusCode::PAYLOAD_TOO_LARGE,
-        format!("Payload Too Large: request body exceeds {MAX_BODY} bytes"),
+        format!("Payload Too Large: request body exceeds {max} bytes"),
     )
-        .into_response()
 }
 
 /// A POST without a session id on the initialize lifecycle (2026-07-28 requests carry their

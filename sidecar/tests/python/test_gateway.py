@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -137,6 +138,37 @@ def test_the_agent_reaches_the_model_with_its_credential_and_the_endpoint_sees_o
         for where, text_ in (("answers", streamed + whole), ("log", proxy.log().encode()),
                              ("audit", proxy.audit_path.read_bytes()), ("metrics", proxy.metrics().encode())):
             assert KEY.encode() not in text_, where
+    finally:
+        model.stop()
+
+
+def test_a_model_request_larger_than_mcps_limit_goes_through_and_one_over_the_apis_is_refused_in_its_shape(
+        make_proxy, tools, tmp_path, tls):
+    """A long conversation (or one with images) is larger than the 4 MiB an MCP message may be:
+    the gateway takes what the Messages API takes (32 MB) and refuses more as the API would."""
+    model = start_model(tls)
+    try:
+        proxy = gateway_proxy(make_proxy, tools, tmp_path, model, tls, include_arguments=False)
+        words = "a long conversation " * (6 * 1024 * 1024 // 20)  # 6 MiB
+        status, _, answer = post(proxy, body=ask(stream=False, words=words))
+        assert status == 200, answer[:300]
+        assert model.requests[-1].body["messages"][0]["content"] == words
+        before = len(model.requests)
+        # A body declared over 32 MiB is answered at once, before it is sent (as a client with
+        # `expect: 100-continue` would see it): the socket sends the headers and a first KiB.
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as c:
+            c.sendall((f"POST /model/v1/messages HTTP/1.1\r\nhost: 127.0.0.1:{proxy.port}\r\n"
+                       f"content-type: application/json\r\nx-api-key: {proxy.token}\r\n"
+                       f"content-length: {33 * 1024 * 1024}\r\n\r\n").encode() + b"{" + b" " * 1023)
+            r = http.client.HTTPResponse(c)
+            r.begin()
+            status, headers, answer = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        assert status == 413, answer[:300]
+        error = json.loads(answer)
+        assert error["type"] == "error" and error["error"]["type"] == "request_too_large", error
+        assert str(32 * 1024 * 1024) in error["error"]["message"], error
+        assert headers["x-orchestrator-gateway"] == "refused"
+        assert len(model.requests) == before, "nothing reached the endpoint"
     finally:
         model.stop()
 
