@@ -10,8 +10,8 @@ namespace, with users impersonated by `kubectl --as`:
   pods) and the TaskRun writes;
 - the cluster admin (the e2e kubeconfig).
 
-Shown: a Secret or ConfigMap named in spec.task, spec.agent.env, a server's secretRefs or
-podTemplate.imagePullSecrets is refused at admission for the tenant, with each field (and its
+Shown: a Secret or ConfigMap named in spec.task, spec.agent.env, spec.model (the key, the
+endpoint's CAs), a server's secretRefs or podTemplate.imagePullSecrets is refused at admission for the tenant, with each field (and its
 index) and the missing permission named, and admitted for the reader; an update is checked only
 for the references it adds; a ServiceAccount needs `use` (or `impersonate`); placement outside
 the chart's set (a toleration of every taint, the e2e real node's taint and label, a priority
@@ -171,6 +171,9 @@ def test_a_tenant_cannot_name_what_it_may_not_read_and_a_reader_can(k: Cluster):
                 {"env": "GITHUB_PERSONAL_ACCESS_TOKEN", "name": SECRET, "key": "api-key"}]}]}},
         f"spec.podTemplate.imagePullSecrets[0]: {k.tenant} may not get secrets/{SECRET}":
             {"podTemplate": {"imagePullSecrets": [{"name": SECRET}]}},
+        # The model key: only the task's proxy reads it, but the operator mounts it for the task.
+        f"spec.model.secretKeyRef: {k.tenant} may not get secrets/{SECRET}":
+            {"model": {"secretKeyRef": {"name": SECRET, "key": "api-key"}}},
     }
     for i, (message, spec) in enumerate(cases.items()):
         text = refused(k.create(taskrun(f"ref-{i}", spec), who=k.tenant))
@@ -180,6 +183,14 @@ def test_a_tenant_cannot_name_what_it_may_not_read_and_a_reader_can(k: Cluster):
         admitted(k.create(taskrun(f"ref-{i}", spec), who=k.reader))
         admitted(k.create(taskrun(f"ref-{i}-admin", spec), dry_run=True))
     assert k.run("kubectl", "get", "taskrun", "ref-2", "-n", k.ns).returncode == 0
+
+    # The model endpoint's CAs too: the reader may get the key's Secret, not this ConfigMap.
+    model = {"secretKeyRef": {"name": SECRET, "key": "api-key"},
+             "caConfigMapKeyRef": {"name": "not-granted-ca", "key": "ca.crt"}}
+    text = refused(k.create(taskrun("model-ca", {"model": model}), who=k.reader))
+    assert f"spec.model.caConfigMapKeyRef: {k.reader} may not get configmaps/not-granted-ca" in text, text
+    model["caConfigMapKeyRef"]["name"] = CONFIG_MAP
+    admitted(k.create(taskrun("model-ca", {"model": model}), who=k.reader))
 
     # Past the first 16 new references, the rest are checked together.
     many = [secret_env(f"K{i}") for i in range(16)] + [secret_env("OTHER", "not-granted")]
