@@ -137,7 +137,8 @@ Examples:
 
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
-    Submit(SubmitArgs),
+    // Boxed: the largest of the commands' arguments by far.
+    Submit(Box<SubmitArgs>),
     AddContext(AddContextArgs),
     Get(GetArgs),
     List(ListArgs),
@@ -228,12 +229,12 @@ pub struct SubmitArgs {
     pub max_output_tokens: Option<u64>,
 
     /// A node label the task's pod must run on (spec.podTemplate.nodeSelector), repeatable.
-    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_node_selector)]
+    #[arg(long, value_name = "KEY=VALUE", value_parser = crate::placement::parse_node_selector)]
     pub node_selector: Vec<(String, String)>,
 
     /// A taint the task's pod tolerates (spec.podTemplate.tolerations): KEY (any value),
     /// KEY=VALUE, either with :EFFECT (NoSchedule, PreferNoSchedule, NoExecute), repeatable.
-    #[arg(long, value_name = "KEY[=VALUE][:EFFECT]", value_parser = parse_toleration)]
+    #[arg(long, value_name = "KEY[=VALUE][:EFFECT]", value_parser = crate::placement::parse_toleration)]
     pub toleration: Vec<k8s_openapi::api::core::v1::Toleration>,
 
     /// Follow the task until it succeeds or fails (exit 5 if it fails).
@@ -298,7 +299,7 @@ pub struct AddContextArgs {
     /// Change the task's model budget (spec.budget) while it runs: inputTokens, outputTokens,
     /// requests (whole numbers), costUsd (USD, 2.50), or FIELD=none for no limit (repeatable).
     /// A task the gateway stopped (BudgetExceeded) goes on once its budget allows.
-    #[arg(long, value_name = "FIELD=VALUE", value_parser = crate::task::budget::parse)]
+    #[arg(long, value_name = "FIELD=VALUE", value_parser = crate::budget::parse)]
     pub budget: Vec<(String, serde_json::Value)>,
 
     /// Wait until the change is live: rendered by the operator (status.contextVersion) and, for
@@ -589,41 +590,4 @@ Examples:
         #[arg(long, value_name = "FILE")]
         write: Option<std::path::PathBuf>,
     },
-}
-
-/// `--node-selector KEY=VALUE`.
-fn parse_node_selector(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
-        _ => Err(format!("{text:?}: expected KEY=VALUE (a node label)")),
-    }
-}
-
-/// `--toleration KEY[=VALUE][:EFFECT]`: with a value, operator Equal; without, Exists.
-fn parse_toleration(text: &str) -> Result<k8s_openapi::api::core::v1::Toleration, String> {
-    const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
-    let (rest, effect) = match text.rsplit_once(':') {
-        Some((rest, effect)) if EFFECTS.contains(&effect) => (rest, Some(effect.to_string())),
-        Some((_, effect)) => {
-            return Err(format!(
-                "{text:?}: the effect {effect:?} is not one of {}",
-                EFFECTS.join(", ")
-            ));
-        }
-        None => (text, None),
-    };
-    let (key, value) = match rest.split_once('=') {
-        Some((key, value)) => (key, Some(value.to_string())),
-        None => (rest, None),
-    };
-    if key.is_empty() {
-        return Err(format!("{text:?}: expected KEY[=VALUE][:EFFECT] (a taint's key first)"));
-    }
-    Ok(k8s_openapi::api::core::v1::Toleration {
-        key: Some(key.to_string()),
-        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.into()),
-        value,
-        effect,
-        ..Default::default()
-    })
 }

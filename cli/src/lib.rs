@@ -14,6 +14,7 @@ pub mod args;
 pub mod args_ops;
 #[cfg(test)]
 mod args_tests;
+pub mod budget;
 pub mod catalog;
 pub mod catalog_docs;
 pub mod catalog_write;
@@ -25,6 +26,7 @@ pub mod error;
 pub mod identity;
 pub mod merge;
 pub mod output;
+pub mod placement;
 pub mod portforward;
 pub mod task;
 pub mod toolspec;

@@ -376,10 +376,17 @@ fn submit_places_the_pod_with_node_selector_and_tolerations() {
     assert!(tr["spec"].get("podTemplate").is_none(), "{tr}");
     for (flag, bad, says) in [
         ("--node-selector", "pool", "expected KEY=VALUE"),
-        ("--toleration", "dedicated=agents:Sometimes", "is not one of NoSchedule"),
+        (
+            "--toleration",
+            "dedicated=agents:Sometimes",
+            "is not one of NoSchedule",
+        ),
         ("--toleration", "=agents", "a taint's key first"),
     ] {
-        let out = run(&args(&[flag, bad]).iter().map(String::as_str).collect::<Vec<_>>());
+        let out = run(&args(&[flag, bad])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>());
         let (_, stderr) = text(&out);
         assert!(!out.status.success(), "{flag} {bad}");
         assert!(stderr.contains(says) && stderr.contains(flag), "{stderr}");

@@ -181,7 +181,7 @@ pub async fn update(
     update_with_budget(cluster, name, request, &[], catalog, dry_run, user).await
 }
 
-/// [`update`], also changing `spec.budget` (`--budget`, [`super::budget::parse`]), tested the
+/// [`update`], also changing `spec.budget` (`--budget`, [`crate::budget::parse`]), tested the
 /// same way as the server list.
 pub async fn update_with_budget(
     cluster: &Cluster,
@@ -220,8 +220,12 @@ pub async fn update_with_budget(
         let before = &current.spec.tool_config;
         let outcome = merge::apply(before, request, catalog)?;
         let tools_changed = outcome.config != *before;
-        let budget_before = raw.data.pointer("/spec/budget").cloned().unwrap_or(Value::Null);
-        let budget_after = super::budget::apply(raw.data.pointer("/spec/budget"), budget);
+        let budget_before = raw
+            .data
+            .pointer("/spec/budget")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let budget_after = crate::budget::apply(raw.data.pointer("/spec/budget"), budget);
         let budget_changed = !budget.is_empty() && budget_after != budget_before;
         let changed = tools_changed || budget_changed;
         if tools_changed {
@@ -270,7 +274,7 @@ pub async fn update_with_budget(
             generation,
             attempts: attempt,
             servers: diff(before, &outcome.config, Some(catalog)),
-            budget: (!budget.is_empty()).then(|| BudgetChange {
+            budget: (!budget.is_empty()).then_some(BudgetChange {
                 before: budget_before,
                 after: budget_after,
             }),
@@ -494,7 +498,7 @@ pub fn render_report(r: &Report) -> String {
     if let Some(b) = &r.budget {
         out.push_str(&format!(
             "budget: {}\n",
-            super::budget::describe(&b.before, &b.after)
+            crate::budget::describe(&b.before, &b.after)
         ));
     }
     let retried = if r.attempts > 1 {

@@ -179,7 +179,7 @@ fn report_marks_added_removed_and_kept_tools() {
 
 #[test]
 fn the_budget_is_tested_as_read_and_replaced_or_removed() {
-    use crate::task::budget::{apply, describe, parse};
+    use crate::budget::{apply, describe, parse};
     let changes: Vec<(String, Value)> = ["outputTokens=50000", "costUsd=2.50", "requests=none"]
         .iter()
         .map(|t| parse(t).expect("parses"))
@@ -204,9 +204,16 @@ fn the_budget_is_tested_as_read_and_replaced_or_removed() {
         ])
     );
     // No budget before: tested as null. Every limit lifted: the field goes.
-    let ops = serde_json::to_value(budget_ops(&Value::Null, &json!({"requests": 3}))).expect("json");
-    assert_eq!(ops[0], json!({"op": "test", "path": "/spec/budget", "value": null}));
-    let lifted = apply(Some(&json!({"requests": 3})), &[parse("requests=none").expect("parses")]);
+    let ops =
+        serde_json::to_value(budget_ops(&Value::Null, &json!({"requests": 3}))).expect("json");
+    assert_eq!(
+        ops[0],
+        json!({"op": "test", "path": "/spec/budget", "value": null})
+    );
+    let lifted = apply(
+        Some(&json!({"requests": 3})),
+        &[parse("requests=none").expect("parses")],
+    );
     assert_eq!(lifted, Value::Null);
     let ops = serde_json::to_value(budget_ops(&json!({"requests": 3}), &lifted)).expect("json");
     assert_eq!(ops[1], json!({"op": "remove", "path": "/spec/budget"}));

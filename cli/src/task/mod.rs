@@ -4,7 +4,6 @@
 pub mod add_context;
 pub mod approve;
 pub mod audit;
-pub mod budget;
 pub mod inbox;
 pub mod lifecycle;
 pub mod list_watch;

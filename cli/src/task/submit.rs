@@ -7,8 +7,8 @@ use orchestrator_crds::catalog::{Catalog, is_dns1123_label};
 use orchestrator_crds::taskrun::history::{REQUESTED_BY_ANNOTATION, RequestedBy};
 use orchestrator_crds::taskrun::result::CREATED_BY_ANNOTATION;
 use orchestrator_crds::taskrun::{
-    AgentSpec, CancelRequest, MAX_NAME_LEN, McpServer, Phase, PodTemplate, ProxyContainerSpec, TaskRun,
-    TaskRunSpec, TaskSource, ToolConfig, permission_rules,
+    AgentSpec, CancelRequest, MAX_NAME_LEN, McpServer, Phase, PodTemplate, ProxyContainerSpec,
+    TaskRun, TaskRunSpec, TaskSource, ToolConfig, permission_rules,
 };
 
 use crate::args::{Global, SubmitArgs};

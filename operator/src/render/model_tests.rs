@@ -35,10 +35,13 @@ fn with_agent_key() -> TaskRun {
     let mut tr = task_1001();
     tr.spec.model = None;
     tr.spec.budget = None;
-    tr.spec.agent = Some(serde_json::from_value(serde_json::json!({"env": [{
-        "name": "ANTHROPIC_API_KEY",
-        "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}},
-    }]})).expect("an agent spec"));
+    tr.spec.agent = Some(
+        serde_json::from_value(serde_json::json!({"env": [{
+            "name": "ANTHROPIC_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}},
+        }]}))
+        .expect("an agent spec"),
+    );
     tr
 }
 
@@ -255,5 +258,11 @@ fn the_endpoints_cas_come_from_a_configmap_mounted_in_the_proxys_container_only(
     let plan = plan_with(&with_model(), &test_settings(None)).expect("renders");
     let data = plan.config_map(1).data.unwrap_or_default();
     assert!(!data["proxy.yaml"].contains("caFile"));
-    assert!(!pod(&plan).volumes.iter().flatten().any(|v| v.name == "model-ca"));
+    assert!(
+        !pod(&plan)
+            .volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "model-ca")
+    );
 }

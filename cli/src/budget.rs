@@ -13,11 +13,15 @@ pub const FIELDS: [&str; 4] = ["inputTokens", "outputTokens", "costUsd", "reques
 pub fn parse(text: &str) -> Result<(String, Value), String> {
     let fields = FIELDS.join(", ");
     let Some((field, value)) = text.split_once('=') else {
-        return Err(format!("{text:?}: expected FIELD=VALUE, FIELD one of {fields}"));
+        return Err(format!(
+            "{text:?}: expected FIELD=VALUE, FIELD one of {fields}"
+        ));
     };
     let value = value.trim();
     if !FIELDS.contains(&field) {
-        return Err(format!("{text:?}: no budget field {field:?}; one of {fields}"));
+        return Err(format!(
+            "{text:?}: no budget field {field:?}; one of {fields}"
+        ));
     }
     if value == "none" {
         return Ok((field.to_string(), Value::Null));
