@@ -201,7 +201,17 @@ def test_without_the_agents_credential_or_on_another_path_nothing_reaches_the_en
         # A body that is no Messages request.
         status, _, body = post(proxy, raw=b"{not json")
         assert status == 400 and json.loads(body)["error"]["type"] == "invalid_request_error"
+        # With the credential, a model the task's globs do not allow.
+        proxy.swap({**proxy.gateway_config, "gateway": {**proxy.gateway_config["gateway"], "models": ["claude-haiku-*"]},
+                    "contextVersion": 2})
+        wait_for(lambda: proxy.tools()["contextVersion"] == 2, what="the config with models")
+        status, _, body = post(proxy, body=ask(model="claude-opus-4-5"))
+        error = json.loads(body)["error"]
+        assert status == 403 and error["type"] == "permission_error", (status, body)
+        assert "claude-opus-4-5" in error["message"] and "not allowed" in error["message"], error
         assert model.requests == [], [r.path for r in model.requests]
+        status, _, body = post(proxy, body=ask(model="claude-haiku-4-5"))
+        assert status == 200 and len(model.requests) == 1, body
         assert KEY.encode() not in proxy.log().encode()
     finally:
         model.stop()
