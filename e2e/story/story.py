@@ -381,16 +381,21 @@ class AgentScript:
         yield text("Done: the todo-api facts are in the knowledge graph; 2 + 3 = 5.")
 
 
-def agent_task(name: str, task_id: int, service: str, prompt: str, tool_config: dict) -> dict:
+def agent_task(name: str, task_id: int, service: str, prompt: str, tool_config: dict,
+               gateway: bool = False) -> dict:
     """A TaskRun on the real node whose agent (Claude Code, the default) talks to the scripted
-    model on MODEL_PORT, with the API key from the Secret `anthropic`."""
+    model on MODEL_PORT, with the API key from the Secret `anthropic`: in its own env, or with
+    `gateway` through its proxy (spec.model, the stand-in's plain http on the pod's loopback)."""
+    model = {"model": {"secretKeyRef": {"name": "anthropic", "key": "api-key"},
+                       "endpoint": f"http://127.0.0.1:{MODEL_PORT}"}} if gateway else {
+        "agent": {"env": [
+            {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
+            {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]}}
     return {
         "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": name},
         "spec": {
             "taskId": task_id, "serviceName": service, "task": {"prompt": prompt},
-            "agent": {"env": [
-                {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}},
-                {"name": "ANTHROPIC_BASE_URL", "value": f"http://127.0.0.1:{MODEL_PORT}"}]},
+            **model,
             "podTemplate": {
                 "nodeSelector": {REAL_NODE[0]: REAL_NODE[1]},
                 "tolerations": [{"key": REAL_NODE[0], "operator": "Equal", "value": REAL_NODE[1], "effect": "NoSchedule"}],

@@ -29,6 +29,10 @@ pub struct TaskView {
     pub prompt: String,
     pub result: Option<TaskResult>,
     pub result_line: Option<String>,
+    /// What the task's proxy counted of its model requests (`status.usage`), in one line.
+    pub usage_line: Option<String>,
+    /// The `spec.budget` field spent, while the gateway refuses the task's requests.
+    pub budget_exceeded: Option<String>,
     pub cancellation: Option<Cancellation>,
     pub conditions: Vec<Condition>,
     pub tools: Tools,
@@ -123,6 +127,8 @@ impl TaskView {
             prompt: show::task_summary(tr),
             result: status.result.clone(),
             result_line,
+            usage_line: status.usage.as_ref().map(result_view::usage_line),
+            budget_exceeded: status.usage.as_ref().and_then(|u| u.exceeded.clone()),
             cancellation: status.cancellation.clone(),
             conditions: status.conditions.clone(),
             tools: Tools { source, lines },
@@ -244,5 +250,26 @@ mod tests {
         let json = serde_json::to_value(&view).expect("serializes");
         assert_eq!(json["result"]["text"], "<done>");
         assert_eq!(json["result"]["inputTokens"], 111198);
+        assert_eq!(json["usageLine"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn what_the_proxy_counted_is_one_line_and_a_spent_budget_is_named() {
+        let tr = task(json!({
+            "phase": "Running",
+            "usage": {"inputTokens": 5000, "outputTokens": 150, "cacheCreationInputTokens": 300,
+                      "cacheReadInputTokens": 100, "costUsd": "0.02", "requests": 6, "refused": 2,
+                      "exceeded": "outputTokens"},
+        }));
+        let view = TaskView::new(&tr, None);
+        assert_eq!(
+            view.usage_line.as_deref(),
+            Some(
+                "6 requests (2 refused by the budget), 5400 tokens in, 150 out, $0.02; \
+                 budget spent (spec.budget.outputTokens)"
+            )
+        );
+        let json = serde_json::to_value(&view).expect("serializes");
+        assert_eq!(json["budgetExceeded"], "outputTokens");
     }
 }

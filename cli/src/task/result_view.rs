@@ -61,6 +61,29 @@ pub fn duration(ms: i64) -> String {
 /// line saying there is none (yet).
 /// `status.usage`: what the task's proxy counted from the model's answers (not the agent's
 /// claim), and whether the budget stops it.
+/// What the proxy counted, in one line (the console): `12 requests (2 refused by the budget),
+/// 5400 tokens in, 310 out, $0.021; budget spent (spec.budget.outputTokens)`.
+pub fn usage_line(u: &orchestrator_crds::gateway::ModelUsage) -> String {
+    let mut line = format!(
+        "{} requests{}, {} tokens in, {} out",
+        u.requests,
+        if u.refused > 0 {
+            format!(" ({} refused by the budget)", u.refused)
+        } else {
+            String::new()
+        },
+        u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens,
+        u.output_tokens
+    );
+    if let Some(c) = &u.cost_usd {
+        line.push_str(&format!(", ${}", visible(c)));
+    }
+    if let Some(limit) = &u.exceeded {
+        line.push_str(&format!("; budget spent (spec.budget.{})", visible(limit)));
+    }
+    line
+}
+
 pub fn usage_section(tr: &TaskRun) -> String {
     let Some(u) = tr.status.as_ref().and_then(|s| s.usage.as_ref()) else {
         return String::new();

@@ -11,7 +11,8 @@ cookies), with `window.Notification` replaced by a recorder before the page load
 2. The agent's call to everything/echo, with a long argument (~600 bytes, a newline, an end
    marker no clipped preview could show), is held: both pages show it pending, the whole
    params text exactly as the status has it, the notice and a browser notification name it; the
-   page's tool lines are `task describe`'s "Effective tools" lines.
+   page's tool lines are `task describe`'s "Effective tools" lines; the agent reaches the model
+   through its proxy's gateway, and the page shows what the proxy counted (status.usage).
 3. mallory presses Approve: the page shows the API server's 403, and the call is still pending.
 4. alice presses Approve: the page says so, the approval turns approved live in both pages, and
    the model's next request carries echo's real answer.
@@ -366,10 +367,11 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
         viewer = Page(viewer_console, cleanup, shots)
 
         # 1. The task appears in both pages, live.
+        # Through the model gateway: the page shows what the proxy counted.
         taskrun = agent_task(TASK, TASK_ID, "console", "echo a long message, then wait", {
             "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 300}},
             "mcpServers": [{"name": "everything", "tools": {"allow": ["echo"]}}],
-        })
+        }, gateway=True)
         story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(taskrun))
         for page in (approver, viewer):
             page.wait_for(row(TASK), f"the row of {TASK}")
@@ -408,6 +410,15 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
             page.wait(lambda d: page.text(f"{row(TASK)} [data-field=pending]") == "1", "the row's pending count 1")
             page.wait(lambda d: page.text("[data-testid=detail-phase]") == "Running", "the detail's phase Running")
             assert page.texts("[data-testid=detail-result]"), "the detail has no detail-result"
+            # The agent waits on the held call: its model requests so far, as the proxy counted
+            # them (status.usage), on the page.
+            def usage_shown(_):
+                u = story.json("get", "taskrun", TASK, "-n", ns).get("status", {}).get("usage") or {}
+                shown = page.text("[data-testid=detail-usage]") or ""
+                return u.get("requests", 0) >= 1 and shown.startswith(f"{u['requests']} requests") \
+                    and f", {u['outputTokens']} out" in shown
+
+            page.wait(usage_shown, "the detail to show status.usage (the model requests the proxy counted)")
             # Readable at 1280 wide: nothing makes the page scroll sideways.
             wide = page.driver.execute_script(
                 "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];")

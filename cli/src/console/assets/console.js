@@ -293,10 +293,10 @@ function buildDetail(t) {
     return [el('dt', null, label), dd];
   };
   const summary = [
-    ['Phase', 'detail-phase'], ['Result', 'detail-result'], ['Context (served/rendered)', null],
-    ['Created', null], ['Service', null], ['Task id', null], ['Prompt', null],
+    ['Phase', 'detail-phase'], ['Result', 'detail-result'], ['Model usage (counted by the proxy)', 'detail-usage'],
+    ['Context (served/rendered)', null], ['Created', null], ['Service', null], ['Task id', null], ['Prompt', null],
   ].map(([label, testid]) => field(label, testid));
-  [d.phase, d.result, d.context, d.created, d.service, d.taskId, d.prompt] = summary.map((f) => f[1]);
+  [d.phase, d.result, d.usage, d.context, d.created, d.service, d.taskId, d.prompt] = summary.map((f) => f[1]);
 
   d.cancel = el('button', {type: 'button', 'data-testid': 'cancel', class: 'danger'}, 'Cancel task');
   d.cancelMessage = el('p', {'data-testid': 'cancel-message', role: 'status', class: 'message'});
@@ -358,6 +358,9 @@ function fillDetail(t) {
   const d = detail;
   d.phase.textContent = orDash(t.phase);
   d.result.replaceChildren(visible(orDash(t.resultLine)));
+  d.usage.replaceChildren(visible(orDash(t.usageLine)));
+  // A spent budget stands out: the task waits for a person to raise it.
+  d.usage.classList.toggle('alert', Boolean(t.budgetExceeded));
   d.context.textContent = `${orDash(t.servedContextVersion)}/${orDash(t.contextVersion)}`;
   d.created.textContent = orDash(t.createdAt);
   d.service.replaceChildren(visible(orDash(t.service)));
