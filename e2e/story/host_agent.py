@@ -309,15 +309,19 @@ def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_
         else:
             server.pop("headersHelper", None)
     (tools / "mcp-config.json").write_text(json.dumps(mcp))
+    settings = dict(settings if settings is not None else json.loads(files["settings.json"]))
     if through_gateway:
         assert isinstance(proxy, HostProxy), "the gateway is the host proxy's"
         # model-key.sh as the operator renders it (render/model.rs: the headers helper's port
         # check, then the token), with the host proxy's port and uid.
         check = (tools / "mcp-headers.sh").read_text().rsplit("printf '{", 1)[0]
         (tools / "model-key.sh").write_text(check + 'cat "$token"\n')
-        settings = dict(settings if settings is not None else json.loads(files["settings.json"]))
         settings["apiKeyHelper"] = f"sh {tools / 'model-key.sh'}"
-    (tools / "settings.json").write_text(json.dumps(settings) if settings is not None else files["settings.json"])
+    else:
+        # Straight to the model with the stand-in's key (below): no key helper (the sample's
+        # rendered one prints the pod's credential, for its proxy's gateway).
+        settings.pop("apiKeyHelper", None)
+    (tools / "settings.json").write_text(json.dumps(settings))
     (task / "task.md").write_text(files["task.md"])
     paths = {"/etc/orchestrator/tools": str(tools), "/etc/orchestrator/task": str(task), "/tmp": str(home)}
     run_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", **IMAGE_ENV}
@@ -344,7 +348,7 @@ def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_
         run_env.pop("ANTHROPIC_API_KEY", None)
         run_env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{proxy.port}/model"
     else:
-        run_env["ANTHROPIC_API_KEY"] = "sk-ant-stand-in"  # the rendered secretKeyRef's stand-in
+        run_env["ANTHROPIC_API_KEY"] = "sk-ant-stand-in"  # the stand-in takes any key
         run_env["ANTHROPIC_BASE_URL"] = model.url
     run_env.update(env or {})
     user = _as_pod_user() if as_pod_user else {}
