@@ -203,11 +203,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     // No config change from the API while stopping; stop taking new connections and calls, let
     // calls in flight finish, then stop children.
     drop(api_tasks);
-    if let Some(task) = usage_task {
-        task.abort();
-    }
     accept_cancel.cancel();
     proxy.drain(opts.shutdown_grace).await;
+    // Every model request has settled: the final count goes to the Lease (status.usage).
+    if let Some(reporter) = usage_task {
+        reporter.finish(&gateway).await;
+    }
     sessions_cancel.cancel();
     proxy.pool.shutdown().await;
     guard.finish();

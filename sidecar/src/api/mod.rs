@@ -142,17 +142,17 @@ pub async fn model_usage(
     api: Option<&Connected>,
     opts: &ApiOptions,
     gateway: &Arc<crate::gateway::Gateway>,
-) -> Option<JoinHandle<()>> {
+) -> Option<usage::Reporter> {
     let (Some(api), Some(name)) = (api, &opts.served_lease) else {
         return None;
     };
     let leases: Api<Lease> = Api::namespaced(api.client.clone(), &api.namespace);
     usage::restore(&leases, name, gateway).await;
-    Some(tokio::spawn(usage::report(
+    Some(usage::Reporter::start(
         leases,
         name.clone(),
         gateway.clone(),
-    )))
+    ))
 }
 
 /// Starts the ConfigMap watch and the Lease report that `opts` asks for, with `api`'s client

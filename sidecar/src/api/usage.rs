@@ -46,8 +46,53 @@ pub async fn restore(api: &Api<Lease>, name: &str, gateway: &Gateway) {
     }
 }
 
+/// The report loop of one proxy, and what its last report needs.
+pub struct Reporter {
+    task: tokio::task::JoinHandle<()>,
+    api: Api<Lease>,
+    name: String,
+}
+
+impl Reporter {
+    /// Reports `gateway`'s usage on the Lease `name` until [`Reporter::finish`].
+    pub fn start(api: Api<Lease>, name: String, gateway: Arc<Gateway>) -> Self {
+        let task = tokio::spawn(report(api.clone(), name.clone(), gateway));
+        Self { task, api, name }
+    }
+
+    /// At shutdown, once calls have drained: stops the loop and reports the count as it is
+    /// now, once. The loop pauses [`EVERY`] between reports, and an agent exits right after
+    /// its last answer: without this its last requests would never reach `status.usage`.
+    pub async fn finish(self, gateway: &Gateway) {
+        self.task.abort();
+        let usage = gateway.usage_now();
+        if usage == ModelUsage::default() {
+            return;
+        }
+        match tokio::time::timeout(TIMEOUT, patch(&self.api, &self.name, &usage)).await {
+            Ok(Ok(())) => {
+                tracing::info!(lease = %self.name, requests = usage.requests, "reported the final model usage")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %self.name, error = %e, "cannot report the final model usage")
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.name, "no answer reporting the final model usage")
+            }
+        }
+    }
+}
+
+async fn patch(api: &Api<Lease>, name: &str, usage: &ModelUsage) -> Result<(), kube::Error> {
+    let text = serde_json::to_string(usage).map_err(kube::Error::SerdeError)?;
+    let body = json!({"metadata": {"annotations": {USAGE_ANNOTATION: text}}});
+    api.patch(name, &super::patch_params(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+}
+
 /// Reports `gateway`'s usage on the Lease `name` until the proxy stops.
-pub async fn report(api: Api<Lease>, name: String, gateway: Arc<Gateway>) {
+async fn report(api: Api<Lease>, name: String, gateway: Arc<Gateway>) {
     let mut usage = gateway.usage_watch();
     let mut retry = EVERY;
     loop {
@@ -55,16 +100,7 @@ pub async fn report(api: Api<Lease>, name: String, gateway: Arc<Gateway>) {
             return;
         }
         let current = usage.borrow_and_update().clone();
-        let text = match serde_json::to_string(&current) {
-            Ok(text) => text,
-            Err(_) => continue,
-        };
-        let body = json!({"metadata": {"annotations": {USAGE_ANNOTATION: text}}});
-        let patched = tokio::time::timeout(
-            TIMEOUT,
-            api.patch(&name, &super::patch_params(), &Patch::Merge(&body)),
-        )
-        .await;
+        let patched = tokio::time::timeout(TIMEOUT, patch(&api, &name, &current)).await;
         match patched {
             Ok(Ok(_)) => retry = EVERY,
             Ok(Err(e)) => {

@@ -31,8 +31,13 @@ impl PriceNanos {
 }
 
 /// The built-in prices (USD per million tokens, input / output), most specific glob first:
-/// what Anthropic lists for its models. A platform overrides or extends them with `prices`.
+/// what Anthropic lists for its models (`claude-opus-5*`: what Claude Code's own cost table
+/// charges for it, the model it asks for by default). Last, each family's dearest price for a
+/// version not listed yet, so that a cost budget never undercounts a newer model (Claude Code
+/// asked for `claude-opus-5-5` before this table knew it, and every request of a task with a
+/// cost budget was refused). A platform overrides or extends them with `prices`.
 pub const BUILT_IN_PRICES: &[(&str, PriceNanos)] = &[
+    ("claude-opus-5*", PriceNanos::usd(400, 2000)),
     ("claude-opus-4-5*", PriceNanos::usd(500, 2500)),
     ("claude-opus-4*", PriceNanos::usd(1500, 7500)),
     ("claude-3-opus*", PriceNanos::usd(1500, 7500)),
@@ -42,6 +47,9 @@ pub const BUILT_IN_PRICES: &[(&str, PriceNanos)] = &[
     ("claude-haiku-4*", PriceNanos::usd(100, 500)),
     ("claude-3-5-haiku*", PriceNanos::usd(80, 400)),
     ("claude-3-haiku*", PriceNanos::usd(25, 125)),
+    ("claude-*opus*", PriceNanos::usd(1500, 7500)),
+    ("claude-*sonnet*", PriceNanos::usd(300, 1500)),
+    ("claude-*haiku*", PriceNanos::usd(100, 500)),
 ];
 
 /// The limits of `gateway.budget` (`None`: no limit).

@@ -891,6 +891,14 @@ gateway:
     let built_in = gateway.price("claude-haiku-4-5").expect("built in");
     assert_eq!(built_in.output, 5_000_000_000);
     assert!(gateway.price("gpt-5").is_none());
+    // The model Claude Code asks for by default, at its own table's price; a version the table
+    // does not list yet at its family's dearest, never unpriced (a cost budget would refuse it).
+    let opus = gateway.price("claude-opus-5-5").expect("built in");
+    assert_eq!((opus.input, opus.output), (4_000_000_000, 20_000_000_000));
+    let newer = gateway.price("claude-opus-7-1").expect("the family's price");
+    assert_eq!((newer.input, newer.output), (15_000_000_000, 75_000_000_000));
+    let sonnet = gateway.price("claude-sonnet-6-20270101").expect("the family's price");
+    assert_eq!(sonnet.output, 15_000_000_000);
     // http:// only to a loopback address.
     let plain = text.replace("https://api.anthropic.com/", "http://api.example.com");
     let refused = load(&plain);

@@ -77,6 +77,11 @@ impl Gateway {
         self.usage.subscribe()
     }
 
+    /// What the ledger counts now (published or not yet).
+    pub fn usage_now(&self) -> orchestrator_crds::gateway::ModelUsage {
+        self.ledger.usage().to_wire()
+    }
+
     /// Takes up an earlier proxy's count (see [`Ledger::restore`]).
     pub fn restore(&self, usage: &orchestrator_crds::gateway::ModelUsage) {
         self.ledger.restore(usage);
