@@ -895,9 +895,16 @@ gateway:
     // does not list yet at its family's dearest, never unpriced (a cost budget would refuse it).
     let opus = gateway.price("claude-opus-5-5").expect("built in");
     assert_eq!((opus.input, opus.output), (4_000_000_000, 20_000_000_000));
-    let newer = gateway.price("claude-opus-7-1").expect("the family's price");
-    assert_eq!((newer.input, newer.output), (15_000_000_000, 75_000_000_000));
-    let sonnet = gateway.price("claude-sonnet-6-20270101").expect("the family's price");
+    let newer = gateway
+        .price("claude-opus-7-1")
+        .expect("the family's price");
+    assert_eq!(
+        (newer.input, newer.output),
+        (15_000_000_000, 75_000_000_000)
+    );
+    let sonnet = gateway
+        .price("claude-sonnet-6-20270101")
+        .expect("the family's price");
     assert_eq!(sonnet.output, 15_000_000_000);
     // http:// only to a loopback address.
     let plain = text.replace("https://api.anthropic.com/", "http://api.example.com");
