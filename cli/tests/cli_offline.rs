@@ -272,37 +272,37 @@ fn a_missing_kubeconfig_is_reported_in_words_with_exit_1() {
     );
 }
 
-#[test]
-fn submit_names_the_model_credential_and_the_output_budget() {
+/// `task submit --dry-run -o json` of a small task with `extra` flags: its output.
+fn submit_dry_run(extra: &[&str]) -> Output {
     let dir = tempfile::tempdir().expect("tempdir");
     let task = dir.path().join("task.md");
     std::fs::write(&task, "# Fix the login bug\n").expect("write");
     let catalog = catalog();
-    let args = |model: &str| {
-        vec![
-            "task".to_string(),
-            "submit".into(),
-            "--service".into(),
-            "todo-api".into(),
-            "--task-file".into(),
-            task.to_str().expect("utf-8").into(),
-            "--task-id".into(),
-            "7".into(),
-            "--tools".into(),
-            "github:*".into(),
-            "--catalog".into(),
-            catalog.to_str().expect("utf-8").into(),
-            "--model-secret".into(),
-            model.into(),
-            "--max-output-tokens".into(),
-            "5000".into(),
-            "--dry-run".into(),
-            "-o".into(),
-            "json".into(),
-        ]
-    };
-    let given = args("anthropic/api-key");
-    let out = run(&given.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut args = vec![
+        "task",
+        "submit",
+        "--service",
+        "todo-api",
+        "--task-file",
+        task.to_str().expect("utf-8"),
+        "--task-id",
+        "7",
+        "--tools",
+        "github:*",
+        "--catalog",
+        catalog.to_str().expect("utf-8"),
+        "--dry-run",
+        "-o",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn submit_names_the_model_credential_and_the_output_budget() {
+    let args = |model| submit_dry_run(&["--model-secret", model, "--max-output-tokens", "5000"]);
+    let out = args("anthropic/api-key");
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     let tr: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
@@ -314,8 +314,7 @@ fn submit_names_the_model_credential_and_the_output_budget() {
         tr["spec"]["budget"],
         serde_json::json!({"outputTokens": 5000})
     );
-    let bad = args("no-key-here");
-    let out = run(&bad.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = args("no-key-here");
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("is not SECRET/KEY"), "{stderr}");
@@ -323,32 +322,7 @@ fn submit_names_the_model_credential_and_the_output_budget() {
 
 #[test]
 fn submit_places_the_pod_with_node_selector_and_tolerations() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let task = dir.path().join("task.md");
-    std::fs::write(&task, "# Fix the login bug\n").expect("write");
-    let catalog = catalog();
-    let args = |extra: &[&str]| {
-        let mut args = vec![
-            "task".to_string(),
-            "submit".into(),
-            "--service".into(),
-            "todo-api".into(),
-            "--task-file".into(),
-            task.to_str().expect("utf-8").into(),
-            "--task-id".into(),
-            "7".into(),
-            "--tools".into(),
-            "github:*".into(),
-            "--catalog".into(),
-            catalog.to_str().expect("utf-8").into(),
-            "--dry-run".into(),
-            "-o".into(),
-            "json".into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
-    };
-    let given = args(&[
+    let out = submit_dry_run(&[
         "--node-selector",
         "pool=gpu",
         "--toleration",
@@ -356,7 +330,6 @@ fn submit_places_the_pod_with_node_selector_and_tolerations() {
         "--toleration",
         "spot",
     ]);
-    let out = run(&given.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     let tr: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
@@ -371,8 +344,7 @@ fn submit_places_the_pod_with_node_selector_and_tolerations() {
         })
     );
     // Without them: no podTemplate at all.
-    let out = run(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
-    let tr: serde_json::Value = serde_json::from_str(&text(&out).0).expect("JSON");
+    let tr: serde_json::Value = serde_json::from_str(&text(&submit_dry_run(&[])).0).expect("JSON");
     assert!(tr["spec"].get("podTemplate").is_none(), "{tr}");
     for (flag, bad, says) in [
         ("--node-selector", "pool", "expected KEY=VALUE"),
@@ -383,10 +355,7 @@ fn submit_places_the_pod_with_node_selector_and_tolerations() {
         ),
         ("--toleration", "=agents", "a taint's key first"),
     ] {
-        let out = run(&args(&[flag, bad])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>());
+        let out = submit_dry_run(&[flag, bad]);
         let (_, stderr) = text(&out);
         assert!(!out.status.success(), "{flag} {bad}");
         assert!(stderr.contains(says) && stderr.contains(flag), "{stderr}");

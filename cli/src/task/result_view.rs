@@ -57,22 +57,14 @@ pub fn duration(ms: i64) -> String {
     }
 }
 
-/// The describe section of the result: `Result (reported by the agent):` and its fields, or a
-/// line saying there is none (yet).
-/// `status.usage`: what the task's proxy counted from the model's answers (not the agent's
-/// claim), and whether the budget stops it.
 /// What the proxy counted, in one line (the console): `12 requests (2 refused by the budget),
 /// 5400 tokens in, 310 out, $0.021; budget spent (spec.budget.outputTokens)`.
 pub fn usage_line(u: &orchestrator_crds::gateway::ModelUsage) -> String {
     let mut line = format!(
         "{} requests{}, {} tokens in, {} out",
         u.requests,
-        if u.refused > 0 {
-            format!(" ({} refused by the budget)", u.refused)
-        } else {
-            String::new()
-        },
-        u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens,
+        refused(u),
+        tokens_in(u),
         u.output_tokens
     );
     if let Some(c) = &u.cost_usd {
@@ -84,6 +76,8 @@ pub fn usage_line(u: &orchestrator_crds::gateway::ModelUsage) -> String {
     line
 }
 
+/// `status.usage`: what the task's proxy counted from the model's answers (not the agent's
+/// claim), and whether the budget stops it.
 pub fn usage_section(tr: &TaskRun) -> String {
     let Some(u) = tr.status.as_ref().and_then(|s| s.usage.as_ref()) else {
         return String::new();
@@ -92,12 +86,8 @@ pub fn usage_section(tr: &TaskRun) -> String {
     out.push_str(&format!(
         "  Requests:  {}{}\n  Tokens:    {} in ({} cache writes, {} cache reads), {} out\n",
         u.requests,
-        if u.refused > 0 {
-            format!(" ({} refused by the budget)", u.refused)
-        } else {
-            String::new()
-        },
-        u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens,
+        refused(u),
+        tokens_in(u),
         u.cache_creation_input_tokens,
         u.cache_read_input_tokens,
         u.output_tokens
@@ -114,6 +104,22 @@ pub fn usage_section(tr: &TaskRun) -> String {
     out
 }
 
+/// ` (2 refused by the budget)`, or nothing.
+fn refused(u: &orchestrator_crds::gateway::ModelUsage) -> String {
+    if u.refused > 0 {
+        format!(" ({} refused by the budget)", u.refused)
+    } else {
+        String::new()
+    }
+}
+
+/// Input tokens of every kind (cache writes and reads included), as budgets count them.
+fn tokens_in(u: &orchestrator_crds::gateway::ModelUsage) -> u64 {
+    u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+}
+
+/// The describe section of the result: `Result (reported by the agent):` and its fields, or a
+/// line saying there is none (yet).
 pub fn result_section(tr: &TaskRun) -> String {
     let status = tr.status.clone().unwrap_or_default();
     let finished = status.phase.is_some_and(|p| p.is_terminal());

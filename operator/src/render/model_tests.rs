@@ -52,6 +52,27 @@ fn test_settings(default_model: Option<ModelSpec>) -> RenderSettings {
     }
 }
 
+/// The pod's volume `name`.
+fn volume(
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    name: &str,
+) -> k8s_openapi::api::core::v1::Volume {
+    pod.volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("the pod has no volume {name}"))
+}
+
+/// The proxy's container mounts volume `name`, and no other container does.
+fn only_the_proxy_mounts(pod: &k8s_openapi::api::core::v1::PodSpec, name: &str) {
+    for c in containers(pod) {
+        let mounts = c.volume_mounts.iter().flatten().any(|m| m.name == name);
+        assert_eq!(mounts, c.name == "mcp-proxy", "{}", c.name);
+    }
+}
+
 fn plan_with(tr: &TaskRun, settings: &RenderSettings) -> Result<Plan, Vec<Problem>> {
     render(tr, &catalog(), settings)
 }
@@ -60,12 +81,8 @@ fn plan_with(tr: &TaskRun, settings: &RenderSettings) -> Result<Plan, Vec<Proble
 fn the_key_is_mounted_in_the_proxys_container_only_and_the_agent_gets_the_proxys_url() {
     let plan = plan_with(&with_model(), &test_settings(None)).expect("renders");
     let pod = pod(&plan);
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "model-key")
-        .and_then(|v| v.secret.clone())
+    let volume = volume(&pod, "model-key")
+        .secret
         .expect("the model key's volume");
     assert_eq!(volume.secret_name.as_deref(), Some("anthropic"));
     let items = volume.items.unwrap_or_default();
@@ -73,13 +90,8 @@ fn the_key_is_mounted_in_the_proxys_container_only_and_the_agent_gets_the_proxys
         (items[0].key.as_str(), items[0].path.as_str()),
         ("api-key", "api-key")
     );
+    only_the_proxy_mounts(&pod, "model-key");
     for c in containers(&pod) {
-        let mounts_key = c
-            .volume_mounts
-            .iter()
-            .flatten()
-            .any(|m| m.name == "model-key");
-        assert_eq!(mounts_key, c.name == "mcp-proxy", "{}", c.name);
         // No container gets a key in its env, from any Secret.
         for e in c.env.iter().flatten() {
             assert!(
@@ -232,13 +244,7 @@ fn the_endpoints_cas_come_from_a_configmap_mounted_in_the_proxys_container_only(
         "/etc/orchestrator/model-ca/ca.pem"
     );
     let spec = pod(&plan);
-    let ca = spec
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "model-ca")
-        .and_then(|v| v.config_map.clone())
-        .expect("the CA volume");
+    let ca = volume(&spec, "model-ca").config_map.expect("the CA volume");
     assert_eq!(ca.name, "llm-ca");
     let items = ca.items.unwrap_or_default();
     assert_eq!(
@@ -246,14 +252,7 @@ fn the_endpoints_cas_come_from_a_configmap_mounted_in_the_proxys_container_only(
         ("ca.crt", "ca.pem")
     );
     assert_eq!(ca.optional, None, "the pod waits for its CAs");
-    for c in containers(&spec) {
-        let mounts_ca = c
-            .volume_mounts
-            .iter()
-            .flatten()
-            .any(|m| m.name == "model-ca");
-        assert_eq!(mounts_ca, c.name == "mcp-proxy", "{}", c.name);
-    }
+    only_the_proxy_mounts(&spec, "model-ca");
     // Without one: no volume, no caFile.
     let plan = plan_with(&with_model(), &test_settings(None)).expect("renders");
     let data = plan.config_map(1).data.unwrap_or_default();
