@@ -297,7 +297,8 @@ pub struct AddContextArgs {
     pub disable_tools: Vec<String>,
 
     /// Change the task's model budget (spec.budget) while it runs: inputTokens, outputTokens,
-    /// requests (whole numbers), costUsd (USD, 2.50), or FIELD=none for no limit (repeatable).
+    /// requests, wallTimeSeconds (whole numbers), costUsd (USD, 2.50), or FIELD=none for no
+    /// limit (repeatable).
     /// A task the gateway stopped (BudgetExceeded) goes on once its budget allows.
     #[arg(long, value_name = "FIELD=VALUE", value_parser = crate::budget::parse)]
     pub budget: Vec<(String, serde_json::Value)>,

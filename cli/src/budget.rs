@@ -6,7 +6,13 @@ use orchestrator_crds::gateway::parse_usd_nanos;
 use serde_json::{Map, Value, json};
 
 /// The fields of `spec.budget`.
-pub const FIELDS: [&str; 4] = ["inputTokens", "outputTokens", "costUsd", "requests"];
+pub const FIELDS: [&str; 5] = [
+    "inputTokens",
+    "outputTokens",
+    "costUsd",
+    "requests",
+    "wallTimeSeconds",
+];
 
 /// One `--budget FIELD=VALUE`: a whole number of tokens or requests, USD as a decimal
 /// (`costUsd=2.50`), or `none` (no limit on that field). `Value::Null` stands for `none`.

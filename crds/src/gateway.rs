@@ -77,6 +77,12 @@ pub struct Budget {
     /// Model requests (`count_tokens` is not one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
+    /// Seconds of wall time, counted from when the task's gateway started (its proxy's first
+    /// start; a restarted proxy keeps the first start, `status.usage.startedAt`): past it, model
+    /// requests are refused. Unlike `activeDeadlineSeconds`, which kills the Job, it stops the
+    /// agent's model and can be raised while the task runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_time_seconds: Option<u64>,
 }
 
 impl Budget {
@@ -125,6 +131,11 @@ pub struct ModelUsage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub exceeded: Option<String>,
+    /// When the task's gateway started counting (RFC 3339): `budget.wallTimeSeconds` counts
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 40))]
+    pub started_at: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

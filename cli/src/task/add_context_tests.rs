@@ -180,20 +180,26 @@ fn report_marks_added_removed_and_kept_tools() {
 #[test]
 fn the_budget_is_tested_as_read_and_replaced_or_removed() {
     use crate::budget::{apply, describe, parse};
-    let changes: Vec<(String, Value)> = ["outputTokens=50000", "costUsd=2.50", "requests=none"]
-        .iter()
-        .map(|t| parse(t).expect("parses"))
-        .collect();
-    let before = json!({"outputTokens": 2000, "requests": 10, "someNewLimit": 60});
+    let changes: Vec<(String, Value)> = [
+        "outputTokens=50000",
+        "costUsd=2.50",
+        "requests=none",
+        "wallTimeSeconds=7200",
+    ]
+    .iter()
+    .map(|t| parse(t).expect("parses"))
+    .collect();
+    let before =
+        json!({"outputTokens": 2000, "requests": 10, "someNewLimit": 60, "wallTimeSeconds": 600});
     let after = apply(Some(&before), &changes);
     // Unknown fields (a newer CRD) are kept; `none` removes a limit.
     assert_eq!(
         after,
-        json!({"outputTokens": 50000, "costUsd": "2.50", "someNewLimit": 60})
+        json!({"outputTokens": 50000, "costUsd": "2.50", "someNewLimit": 60, "wallTimeSeconds": 7200})
     );
     assert_eq!(
         describe(&before, &after),
-        "outputTokens 2000 → 50000, costUsd none → 2.50, requests 10 → none"
+        "outputTokens 2000 → 50000, costUsd none → 2.50, requests 10 → none, wallTimeSeconds 600 → 7200"
     );
     let ops = serde_json::to_value(budget_ops(&before, &after)).expect("serializes");
     assert_eq!(
@@ -223,6 +229,7 @@ fn the_budget_is_tested_as_read_and_replaced_or_removed() {
         ("tokens=5", "no budget field \"tokens\""),
         ("outputTokens=-1", "outputTokens is a whole number"),
         ("costUsd=2,50", "costUsd is USD as a decimal"),
+        ("wallTimeSeconds=1h", "wallTimeSeconds is a whole number"),
     ] {
         let e = parse(bad).expect_err(bad);
         assert!(e.contains(says), "{bad}: {e}");

@@ -130,6 +130,7 @@ pub fn lease_facts(lease: &PartialObjectMeta<Lease>) -> Option<LeaseFacts> {
         .filter(|u| {
             u.cost_usd.as_ref().is_none_or(|c| c.len() <= 32)
                 && u.exceeded.as_ref().is_none_or(|e| e.len() <= 32)
+                && u.started_at.as_ref().is_none_or(|t| t.len() <= 40)
         });
     (served.is_some() || requests.is_some() || bound_uid.is_some() || usage.is_some()).then_some(
         LeaseFacts {

@@ -66,7 +66,7 @@ impl Reporter {
     pub async fn finish(self, gateway: &Gateway) {
         self.task.abort();
         let usage = gateway.usage_now();
-        if usage == ModelUsage::default() {
+        if usage.requests == 0 && usage.refused == 0 {
             return;
         }
         match tokio::time::timeout(TIMEOUT, patch(&self.api, &self.name, &usage)).await {

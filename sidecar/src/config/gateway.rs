@@ -59,6 +59,7 @@ pub struct Limits {
     pub output_tokens: Option<u64>,
     pub cost_nanos: Option<u64>,
     pub requests: Option<u64>,
+    pub wall_time_seconds: Option<u64>,
 }
 
 /// A validated `gateway`.
@@ -192,6 +193,7 @@ impl GatewayConfig {
                 output_tokens: wire.budget.output_tokens,
                 cost_nanos,
                 requests: wire.budget.requests,
+                wall_time_seconds: wire.budget.wall_time_seconds,
             },
             prices,
         })

@@ -55,7 +55,7 @@ pub struct Amount {
 }
 
 /// The task's usage so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
     pub tokens: Tokens,
     pub cost_nanos: u64,
@@ -65,6 +65,22 @@ pub struct Usage {
     pub refused: u64,
     /// The limit the last request was refused on, until one is admitted again.
     pub exceeded: Option<&'static str>,
+    /// When the task's gateway started counting (its first proxy's start): the wall time
+    /// counts from it.
+    pub started: jiff::Timestamp,
+}
+
+impl Default for Usage {
+    fn default() -> Self {
+        Self {
+            tokens: Tokens::default(),
+            cost_nanos: 0,
+            requests: 0,
+            refused: 0,
+            exceeded: None,
+            started: jiff::Timestamp::now(),
+        }
+    }
 }
 
 impl Usage {
@@ -80,6 +96,7 @@ impl Usage {
             requests: self.requests,
             refused: self.refused,
             exceeded: self.exceeded.map(str::to_string),
+            started_at: Some(self.started.to_string()),
         }
     }
 }
@@ -99,7 +116,8 @@ pub struct Ledger {
 /// Which limit a request would pass, and by how much.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exceeded {
-    /// `inputTokens`, `outputTokens`, `costUsd` or `requests`: the field of `budget`.
+    /// `inputTokens`, `outputTokens`, `costUsd`, `requests` or `wallTimeSeconds`: the field of
+    /// `budget`.
     pub limit: &'static str,
     pub used: u64,
     pub reserved: u64,
@@ -141,6 +159,19 @@ impl Ledger {
         used.cost_nanos = used.cost_nanos.max(cost);
         used.requests = used.requests.max(wire.requests);
         used.refused = used.refused.max(wire.refused);
+        if let Some(earlier) = wire
+            .started_at
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        {
+            used.started = used.started.min(earlier);
+        }
+    }
+
+    /// Seconds since the gateway started counting, at `now`.
+    pub fn elapsed_seconds(&self, now: jiff::Timestamp) -> u64 {
+        let started = lock(&self.state).used.started;
+        u64::try_from(now.as_second().saturating_sub(started.as_second())).unwrap_or(0)
     }
 
     /// Admits a request under `limits`, reserving its worst case: `ask.input` input tokens and
@@ -148,6 +179,17 @@ impl Ledger {
     /// asks the endpoint for instead ([`Reservation::output`]). Refused when nothing is left
     /// of a limit.
     pub fn admit(self: &Arc<Self>, limits: &Limits, ask: Ask) -> Result<Reservation, Exceeded> {
+        self.admit_at(limits, ask, jiff::Timestamp::now())
+    }
+
+    /// [`Ledger::admit`] at `now` (the wall time's clock).
+    pub fn admit_at(
+        self: &Arc<Self>,
+        limits: &Limits,
+        ask: Ask,
+        now: jiff::Timestamp,
+    ) -> Result<Reservation, Exceeded> {
+        let elapsed = self.elapsed_seconds(now);
         let mut state = lock(&self.state);
         let exceeded = |state: &mut State, limit, used, reserved, wanted, allowed| {
             state.used.refused += 1;
@@ -161,6 +203,11 @@ impl Ledger {
             })
         };
         let (used, reserved) = (state.used, state.reserved);
+        if let Some(allowed) = limits.wall_time_seconds
+            && elapsed >= allowed
+        {
+            return exceeded(&mut state, "wallTimeSeconds", elapsed, 0, 0, allowed);
+        }
         if let Some(allowed) = limits.requests
             && used.requests + state.reserved_requests >= allowed
         {
@@ -405,5 +452,44 @@ mod tests {
         };
         assert!(restarted.admit(&raised, amount(1, 1)).is_ok());
         assert_eq!(restarted.usage().exceeded, None);
+    }
+
+    #[test]
+    fn wall_time_counts_from_the_first_start_and_a_raise_lets_the_task_go_on() {
+        let ledger = Arc::new(Ledger::default());
+        let start = ledger.usage().started;
+        let limits = Limits {
+            wall_time_seconds: Some(60),
+            ..Limits::default()
+        };
+        let at = |s: i64| start + jiff::SignedDuration::from_secs(s);
+        ledger
+            .admit_at(&limits, amount(1, 1), at(59))
+            .expect("within the minute")
+            .settle(&Tokens::default(), 0);
+        let over = ledger
+            .admit_at(&limits, amount(1, 1), at(61))
+            .expect_err("past the minute");
+        assert_eq!(
+            (over.limit, over.used, over.allowed),
+            ("wallTimeSeconds", 61, 60)
+        );
+        assert_eq!(ledger.usage().exceeded, Some("wallTimeSeconds"));
+        // A proxy restarted later keeps the first start: its minute is not a new one.
+        let wire = ledger.usage().to_wire();
+        let restarted = Arc::new(Ledger::default());
+        restarted.restore(&wire);
+        assert_eq!(restarted.usage().started, start);
+        assert!(restarted.admit_at(&limits, amount(1, 1), at(61)).is_err());
+        let raised = Limits {
+            wall_time_seconds: Some(120),
+            ..limits
+        };
+        assert!(restarted.admit_at(&raised, amount(1, 1), at(61)).is_ok());
+        // A later start in a report does not move the clock forward.
+        let mut later = wire.clone();
+        later.started_at = Some(at(30).to_string());
+        restarted.restore(&later);
+        assert_eq!(restarted.usage().started, start);
     }
 }

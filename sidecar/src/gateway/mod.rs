@@ -265,10 +265,15 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
                     allowed = over.allowed,
                     "a model request is over the task's budget: refused"
                 );
-                return refuse(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limit_error",
-                    &format!(
+                let why = if over.limit == "wallTimeSeconds" {
+                    format!(
+                        "budget exceeded: {} s of wall time have passed since the task started, \
+                         of {} allowed; a person can raise the TaskRun's \
+                         spec.budget.wallTimeSeconds",
+                        over.used, over.allowed
+                    )
+                } else {
+                    format!(
                         "budget exceeded: {} would be {} of {} ({} used, {} reserved by requests \
                          in flight); a person can raise the TaskRun's spec.budget.{}",
                         over.limit,
@@ -277,8 +282,9 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
                         over.used,
                         over.reserved,
                         over.limit
-                    ),
-                );
+                    )
+                };
+                return refuse(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", &why);
             }
         }
     } else {

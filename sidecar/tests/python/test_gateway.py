@@ -259,6 +259,38 @@ def test_a_budget_holds_against_parallel_requests_and_a_raised_one_lets_the_task
         model.stop()
 
 
+def test_a_wall_time_budget_stops_the_model_once_passed_and_a_raised_one_lets_the_task_go_on(
+        make_proxy, tools, tmp_path, tls):
+    model = start_model(tls)
+    try:
+        proxy = gateway_proxy(make_proxy, tools, tmp_path, model, tls, budget={"wallTimeSeconds": 3600},
+                              include_arguments=False)
+        assert post(proxy)[0] == 200
+        # A person lowers it below the time the task has run (the clock started with the proxy).
+        lowered = {**proxy.gateway_config, "contextVersion": 2,
+                   "gateway": {**proxy.gateway_config["gateway"], "budget": {"wallTimeSeconds": 1}}}
+        proxy.swap(lowered)
+        wait_for(lambda: proxy.tools()["contextVersion"] == 2, what="the lowered budget")
+        answer = wait_for(lambda: (a := post(proxy))[0] == 429 and a, what="a refusal for wall time", interval=0.2)
+        error = json.loads(answer[2])["error"]
+        assert error["type"] == "rate_limit_error", error
+        assert "s of wall time have passed since the task started, of 1 allowed" in error["message"], error
+        assert "spec.budget.wallTimeSeconds" in error["message"], error
+        assert answer[1].get("x-orchestrator-gateway") == "refused"
+        forwarded = len(model.requests)
+        assert post(proxy)[0] == 429 and len(model.requests) == forwarded, "a refused request reached the endpoint"
+        assert proxy.metric("mcp_proxy_model_budget_refusals_total", limit="wallTimeSeconds") >= 2
+        raised = {**lowered, "contextVersion": 3,
+                  "gateway": {**lowered["gateway"], "budget": {"wallTimeSeconds": 3600}}}
+        proxy.swap(raised)
+        wait_for(lambda: proxy.tools()["contextVersion"] == 3, what="the raised budget")
+        status, _, body = post(proxy)
+        assert status == 200, body
+        assert len(model.requests) == forwarded + 1
+    finally:
+        model.stop()
+
+
 def test_a_bad_gateway_config_names_the_field_and_the_proxy_keeps_serving(make_proxy, tools, tmp_path, tls):
     model = start_model(tls)
     try:
