@@ -3,7 +3,7 @@
 //! `endpoint` with the key it alone reads (`keyFile`, a Secret's key mounted in the proxy's
 //! container only), counts what every response used, and holds the task to its budget.
 //!
-//! No secret travels here: `keyFile` is a path. Prices are in USD per million tokens, as
+//! No secret travels here: `keyFile` is a path, `keySecret` a Secret's name and key. Prices are in USD per million tokens, as
 //! providers publish them, written as decimal strings (`"3"`, `"0.30"`).
 
 use std::collections::BTreeMap;
@@ -32,6 +32,14 @@ impl Provider {
     }
 }
 
+/// A key of a Secret or ConfigMap in the task's namespace.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default, Hash)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectKey {
+    pub name: String,
+    pub key: String,
+}
+
 /// The gateway of one task.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -40,11 +48,21 @@ pub struct GatewaySpec {
     pub provider: Provider,
     /// The API's base URL (`https://api.anthropic.com`); `http` only to a loopback address.
     pub endpoint: String,
-    /// The file holding the API key (the proxy's mount of the task's model Secret).
+    /// The file holding the API key (sidecar mode: the proxy's mount of the task's model
+    /// Secret). Exactly one of `keyFile` and `keySecret`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key_file: String,
+    /// The Secret key in the task's namespace holding the API key, read through the API
+    /// (shared mode: the task's Role lets the shared proxy `get` that Secret, by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_secret: Option<ObjectKey>,
     /// A PEM bundle of CAs trusted for `endpoint` besides the system's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
+    /// The ConfigMap key in the task's namespace holding that bundle, read through the API
+    /// (shared mode); at most one of `caFile` and `caConfigMap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map: Option<ObjectKey>,
     /// Globs over the model names the agent may ask for; empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,

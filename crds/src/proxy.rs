@@ -218,12 +218,7 @@ pub struct StdioSpec {
 }
 
 /// A key of a Secret in the task's namespace.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SecretKey {
-    pub name: String,
-    pub key: String,
-}
+pub use crate::gateway::ObjectKey as SecretKey;
 
 /// A streamable-HTTP upstream.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]

@@ -27,6 +27,8 @@ Needs the cluster with its real node and pod network (e2e/cluster up).
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -59,6 +61,7 @@ from story import (  # noqa: E402
     Story,
     agent_task,
     text,
+    tls_pair,
     tool_result_text,
     tool_use,
     wait_until,
@@ -234,10 +237,14 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
     story = shared
     ns, task = story.work_ns, "claude"
     script = SharedAgent()
-    story.model = ScriptedModel(script, port=MODEL_PORT).start()
+    # The model stand-in serves HTTPS with a CA of its own, in the task's ConfigMap model-ca; the
+    # key is in the task's Secret, which only the shared proxy reads (the task's Role names it).
+    tls = tls_pair(story.workdir / "shared-model-tls")
+    story.model = ScriptedModel(script, port=MODEL_PORT, tls=tls[1:]).start()
     story.cleanup.callback(story.model.stop)
-    story.kubectl("create", "secret", "generic", "anthropic", "-n", ns,
-                  "--from-literal=api-key=sk-ant-stand-in-shared")
+    api_key = f"sk-ant-stand-in-shared-{secrets.token_hex(6)}"
+    story.kubectl("create", "secret", "generic", "anthropic", "-n", ns, f"--from-literal=api-key={api_key}")
+    story.kubectl("create", "configmap", "model-ca", "-n", ns, f"--from-file=ca.crt={tls[0]}")
     story.kubectl("create", "secret", "generic", "deploy", "-n", ns, f"--from-literal=passphrase={PASSPHRASE}")
     story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver",
                   "--user=alice")
@@ -245,14 +252,22 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
         "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 120}},
         "mcpServers": [{"name": "gamma", "tools": {"allow": ["read"]}},
                        {"name": "everything", "tools": {"allow": ["echo"]}}],
-    })
-    tr["spec"]["agent"]["env"].append(
-        {"name": "DEPLOY_PASSPHRASE", "valueFrom": {"secretKeyRef": {"name": "deploy", "key": "passphrase"}}})
+    }, gateway=True)
+    tr["spec"]["model"] |= {"endpoint": f"https://127.0.0.1:{MODEL_PORT}",
+                            "caConfigMapKeyRef": {"name": "model-ca", "key": "ca.crt"}}
+    tr["spec"]["agent"] = {"env": [
+        {"name": "DEPLOY_PASSPHRASE", "valueFrom": {"secretKeyRef": {"name": "deploy", "key": "passphrase"}}}]}
     tr["spec"]["proxy"] = {"mode": "shared"}
     story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(tr))
     pod = running_agent(story, task)
     names = [c["name"] for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]]
     assert "mcp-proxy" not in names and "zone-everything" in names, names
+    # The model key is nowhere in the pod: no container's env names the Secret, no volume
+    # mounts it; the agent's runtime is pointed at the shared proxy.
+    assert not re.search(r'"(name|secretName)": "anthropic"', json.dumps(pod["spec"])), "the pod names the model key's Secret"
+    agent_env = {e["name"]: e.get("value") for c in pod["spec"]["containers"] if c["name"] == "agent"
+                 for e in c.get("env", [])}
+    assert agent_env.get("ANTHROPIC_BASE_URL", "").endswith("/model") and "ANTHROPIC_API_KEY" not in agent_env, agent_env
 
     def failed(what: str) -> str:
         logs = story.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "agent", "--tail", "60")
@@ -324,6 +339,22 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
     assert ("gamma", "read", "ok") in calls and ("gamma", "write", "ok") in calls, calls
     assert ("everything", "echo", "ok") in calls, calls
     assert all(r["task"] == task and r["proxyMode"] == "shared" for r in mine), mine[:3]
+
+    # The model gateway in the shared proxy: every request came with the task's key (never the
+    # pod's token), and status.usage is the stand-in's own count.
+    keys = {r.headers.get("x-api-key") for r in story.model.requests}
+    assert keys == {api_key}, f"the stand-in saw keys {[k[:16] if k else k for k in keys]}"
+    counted = story.model.usage()
+    usage = wait_until("status.usage to reach the stand-in's count", lambda: (
+        u if (u := story.json("get", "taskrun", task, "-n", ns)["status"].get("usage", {})).get("requests")
+        == counted["requests"] else None), timeout=30)
+    assert (usage["inputTokens"], usage["outputTokens"]) == (counted["input_tokens"], counted["output_tokens"]), \
+        (usage, counted)
+    models = [r for r in audit_records(story) if r.get("taskUid") == uid and r.get("recordType") == "model_request"]
+    assert len(models) == counted["requests"], (len(models), counted)
+    print(f"shared mode, the model through the shared proxy: {counted['requests']} requests, "
+          f"{usage['inputTokens']} tokens in, {usage['outputTokens']} out, as the stand-in counted them")
+    assert api_key not in proxy_log(story), "the model key is in the shared proxy's log"
     assert {r["client"].split("/")[0] for r in mine} == {"claude-code"}, {r["client"] for r in mine}
     gamma = [json.loads(line)["text"] for line in story.records["gamma"].read_text().splitlines() if line.strip()]
     assert gamma[0] == "first" and "granted" in gamma, gamma

@@ -157,18 +157,25 @@ impl Files {
     }
 
     /// The task's proxy serves the model (`model`): its config's `gateway`, and the agent's
-    /// settings name the key helper that prints the agent's credential.
+    /// settings name the key helper that prints the agent's credential: in sidecar mode a
+    /// script that checks the proxy holds its port first, in shared mode (`shared`) the pod's
+    /// projected token, which the shared proxy reviews.
     pub fn use_gateway(
         &mut self,
         tr: &TaskRun,
         model: &orchestrator_crds::taskrun::model::ModelSpec,
+        shared: bool,
     ) {
         use super::model::{MODEL_KEY_HELPER_FILE, gateway_spec, key_helper_script};
         self.proxy.gateway = Some(gateway_spec(tr, model));
         let mut settings = settings(tr);
-        settings["apiKeyHelper"] = json!(format!("sh {TOOLS_DIR}/{MODEL_KEY_HELPER_FILE}"));
+        if shared {
+            settings["apiKeyHelper"] = json!(format!("cat {TOKEN_DIR}/{TOKEN_FILE}"));
+        } else {
+            settings["apiKeyHelper"] = json!(format!("sh {TOOLS_DIR}/{MODEL_KEY_HELPER_FILE}"));
+            self.model_key_helper = Some(key_helper_script(&self.headers_helper));
+        }
         self.settings = pretty(&settings);
-        self.model_key_helper = Some(key_helper_script(&self.headers_helper));
     }
 
     /// The ConfigMap data with `contextVersion` set.

@@ -76,6 +76,8 @@ pub struct SharedIdentity<'a> {
     pub service_account: &'a str,
     /// The task's Secrets, by name.
     pub secrets: Vec<String>,
+    /// ConfigMaps of the task's namespace besides its own it reads (the model endpoint's CAs).
+    pub config_maps: Vec<String>,
 }
 
 pub fn render(input: IdentityInput<'_>) -> Identity {
@@ -103,6 +105,16 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         resource_names: Some(vec![input.config_map_name.to_string()]),
         ..Default::default()
     }];
+    // An empty resourceNames would grant every ConfigMap: only with names.
+    if let Some(shared) = input.shared.as_ref().filter(|s| !s.config_maps.is_empty()) {
+        rules.push(PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into()]),
+            verbs: vec!["get".into()],
+            resource_names: Some(shared.config_maps.clone()),
+            ..Default::default()
+        });
+    }
     // In shared mode the shared proxy reports to the Lease (it has no API watch to turn off).
     let reports = input.api_watch || input.shared.is_some();
     if reports {

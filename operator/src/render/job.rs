@@ -370,7 +370,10 @@ fn agent_container(input: &JobInput<'_>) -> Container {
         mounts.push(mount(AGENT_CREDENTIAL_VOLUME, TOKEN_DIR, true));
     }
     if input.model.is_some() {
-        vars.extend(super::model::agent_env(&input.settings.proxy_addr()));
+        vars.extend(super::model::agent_env(
+            &input.settings.proxy_addr(),
+            input.shared.map(|s| s.url.as_str()),
+        ));
     }
     // The user's env comes last and replaces ours of the same name.
     vars.retain(|e| !agent.env.iter().any(|u| u.name == e.name));

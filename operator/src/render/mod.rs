@@ -254,24 +254,14 @@ pub fn render_mode(
     let labels = labels(tr);
 
     let mut files = files::Files::render(tr, &namespace, &resolved, &settings.proxy_addr());
-    // The model gateway runs in the task's own proxy (sidecar mode).
-    let model = match mode {
-        ProxyMode::Sidecar => model::choose(tr, settings).map_err(|p| vec![p])?,
-        ProxyMode::Shared if tr.spec.model.is_some() => {
-            return Err(vec![Problem {
-                reason: "ModelNeedsSidecar",
-                message: "spec.model: the model gateway runs in the task's own proxy; set \
-                          spec.proxy.mode: sidecar (shared mode does not serve the model yet)"
-                    .into(),
-            }]);
-        }
-        ProxyMode::Shared => None,
-    };
+    // The model gateway runs in the task's proxy: its own container, or the shared proxy.
+    let model = model::choose(tr, settings).map_err(|p| vec![p])?;
     if let Some(model) = model {
-        files.use_gateway(tr, model);
+        files.use_gateway(tr, model, proxy.is_some());
     }
     let shared = proxy.map(|p| {
-        let config = shared::SharedConfig::render(tr, &namespace, files.proxy(), &resolved, p);
+        let config =
+            shared::SharedConfig::render(tr, &namespace, files.proxy(), &resolved, p, model);
         files.use_shared_proxy(&p.url);
         config
     });
@@ -306,7 +296,12 @@ pub fn render_mode(
         shared: proxy.map(|p| identity::SharedIdentity {
             namespace: &p.namespace,
             service_account: &p.service_account,
-            secrets: shared::secret_names(tr, &resolved),
+            secrets: shared::secret_names(tr, &resolved, model),
+            config_maps: model
+                .and_then(|m| m.ca_config_map_key_ref.as_ref())
+                .map(|ca| ca.name.clone())
+                .into_iter()
+                .collect(),
         }),
     });
     let job = job::render(job::JobInput {

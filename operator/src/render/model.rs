@@ -1,13 +1,13 @@
-//! The model gateway in a task's pod (sidecar mode): which credential the task uses
-//! (`spec.model`, else the operator's default), the proxy config's `gateway`, the Secret volume
-//! only the proxy's container mounts, and what points the agent's runtime at the proxy (its
-//! base URL, and an API key helper that prints the pod's agent credential, only to the proxy's
-//! uid).
+//! The model gateway in a task's proxy: which credential the task uses (`spec.model`, else the
+//! operator's default), the proxy config's `gateway`, the Secret volume only the proxy's
+//! container mounts (sidecar mode; a shared proxy reads the Secret through the API), and what
+//! points the agent's runtime at the proxy (its base URL, and an API key helper that prints the
+//! pod's agent credential: in sidecar mode only to the proxy's uid).
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, EnvVar, KeyToPath, SecretVolumeSource, Volume, VolumeMount,
 };
-use orchestrator_crds::gateway::{GatewaySpec, PATH_PREFIX};
+use orchestrator_crds::gateway::{GatewaySpec, ObjectKey, PATH_PREFIX};
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::{DEFAULT_ENDPOINT, ModelSpec};
 
@@ -84,6 +84,35 @@ pub fn gateway_spec(tr: &TaskRun, model: &ModelSpec) -> GatewaySpec {
     }
 }
 
+/// `proxy.yaml`'s `gateway` for a shared proxy: the key and CAs named by their Secret and
+/// ConfigMap keys, read through the API (the task's Role lets the shared proxy `get` them).
+pub fn shared_gateway_spec(tr: &TaskRun, model: &ModelSpec) -> GatewaySpec {
+    let at = |k: &orchestrator_crds::taskrun::KeyRef| ObjectKey {
+        name: k.name.clone(),
+        key: k.key.clone(),
+    };
+    GatewaySpec {
+        key_file: String::new(),
+        key_secret: Some(at(&model.secret_key_ref)),
+        ca_file: None,
+        ca_config_map: model.ca_config_map_key_ref.as_ref().map(at),
+        ..gateway_spec(tr, model)
+    }
+}
+
+/// The model API's base URL at the shared proxy whose MCP URL is `mcp_url`: its scheme and
+/// authority, and `/model` (the shared proxy serves it next to `/mcp`).
+pub fn shared_base_url(mcp_url: &str) -> String {
+    let origin = match mcp_url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+            format!("{scheme}://{authority}")
+        }
+        None => mcp_url.trim_end_matches('/').to_string(),
+    };
+    format!("{origin}{PATH_PREFIX}")
+}
+
 /// The Secret's key as one file (0440: root and the pod's `fsGroup`; only the proxy's container
 /// mounts it, so no other container has a path to it). The TaskRun's own Secret must exist
 /// (the pod waits for it, as for env from a Secret); the operator's default may not exist in
@@ -137,12 +166,14 @@ pub fn volumes(model: &ModelSpec, default_credential: bool) -> Vec<Volume> {
     volumes
 }
 
-/// The agent's runtime talks to the model at the proxy.
-pub fn agent_env(proxy_addr: &str) -> Vec<EnvVar> {
-    vec![env(
-        "ANTHROPIC_BASE_URL",
-        &format!("http://{proxy_addr}{PATH_PREFIX}"),
-    )]
+/// The agent's runtime talks to the model at its proxy: the pod's (`proxy_addr`), or the shared
+/// proxy whose MCP URL is `shared_url`.
+pub fn agent_env(proxy_addr: &str, shared_url: Option<&str>) -> Vec<EnvVar> {
+    let base = match shared_url {
+        Some(url) => shared_base_url(url),
+        None => format!("http://{proxy_addr}{PATH_PREFIX}"),
+    };
+    vec![env("ANTHROPIC_BASE_URL", &base)]
 }
 
 /// Claude Code's `apiKeyHelper` (run with `sh`): the agent's credential, printed only when the

@@ -265,3 +265,124 @@ fn the_endpoints_cas_come_from_a_configmap_mounted_in_the_proxys_container_only(
             .any(|v| v.name == "model-ca")
     );
 }
+
+/// Shared mode: the shared proxy serves the model. Its config names the key and CAs by their
+/// Secret and ConfigMap keys (read through the API, which the task's Role allows by name); the
+/// pod has neither; the agent is pointed at the shared proxy's `/model` with its pod's token.
+#[test]
+fn in_shared_mode_the_shared_proxy_reads_the_key_and_the_pod_has_none() {
+    let mut tr = with_model();
+    tr.spec.proxy =
+        Some(serde_json::from_value(serde_json::json!({"mode": "shared"})).expect("proxy"));
+    if let Some(model) = tr.spec.model.as_mut() {
+        model.ca_config_map_key_ref = Some(KeyRef {
+            name: "llm-ca".into(),
+            key: "ca.crt".into(),
+        });
+    }
+    let settings = RenderSettings {
+        shared_proxy: Some(super::shared_tests::shared_proxy()),
+        ..test_settings(None)
+    };
+    let plan = render_mode(&tr, &catalog(), &settings, ProxyMode::Shared)
+        .unwrap_or_else(|p| panic!("renders: {p:?}"));
+    let shared = plan.shared().expect("a shared config");
+    let config: orchestrator_crds::proxy::ProxyConfig =
+        serde_saphyr::from_str(&shared.proxy_yaml(1)).expect("the shared proxy's config");
+    let gateway = config.gateway.expect("a gateway");
+    assert_eq!(
+        gateway.key_file, "",
+        "no file: the shared proxy has no mount of it"
+    );
+    assert_eq!(
+        gateway
+            .key_secret
+            .as_ref()
+            .map(|k| (k.name.as_str(), k.key.as_str())),
+        Some(("anthropic", "api-key"))
+    );
+    assert_eq!(
+        gateway
+            .ca_config_map
+            .as_ref()
+            .map(|k| (k.name.as_str(), k.key.as_str())),
+        Some(("llm-ca", "ca.crt"))
+    );
+    assert_eq!(gateway.ca_file, None);
+    assert_eq!(gateway.budget.output_tokens, Some(50_000));
+    assert_eq!(gateway.models, ["claude-sonnet-*"]);
+    // The pod: no volume of the Secret or the CAs, no key in any container's env; the agent
+    // talks to the shared proxy's /model.
+    let pod = pod(&plan);
+    for v in pod.volumes.iter().flatten() {
+        assert!(
+            v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) != Some("anthropic")
+                && v.config_map.as_ref().map(|c| c.name.as_str()) != Some("llm-ca"),
+            "{v:?}"
+        );
+    }
+    let agent = containers(&pod)
+        .into_iter()
+        .find(|c| c.name == "agent")
+        .expect("the agent");
+    let env: Vec<(String, Option<String>)> = agent
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert!(
+        env.contains(&(
+            "ANTHROPIC_BASE_URL".into(),
+            Some("http://orchestrator-mcp-proxy.orchestrator-system.svc:8080/model".into())
+        )),
+        "{env:?}"
+    );
+    assert!(
+        !env.iter()
+            .any(|(n, _)| n == "ANTHROPIC_API_KEY" || n == "ANTHROPIC_AUTH_TOKEN"),
+        "{env:?}"
+    );
+    // The agent's settings print its projected token as the API key; no sidecar helper script.
+    let data = plan.config_map(1).data.unwrap_or_default();
+    let agent_settings: serde_json::Value =
+        serde_json::from_str(&data[super::files::SETTINGS_FILE]).expect("settings JSON");
+    assert_eq!(
+        agent_settings["apiKeyHelper"],
+        "cat /var/run/secrets/orchestrator.io/mcp/token"
+    );
+    assert!(
+        !data.contains_key(super::model::MODEL_KEY_HELPER_FILE),
+        "{:?}",
+        data.keys()
+    );
+    // The Role lets the shared proxy read the key's Secret and the CAs' ConfigMap, by name.
+    let rules = plan.identity().role.rules.clone().unwrap_or_default();
+    let names = |resource: &str, verbs: &[&str]| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| r.resources.as_deref() == Some(&[resource.to_string()]))
+            .filter(|r| r.verbs == verbs)
+            .flat_map(|r| r.resource_names.clone().unwrap_or_default())
+            .collect()
+    };
+    assert!(names("secrets", &["get"]).contains(&"anthropic".to_string()));
+    assert_eq!(names("configmaps", &["get"]), ["llm-ca"]);
+}
+
+#[test]
+fn the_shared_proxys_model_url_is_its_origin_and_model() {
+    for (mcp, model) in [
+        (
+            "http://proxy.sys.svc:8080/mcp",
+            "http://proxy.sys.svc:8080/model",
+        ),
+        (
+            "https://proxy.example.com/mcp/",
+            "https://proxy.example.com/model",
+        ),
+        ("http://10.0.0.5:8080", "http://10.0.0.5:8080/model"),
+    ] {
+        assert_eq!(super::model::shared_base_url(mcp), model);
+    }
+}

@@ -28,6 +28,7 @@ use orchestrator_crds::shared::{
     TASK_POD_UID_ANNOTATION, TASK_UID_ANNOTATION, TOKEN_FILE, config_map_name,
 };
 use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::model::ModelSpec;
 
 use super::resolve::{Problem, Resolved, mask_keys};
 use super::zone::{zone_keys_secret_name, zones};
@@ -65,10 +66,15 @@ pub fn check<'a>(
     }
 }
 
-/// The task's Secrets (every one its servers or its agent env name, and its zone keys' when it
-/// has stdio servers): the shared proxy may `get` them by name through the task's Role, to send
-/// HTTP servers' headers, mask their values and prove each zone's key.
-pub fn secret_names(tr: &TaskRun, resolved: &Resolved<'_>) -> Vec<String> {
+/// The task's Secrets (every one its servers or its agent env name, its zone keys' when it has
+/// stdio servers, and its model key's): the shared proxy may `get` them by name through the
+/// task's Role, to send HTTP servers' headers, mask their values, prove each zone's key and
+/// call the model.
+pub fn secret_names(
+    tr: &TaskRun,
+    resolved: &Resolved<'_>,
+    model: Option<&ModelSpec>,
+) -> Vec<String> {
     let agent_env = tr
         .spec
         .agent
@@ -79,10 +85,13 @@ pub fn secret_names(tr: &TaskRun, resolved: &Resolved<'_>) -> Vec<String> {
         .into_iter()
         .map(|k| k.secret)
         .collect();
-    names.dedup();
     if zones(resolved).next().is_some() {
         names.push(zone_keys_secret_name(&tr.name_any()));
     }
+    // The model gateway's key, which the shared proxy reads for the task.
+    names.extend(model.map(|m| m.secret_key_ref.name.clone()));
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
     names
 }
 
@@ -116,10 +125,14 @@ impl SharedConfig {
         sidecar: &ProxyConfig,
         resolved: &Resolved<'_>,
         proxy: &SharedProxy,
+        model: Option<&ModelSpec>,
     ) -> Self {
         let mut config = sidecar.clone();
         config.task.uid = tr.uid();
         config.listen = DEFAULT_LISTEN.to_string();
+        // The shared proxy reads the model key and CAs through the API (the task's Role names
+        // them), not from files of its own.
+        config.gateway = model.map(|m| super::model::shared_gateway_spec(tr, m));
         for server in &mut config.servers {
             let Some(http) = server.http.as_mut() else {
                 continue;

@@ -14,7 +14,7 @@ mod baseline;
 mod events;
 mod holders;
 mod lease;
-mod usage;
+pub mod usage;
 mod watch;
 
 use std::sync::Arc;

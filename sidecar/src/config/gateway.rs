@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use globset::{Glob, GlobMatcher};
-use orchestrator_crds::gateway::{GatewaySpec, Price, Provider, parse_usd_nanos};
+use orchestrator_crds::gateway::{GatewaySpec, ObjectKey, Price, Provider, parse_usd_nanos};
 
 use super::problem::{Code, Problem};
 
@@ -62,14 +62,32 @@ pub struct Limits {
     pub wall_time_seconds: Option<u64>,
 }
 
+/// Where the API key is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// `keyFile`: a file the proxy reads at each request.
+    File(PathBuf),
+    /// `keySecret`: a Secret key of the task's namespace, read through the API (shared mode).
+    Secret(ObjectKey),
+}
+
+/// Where the CAs trusted for the endpoint besides the system's are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaSource {
+    /// `caFile`.
+    File(PathBuf),
+    /// `caConfigMap`: a ConfigMap key of the task's namespace, read through the API.
+    ConfigMap(ObjectKey),
+}
+
 /// A validated `gateway`.
 #[derive(Debug)]
 pub struct GatewayConfig {
     pub provider: Provider,
     /// Without a trailing `/`; paths are appended to it.
     pub endpoint: String,
-    pub key_file: PathBuf,
-    pub ca_file: Option<PathBuf>,
+    pub key: KeySource,
+    pub ca: Option<CaSource>,
     /// Empty: any model.
     pub models: Vec<GlobMatcher>,
     pub limits: Limits,
@@ -121,20 +139,65 @@ impl GatewayConfig {
                 ),
             ));
         }
-        if wire.key_file.trim().is_empty() {
-            problems.push(Problem::new(
-                Code::BadPath,
-                "gateway.keyFile",
-                "empty: name the file holding the API key (the proxy's mount of the model Secret)",
-            ));
-        }
-        if wire.ca_file.as_deref().is_some_and(|p| p.trim().is_empty()) {
-            problems.push(Problem::new(
-                Code::BadPath,
-                "gateway.caFile",
-                "empty path; leave it out to trust the system's CAs only",
-            ));
-        }
+        let named = |k: &ObjectKey| !k.name.trim().is_empty() && !k.key.trim().is_empty();
+        let key = match (wire.key_file.trim(), &wire.key_secret) {
+            ("", Some(secret)) if named(secret) => Some(KeySource::Secret(secret.clone())),
+            ("", Some(_)) => {
+                problems.push(Problem::new(
+                    Code::BadValue,
+                    "gateway.keySecret",
+                    "name both the Secret (name) and its key (key)",
+                ));
+                None
+            }
+            ("", None) => {
+                problems.push(Problem::new(
+                    Code::BadPath,
+                    "gateway.keyFile",
+                    "empty: name the file holding the API key (the proxy's mount of the model \
+                     Secret), or gateway.keySecret",
+                ));
+                None
+            }
+            (_, Some(_)) => {
+                problems.push(Problem::new(
+                    Code::BadValue,
+                    "gateway.keySecret",
+                    "gateway.keyFile and gateway.keySecret both name the key: keep one",
+                ));
+                None
+            }
+            (file, None) => Some(KeySource::File(PathBuf::from(file))),
+        };
+        let ca = match (wire.ca_file.as_deref().map(str::trim), &wire.ca_config_map) {
+            (Some(""), _) => {
+                problems.push(Problem::new(
+                    Code::BadPath,
+                    "gateway.caFile",
+                    "empty path; leave it out to trust the system's CAs only",
+                ));
+                None
+            }
+            (Some(_), Some(_)) => {
+                problems.push(Problem::new(
+                    Code::BadValue,
+                    "gateway.caConfigMap",
+                    "gateway.caFile and gateway.caConfigMap both name the CAs: keep one",
+                ));
+                None
+            }
+            (Some(file), None) => Some(CaSource::File(PathBuf::from(file))),
+            (None, Some(cm)) if named(cm) => Some(CaSource::ConfigMap(cm.clone())),
+            (None, Some(_)) => {
+                problems.push(Problem::new(
+                    Code::BadValue,
+                    "gateway.caConfigMap",
+                    "name both the ConfigMap (name) and its key (key)",
+                ));
+                None
+            }
+            (None, None) => None,
+        };
         let mut models = Vec::new();
         for (i, pattern) in wire.models.iter().enumerate() {
             match Glob::new(pattern) {
@@ -182,11 +245,12 @@ impl GatewayConfig {
                 prices.push((glob.compile_matcher(), *price));
             }
         }
-        (problems.len() == before).then(|| Self {
+        let key = key?;
+        (problems.len() == before).then_some(Self {
             provider: wire.provider,
             endpoint,
-            key_file: PathBuf::from(&wire.key_file),
-            ca_file: wire.ca_file.as_ref().map(PathBuf::from),
+            key,
+            ca,
             models,
             limits: Limits {
                 input_tokens: wire.budget.input_tokens,

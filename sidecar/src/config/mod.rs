@@ -18,7 +18,7 @@ use std::{
 };
 
 pub use approval::{ApprovalPattern, ApprovalPolicy};
-pub use gateway::{BUILT_IN_PRICES, GatewayConfig, Limits, PriceNanos};
+pub use gateway::{BUILT_IN_PRICES, CaSource, GatewayConfig, KeySource, Limits, PriceNanos};
 use orchestrator_crds::proxy::{OnChange, ProxyConfig, RateLimits, Risk, ToolMode, ToolPrefix};
 pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;

@@ -916,3 +916,50 @@ gateway:
         refused.problems
     );
 }
+
+#[test]
+fn the_key_comes_from_one_place_a_file_or_the_tasks_secret() {
+    let base = "task: {name: t}\nservers: []\ngateway:\n  endpoint: https://api.anthropic.com\n";
+    // Shared mode: the Secret and ConfigMap keys the shared proxy reads through the API.
+    let shared = load(&format!(
+        "{base}  keySecret: {{name: anthropic, key: api-key}}\n  caConfigMap: {{name: llm-ca, key: ca.crt}}\n"
+    ));
+    let gateway = shared
+        .config
+        .expect("config")
+        .gateway
+        .clone()
+        .expect("gateway");
+    assert_eq!(
+        gateway.key,
+        crate::config::KeySource::Secret(orchestrator_crds::gateway::ObjectKey {
+            name: "anthropic".into(),
+            key: "api-key".into()
+        })
+    );
+    assert!(matches!(
+        gateway.ca,
+        Some(crate::config::CaSource::ConfigMap(ref k)) if k.name == "llm-ca"
+    ));
+    // Both, neither, half a key, two CA sources: each named, nothing loaded.
+    for (extra, path) in [
+        (
+            "  keyFile: /k\n  keySecret: {name: a, key: b}\n",
+            "gateway.keySecret",
+        ),
+        ("", "gateway.keyFile"),
+        ("  keySecret: {name: a, key: \"\"}\n", "gateway.keySecret"),
+        (
+            "  keyFile: /k\n  caFile: /ca.pem\n  caConfigMap: {name: c, key: d}\n",
+            "gateway.caConfigMap",
+        ),
+    ] {
+        let refused = load(&format!("{base}{extra}"));
+        assert!(refused.config.is_none(), "{extra}");
+        assert!(
+            paths(&refused).contains(&path),
+            "{extra}: {}",
+            refused.problems
+        );
+    }
+}

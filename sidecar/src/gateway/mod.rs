@@ -34,14 +34,33 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use futures::StreamExt;
+use futures::{StreamExt, future::BoxFuture};
+use orchestrator_crds::gateway::ObjectKey;
 
-use crate::{config::PriceNanos, proxy::Proxy, sync::lock};
+use crate::{
+    config::{CaSource, KeySource, PriceNanos},
+    proxy::Proxy,
+    sync::lock,
+};
 use anthropic::{Ask, Endpoint};
 use ledger::{Ledger, Tokens};
 
 /// The longest key file read.
 const MAX_KEY: u64 = 8 * 1024;
+
+/// Reads the task's Secret and ConfigMap keys through the API (shared mode's `keySecret` and
+/// `caConfigMap`); the error says which key of which object could not be read, never a value.
+pub trait Reader: Send + Sync {
+    fn secret<'a>(&'a self, at: &'a ObjectKey) -> BoxFuture<'a, Result<Vec<u8>, String>>;
+    fn config_map<'a>(&'a self, at: &'a ObjectKey) -> BoxFuture<'a, Result<Vec<u8>, String>>;
+}
+
+/// The CAs a client was built with.
+#[derive(PartialEq, Eq)]
+enum Trust {
+    File(PathBuf),
+    Pem(Vec<u8>),
+}
 
 /// A task's gateway: its usage outlives config reloads (a raised budget applies to what was
 /// used).
@@ -50,8 +69,10 @@ pub struct Gateway {
     pub ledger: Arc<Ledger>,
     /// The usage after each request, for the report on the task's Lease (`crate::api`).
     usage: tokio::sync::watch::Sender<orchestrator_crds::gateway::ModelUsage>,
-    /// The client for the CA file it trusts (rebuilt when `caFile` changes).
-    client: Mutex<Option<(Option<PathBuf>, reqwest::Client)>>,
+    /// The client for the CAs it trusts (rebuilt when they change).
+    client: Mutex<Option<(Option<Trust>, reqwest::Client)>>,
+    /// Shared mode: reads `keySecret` and `caConfigMap` (none: a sidecar, files only).
+    reader: Option<Arc<dyn Reader>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -62,12 +83,38 @@ impl std::fmt::Debug for Gateway {
 
 impl Gateway {
     pub fn new(proxy: Arc<Proxy>) -> Arc<Self> {
+        Self::with_reader(proxy, None)
+    }
+
+    /// A gateway that reads `keySecret` and `caConfigMap` with `reader` (shared mode).
+    pub fn with_reader(proxy: Arc<Proxy>, reader: Option<Arc<dyn Reader>>) -> Arc<Self> {
         Arc::new(Self {
             proxy,
             ledger: Arc::default(),
             usage: tokio::sync::watch::Sender::new(Default::default()),
             client: Mutex::new(None),
+            reader,
         })
+    }
+
+    fn reader(&self, field: &str) -> Result<&Arc<dyn Reader>, String> {
+        self.reader.as_ref().ok_or_else(|| {
+            format!(
+                "gateway.{field} is read through the API by a shared proxy; this proxy reads \
+                 files only (gateway.keyFile, gateway.caFile)"
+            )
+        })
+    }
+
+    /// The API key, as the config says where it is.
+    async fn key(&self, source: &KeySource) -> Result<HeaderValue, String> {
+        match source {
+            KeySource::File(path) => read_key(path),
+            KeySource::Secret(at) => {
+                let bytes = self.reader("keySecret")?.secret(at).await?;
+                key_value(&bytes, &format!("key {} of Secret {}", at.key, at.name))
+            }
+        }
     }
 
     /// Follows the usage (a new value after each request).
@@ -97,10 +144,18 @@ impl Gateway {
         });
     }
 
-    fn client(&self, ca_file: Option<&Path>) -> Result<reqwest::Client, String> {
+    /// The client trusting the CAs the config names.
+    async fn client(&self, source: Option<&CaSource>) -> Result<reqwest::Client, String> {
+        let trust = match source {
+            None => None,
+            Some(CaSource::File(path)) => Some(Trust::File(path.clone())),
+            Some(CaSource::ConfigMap(at)) => Some(Trust::Pem(
+                self.reader("caConfigMap")?.config_map(at).await?,
+            )),
+        };
         let mut cached = lock(&self.client);
-        if let Some((ca, client)) = cached.as_ref()
-            && ca.as_deref() == ca_file
+        if let Some((built, client)) = cached.as_ref()
+            && *built == trust
         {
             return Ok(client.clone());
         }
@@ -110,17 +165,24 @@ impl Gateway {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(std::time::Duration::from_secs(30))
             .pool_idle_timeout(std::time::Duration::from_secs(60));
-        if let Some(ca) = ca_file {
-            let pem = std::fs::read(ca)
-                .map_err(|e| format!("cannot read gateway.caFile {}: {e}", ca.display()))?;
+        let pem = match &trust {
+            None => None,
+            Some(Trust::File(ca)) => Some((
+                std::fs::read(ca)
+                    .map_err(|e| format!("cannot read gateway.caFile {}: {e}", ca.display()))?,
+                format!("gateway.caFile {}", ca.display()),
+            )),
+            Some(Trust::Pem(pem)) => Some((pem.clone(), "gateway.caConfigMap".to_string())),
+        };
+        if let Some((pem, what)) = pem {
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| format!("gateway.caFile {} is not PEM: {e}", ca.display()))?;
+                .map_err(|e| format!("{what} is not PEM: {e}"))?;
             builder = builder.tls_certs_merge(certs);
         }
         let client = builder
             .build()
             .map_err(|e| format!("cannot build the gateway's HTTPS client: {e}"))?;
-        *cached = Some((ca_file.map(Path::to_path_buf), client.clone()));
+        *cached = Some((trust, client.clone()));
         Ok(client)
     }
 }
@@ -299,14 +361,14 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
         },
         _ => body,
     };
-    let key = match read_key(&config.key_file) {
+    let key = match gateway.key(&config.key).await {
         Ok(key) => key,
         Err(why) => {
             tracing::error!(error = %why, "the model gateway has no API key");
             return refuse(StatusCode::SERVICE_UNAVAILABLE, "api_error", &why);
         }
     };
-    let client = match gateway.client(config.ca_file.as_deref()) {
+    let client = match gateway.client(config.ca.as_ref()).await {
         Ok(client) => client,
         Err(why) => {
             tracing::error!(error = %why, "the model gateway cannot reach its endpoint");
@@ -416,12 +478,21 @@ fn read_key(path: &Path) -> Result<HeaderValue, String> {
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_KEY).read_to_end(&mut text))
         .map_err(|e| format!("cannot read the API key file {}: {e}", path.display()))?;
-    let key = text.trim_ascii();
+    key_value(&text, &format!("the API key file {}", path.display()))
+}
+
+/// The key in `bytes` (surrounding whitespace dropped) as a header value never logged; `what`
+/// names where it came from.
+fn key_value(bytes: &[u8], what: &str) -> Result<HeaderValue, String> {
+    let key = bytes.trim_ascii();
     if key.is_empty() {
-        return Err(format!("the API key file {} is empty", path.display()));
+        return Err(format!("{what} is empty"));
     }
-    let mut value = HeaderValue::from_bytes(key)
-        .map_err(|_| format!("the API key in {} is not one header value", path.display()))?;
+    if key.len() as u64 > MAX_KEY {
+        return Err(format!("{what} is longer than {MAX_KEY} bytes"));
+    }
+    let mut value =
+        HeaderValue::from_bytes(key).map_err(|_| format!("{what} is not one header value"))?;
     value.set_sensitive(true);
     Ok(value)
 }

@@ -70,16 +70,10 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         .gateway
         .clone()
         .unwrap_or_else(|| crate::gateway::Gateway::new(proxy.clone()));
-    let model_body: (usize, limits::Refusal) = (limits::MAX_MODEL_BODY, model_body_refusal);
-    let gateway = crate::gateway::routes(gateway)
-        .layer(middleware::from_fn_with_state(
-            model_body,
-            limits::read_body_with,
-        ))
-        .layer(middleware::from_fn_with_state(
-            (settings.auth.clone(), Access::Model),
-            auth::require,
-        ));
+    let gateway = model(gateway).layer(middleware::from_fn_with_state(
+        (settings.auth.clone(), Access::Model),
+        auth::require,
+    ));
     let revealing = reading
         .merge(mcp)
         .merge(gateway)
@@ -92,6 +86,17 @@ pub fn app(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
         .route("/readyz", get(readyz))
         .with_state(proxy)
         .merge(revealing)
+}
+
+/// The model gateway at `/model` for one proxy, the body bounded by the model API's own limit
+/// and a refused body answered in the API's error shape; no credential check (the caller adds
+/// it). Shared mode builds one per task.
+pub fn model(gateway: Arc<crate::gateway::Gateway>) -> Router {
+    let model_body: (usize, limits::Refusal) = (limits::MAX_MODEL_BODY, model_body_refusal);
+    crate::gateway::routes(gateway).layer(middleware::from_fn_with_state(
+        model_body,
+        limits::read_body_with,
+    ))
 }
 
 /// MCP at `/mcp` for one proxy: its own session manager (so a session id means nothing to

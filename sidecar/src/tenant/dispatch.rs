@@ -2,7 +2,9 @@
 //! the pod it was issued to onto exactly one tenant (nothing else in the request chooses the
 //! task), checks the connection comes from that pod's IP, and hands the request to that tenant's
 //! own MCP service. A session id made under one tenant means nothing to another's session
-//! manager: 404 there. `/healthz` and `/readyz` answer without a token; nothing else is served.
+//! manager: 404 there. `/model/...` is the tenant's model gateway behind the same checks (the
+//! token may come as the API key, `x-api-key`; refusals in the API's error shape). `/healthz`
+//! and `/readyz` answer without a token; nothing else is served.
 //!
 //! Refusals: 401 with `WWW-Authenticate: Bearer error="invalid_token"` for a missing, malformed,
 //! expired or refused token; 403 `PROXY.UNKNOWN_TASK` for a pod that runs no task served here;
@@ -28,6 +30,7 @@ use super::{
     registry::{Binding, Tenant, Tenants},
 };
 use crate::server::listener::Peer;
+use orchestrator_crds::gateway::PATH_PREFIX;
 
 /// What the front needs.
 pub struct Front {
@@ -155,6 +158,8 @@ pub fn app(front: Arc<Front>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/mcp", any(mcp))
+        .route(PATH_PREFIX, any(model))
+        .route(&format!("{PATH_PREFIX}/{{*path}}"), any(model))
         .with_state(front)
         .fallback(not_found)
 }
@@ -185,24 +190,68 @@ async fn mcp(State(front): State<Arc<Front>>, request: Request) -> Response {
             Err(never) => match never {},
         },
         Err(refusal) => {
-            match &refusal {
-                Refusal::Unauthenticated(why) => {
-                    tracing::info!(peer = ?peer, why = %why, "refused a request: unauthenticated")
-                }
-                Refusal::Unavailable(why) => {
-                    tracing::warn!(peer = ?peer, why = %why, "cannot review a token")
-                }
-                Refusal::UnknownTask { pod_uid } => {
-                    tracing::info!(peer = ?peer, pod_uid = %pod_uid, "refused a request: its pod runs no task served here")
-                }
-                Refusal::NotReady { pod_uid } => {
-                    tracing::info!(peer = ?peer, pod_uid = %pod_uid, "refused a request: its pod's address is not known yet")
-                }
-                Refusal::PeerMismatch { expected, peer } => {
-                    tracing::warn!(peer = ?peer, expected = ?expected, "refused a request: not from its task's pod address")
-                }
-            }
+            log(&refusal, peer);
             refusal.response()
+        }
+    }
+}
+
+/// The model API at `/model/...`: the same token, pod and peer checks as `/mcp` (the token as
+/// `Authorization: Bearer`, or as the API key `x-api-key` the agent's runtime sends), then the
+/// task's own gateway. Refusals come in the API's error shape, which the agent's runtime shows.
+async fn model(State(front): State<Arc<Front>>, request: Request) -> Response {
+    let peer = request.extensions().get::<Peer>().map(|p| p.0.ip());
+    let headers = request.headers();
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| {
+            headers
+                .get(crate::gateway::anthropic::KEY_HEADER)
+                .and_then(|h| h.to_str().ok())
+                .map(|key| format!("Bearer {key}"))
+        });
+    match front.resolve(authorization.as_deref(), peer).await {
+        Ok(tenant) => match tenant.model.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        Err(refusal) => {
+            log(&refusal, peer);
+            let kind = match refusal.status() {
+                StatusCode::UNAUTHORIZED => "authentication_error",
+                StatusCode::FORBIDDEN => "permission_error",
+                _ => "overloaded_error",
+            };
+            let mut response = crate::gateway::refuse(refusal.status(), kind, refusal.message());
+            if matches!(refusal, Refusal::NotReady { .. }) {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            response
+        }
+    }
+}
+
+/// Why a request was refused, in the proxy's log (the client is told less).
+fn log(refusal: &Refusal, peer: Option<IpAddr>) {
+    match refusal {
+        Refusal::Unauthenticated(why) => {
+            tracing::info!(peer = ?peer, why = %why, "refused a request: unauthenticated")
+        }
+        Refusal::Unavailable(why) => {
+            tracing::warn!(peer = ?peer, why = %why, "cannot review a token")
+        }
+        Refusal::UnknownTask { pod_uid } => {
+            tracing::info!(peer = ?peer, pod_uid = %pod_uid, "refused a request: its pod runs no task served here")
+        }
+        Refusal::NotReady { pod_uid } => {
+            tracing::info!(peer = ?peer, pod_uid = %pod_uid, "refused a request: its pod's address is not known yet")
+        }
+        Refusal::PeerMismatch { expected, peer } => {
+            tracing::warn!(peer = ?peer, expected = ?expected, "refused a request: not from its task's pod address")
         }
     }
 }

@@ -22,13 +22,14 @@ use orchestrator_crds::{
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::secrets::{self, MaskValues};
+use super::secrets::{self, MaskValues, ModelKeys};
 use crate::{
     api::{self, ApiOptions, ApiTasks, Connected},
     apply::{Applier, Source},
     approval::MaskSource,
     audit::{Audit, Stamp},
     config::{self, Transport},
+    gateway::{Gateway, Reader},
     metrics::Metrics,
     proxy::Proxy,
     reload::fingerprint,
@@ -78,6 +79,11 @@ pub struct Tenant {
     pub applier: Arc<Applier>,
     /// MCP at `/mcp`, with this task's own session manager.
     pub mcp: axum::Router,
+    /// The model gateway at `/model`, with the task's own key, budget and usage.
+    pub model: axum::Router,
+    gateway: Arc<Gateway>,
+    /// The gateway's usage reports on the task's Lease.
+    usage: Mutex<Option<api::usage::Reporter>>,
     /// The task's Secret keys its held calls show masked.
     masks: Arc<MaskValues>,
     binding: Mutex<Binding>,
@@ -106,6 +112,11 @@ impl Tenant {
         self.proxy.metrics.forget_task();
         lock(&self.api).take();
         self.proxy.drain(grace).await;
+        // Its last model requests reach `status.usage` (the report loop pauses between reports).
+        let usage = lock(&self.usage).take();
+        if let Some(usage) = usage {
+            usage.finish(&self.gateway).await;
+        }
         self.sessions.cancel();
         self.proxy.pool.shutdown().await;
         self.events.abort();
@@ -327,10 +338,16 @@ impl Tenants {
                 }
             })
         };
+        // The model gateway reads the task's key and CAs through the API; its counts are
+        // taken up from the task's Lease (what an earlier replica reported) before it serves.
+        let reader: Arc<dyn Reader> = Arc::new(ModelKeys::new(s.client.clone(), &task.namespace));
+        let gateway = Gateway::with_reader(proxy.clone(), Some(reader));
+        let usage = api::model_usage(Some(&connected), &opts, &gateway).await;
         let applier = Applier::new(proxy.clone(), true);
         let api = api::start(Some(connected), &opts, &applier).await;
         let sessions = CancellationToken::new();
         let mcp = http::mcp(proxy.clone(), &s.http, sessions.clone());
+        let model = http::model(gateway.clone());
         tracing::info!(task = %format!("{}/{}", task.namespace, task.name), configmap = %config_map, "serving a new task");
         Arc::new(Tenant {
             config_map: config_map.to_string(),
@@ -338,6 +355,9 @@ impl Tenants {
             proxy,
             applier,
             mcp,
+            model,
+            gateway,
+            usage: Mutex::new(usage),
             masks,
             binding: Default::default(),
             sessions,

@@ -5,6 +5,9 @@
 //! (naming it, never a value) and its headers are missing: that server's start then fails,
 //! saying which key of which Secret.
 //!
+//! And [`ModelKeys`]: the model gateway's key (`gateway.keySecret`) and CAs
+//! (`gateway.caConfigMap`) of the task, read through the API the same way, kept a short while.
+//!
 //! And [`MaskValues`]: the values of every Secret key of the task (the operator lists them in
 //! the task's ConfigMap, `mask-keys.json`; the headers' keys besides), read each time a call is
 //! held, which the proxy masks in what it shows an approver, as a sidecar does with the files
@@ -12,11 +15,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use orchestrator_crds::approval::MaskKey;
+use orchestrator_crds::gateway::ObjectKey;
 
 use crate::approval::{SecretValues, mask::Values};
 use crate::config::{Config, Transport};
@@ -96,6 +101,94 @@ impl SecretValues for MaskValues {
                 }
             }
             Ok(values)
+        })
+    }
+}
+
+/// How long a value read for the model gateway is used before it is read again (a rotated key
+/// applies within this; a model request does not wait for the API server each time).
+pub const MODEL_KEYS_FRESH: Duration = Duration::from_secs(30);
+
+/// The task's model key and CAs, read through the API in its namespace and kept
+/// [`MODEL_KEYS_FRESH`] (shared mode's [`crate::gateway::Reader`]).
+pub struct ModelKeys {
+    secrets: Api<Secret>,
+    config_maps: Api<ConfigMap>,
+    kept: Mutex<HashMap<Kept, (Instant, Vec<u8>)>>,
+}
+
+/// A value kept: whether it is a Secret's (else a ConfigMap's), and its name and key.
+type Kept = (bool, ObjectKey);
+
+impl ModelKeys {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        Self {
+            secrets: Api::namespaced(client.clone(), namespace),
+            config_maps: Api::namespaced(client, namespace),
+            kept: Mutex::default(),
+        }
+    }
+
+    fn fresh(&self, secret: bool, at: &ObjectKey) -> Option<Vec<u8>> {
+        let kept = lock(&self.kept);
+        kept.get(&(secret, at.clone()))
+            .filter(|(read, _)| read.elapsed() < MODEL_KEYS_FRESH)
+            .map(|(_, value)| value.clone())
+    }
+
+    fn keep(&self, secret: bool, at: &ObjectKey, value: &[u8]) {
+        let mut kept = lock(&self.kept);
+        kept.retain(|_, (read, _)| read.elapsed() < MODEL_KEYS_FRESH);
+        kept.insert((secret, at.clone()), (Instant::now(), value.to_vec()));
+    }
+}
+
+impl crate::gateway::Reader for ModelKeys {
+    fn secret<'a>(&'a self, at: &'a ObjectKey) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            if let Some(value) = self.fresh(true, at) {
+                return Ok(value);
+            }
+            let secret = self
+                .secrets
+                .get_opt(&at.name)
+                .await
+                .map_err(|e| format!("cannot read the task's model Secret {}: {e}", at.name))?;
+            let secret = secret
+                .ok_or_else(|| format!("the task's model Secret {} does not exist", at.name))?;
+            let value = secret
+                .data
+                .and_then(|mut d| d.remove(&at.key))
+                .map(|v| v.0)
+                .ok_or_else(|| {
+                    format!("the task's model Secret {} has no key {}", at.name, at.key)
+                })?;
+            self.keep(true, at, &value);
+            Ok(value)
+        })
+    }
+
+    fn config_map<'a>(&'a self, at: &'a ObjectKey) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            if let Some(value) = self.fresh(false, at) {
+                return Ok(value);
+            }
+            let cm = self
+                .config_maps
+                .get_opt(&at.name)
+                .await
+                .map_err(|e| format!("cannot read the task's CA ConfigMap {}: {e}", at.name))?;
+            let cm =
+                cm.ok_or_else(|| format!("the task's CA ConfigMap {} does not exist", at.name))?;
+            let value = cm
+                .data
+                .and_then(|mut d| d.remove(&at.key))
+                .map(String::into_bytes)
+                .ok_or_else(|| {
+                    format!("the task's CA ConfigMap {} has no key {}", at.name, at.key)
+                })?;
+            self.keep(false, at, &value);
+            Ok(value)
         })
     }
 }

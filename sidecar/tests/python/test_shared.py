@@ -18,6 +18,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +28,9 @@ import pytest
 from conftest import SUPPORT, free_port, wait_for
 from kubeapi import Kube
 from test_zone import make_tcp_zone  # noqa: F401 (a fixture)
+
+sys.path.insert(0, str(SUPPORT.parents[3] / "e2e" / "model"))
+from scripted_model import ScriptedModel, text, tls_pair  # noqa: E402
 
 AUD = "orchestrator.io/mcp-proxy"
 LABEL = "orchestrator.io/shared-proxy-config"
@@ -554,3 +558,88 @@ def test_a_held_call_shows_the_tasks_secret_values_masked_in_shared_mode(shared,
     assert passphrase in json.dumps(result["result"]), result
     assert passphrase in relay.text(), "the upstream got the real value"
     assert passphrase not in (tmp_path / "shared.log").read_text()
+
+
+def model_post(port: int, headers: dict, body: dict | None = None) -> tuple[int, dict, bytes]:
+    """One Messages request to the shared proxy's /model, as Claude Code sends it."""
+    h = {"content-type": "application/json", "anthropic-version": "2023-06-01", **headers}
+    body = body or {"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": True,
+                    "messages": [{"role": "user", "content": "hello"}]}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", "/model/v1/messages?beta=true", json.dumps(body), h)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def test_each_task_reaches_the_model_with_its_own_key_budget_and_usage_in_shared_mode(shared, start_shared, tmp_path):
+    """The shared proxy's model gateway: each task's agent, with its pod's token as the API key,
+    reaches the model (HTTPS with the CA of the task's ConfigMap) with its own task's key, read
+    through the API; its own budget holds, its usage goes on its own Lease; without a token, or
+    with a pod that runs no task here, nothing reaches the endpoint, and no key is in the log."""
+    ns = shared.ns
+    ca, cert, key = tls_pair(tmp_path / "model-tls")
+
+    def forever(first):
+        while True:
+            yield text("done")
+
+    model = ScriptedModel(forever, tls=(cert, key)).start()
+    try:
+        keys = {t: f"sk-ant-key-of-{t}-{secrets.token_hex(6)}" for t in ("task-a", "task-b")}
+        shared.kube.ok("POST", f"/api/v1/namespaces/{ns}/configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "model-ca"}, "data": {"ca.crt": open(ca).read()}})
+        for task, pod, budget in (("task-a", "pod-a", {}), ("task-b", "pod-b", {"requests": 1})):
+            shared.pod(pod)
+            shared.lease(task)
+            shared.kube.ok("POST", f"/api/v1/namespaces/{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{task}-model"}, "stringData": {"api-key": keys[task] + "\n"}})
+            config = {"task": {"name": task, "namespace": ns, "uid": f"uid-{task}"}, "contextVersion": 1, "servers": [],
+                      "gateway": {"endpoint": model.url, "keySecret": {"name": f"{task}-model", "key": "api-key"},
+                                  "caConfigMap": {"name": "model-ca", "key": "ca.crt"}, "budget": budget}}
+            shared.configmap(task, pod, json.dumps(config))
+        shared.pod("pod-idle")
+        port, _ = start_shared(ns)
+        tokens = {t: shared.token(p) for t, p in (("task-a", "pod-a"), ("task-b", "pod-b"))}
+
+        # Task a's agent sends its token as the API key (Claude Code's apiKeyHelper), b's as a
+        # bearer token: each request goes out with its own task's key, never the token.
+        status, headers, body = model_post(port, {"x-api-key": tokens["task-a"]})
+        assert status == 200 and headers["content-type"].startswith("text/event-stream"), body
+        status, _, body = model_post(port, {"authorization": f"Bearer {tokens['task-b']}"})
+        assert status == 200, body
+        seen = [r.headers["x-api-key"] for r in model.requests]
+        assert seen == [keys["task-a"], keys["task-b"]], seen
+        sent = json.dumps([r.raw_headers for r in model.requests])
+        assert tokens["task-a"] not in sent and tokens["task-b"] not in sent, "an agent's token reached the endpoint"
+
+        # b's budget (one request) holds for b alone.
+        status, _, body = model_post(port, {"x-api-key": tokens["task-b"]})
+        error = json.loads(body)["error"]
+        assert status == 429 and "spec.budget.requests" in error["message"], (status, body)
+        assert model_post(port, {"x-api-key": tokens["task-a"]})[0] == 200
+        assert len(model.requests) == 3
+
+        # No token, a token that is not one, a pod that runs no task here: the API's error
+        # shape, and nothing reaches the endpoint.
+        for headers, want, kind in (({}, 401, "authentication_error"),
+                                    ({"x-api-key": "sk-ant-guess"}, 401, "authentication_error"),
+                                    ({"x-api-key": shared.token("pod-idle")}, 403, "permission_error")):
+            status, _, body = model_post(port, headers)
+            assert (status, json.loads(body)["error"]["type"]) == (want, kind), (headers.keys(), status, body)
+        assert len(model.requests) == 3
+
+        # Each task's usage is on its own Lease, as the endpoint counted it.
+        def usage(task: str) -> dict | None:
+            lease = shared.kube.ok("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{task}")
+            text_ = (lease["metadata"].get("annotations") or {}).get("orchestrator.io/model-usage")
+            return json.loads(text_) if text_ else None
+
+        a = wait_for(lambda: (u := usage("task-a")) and u["requests"] == 2 and u, what="task-a's usage on its Lease")
+        b = wait_for(lambda: (u := usage("task-b")) and u.get("refused") == 1 and u, what="task-b's usage on its Lease")
+        per_request = model.requests[0].reply["usage"]["output_tokens"]
+        assert (a["outputTokens"], b["outputTokens"], b["requests"], b["exceeded"]) == (2 * per_request, per_request, 1, "requests"), (a, b)
+        log = (tmp_path / "shared.log").read_text()
+        assert keys["task-a"] not in log and keys["task-b"] not in log, "a model key is in the shared proxy's log"
+    finally:
+        model.stop()
