@@ -189,9 +189,12 @@ pub struct ContextBody {
     enable: Vec<String>,
     #[serde(default)]
     disable: Vec<String>,
+    /// `FIELD=VALUE` items, as `--budget` takes them.
+    #[serde(default)]
+    budget: Vec<String>,
 }
 
-/// `POST /api/namespaces/{ns}/tasks/{name}/context`: `task add-context`.
+/// `POST /api/namespaces/{ns}/tasks/{name}/context`: `task add-context`, tools and budget.
 pub async fn context(
     State(console): State<Arc<Console>>,
     Path((ns, name)): Path<(String, String)>,
@@ -203,9 +206,17 @@ pub async fn context(
         enable: parse_specs("--enable-tools", &b.enable)?,
         disable: parse_specs("--disable-tools", &b.disable)?,
     };
-    if request.enable.is_empty() && request.disable.is_empty() {
+    let budget = b
+        .budget
+        .iter()
+        .map(|item| {
+            crate::budget::parse(item).map_err(|e| ApiError::bad_request(format!("budget: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if request.enable.is_empty() && request.disable.is_empty() && budget.is_empty() {
         return Err(ApiError::bad_request(
-            "nothing to change: give tools to enable and/or disable, as server:tool",
+            "nothing to change: give tools to enable and/or disable, as server:tool, and/or \
+             budget changes, as FIELD=VALUE",
         ));
     }
     merge::check_contradictions(&request)?;
@@ -213,12 +224,19 @@ pub async fn context(
     let mut notes = add_context::check_request(&catalog, &request)?;
     // Who the API server said the caller is, asked once when the console started.
     let user = console.user.as_deref();
-    let report = add_context::update(&cluster, &name, &request, &catalog, false, user).await?;
+    let report =
+        add_context::update_with_budget(&cluster, &name, &request, &budget, &catalog, false, user)
+            .await?;
     notes.extend(report.notes.iter().cloned());
+    let budget = report
+        .budget
+        .as_ref()
+        .map(|b| crate::budget::describe(&b.before, &b.after));
     Ok(Json(json!({
         "message": add_context::render_report(&report).trim_end(),
         "notes": notes,
         "report": report,
+        "budget": budget,
     })))
 }
 

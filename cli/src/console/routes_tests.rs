@@ -370,6 +370,16 @@ async fn bad_requests_are_refused_before_the_api_server() {
             json!({"enable": ["no-colon"]}),
             StatusCode::BAD_REQUEST,
         ),
+        (
+            "/api/namespaces/ns/tasks/held/context",
+            json!({"budget": ["outputTokens=lots"]}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/api/namespaces/ns/tasks/held/context",
+            json!({"budget": ["tokens=5"]}),
+            StatusCode::BAD_REQUEST,
+        ),
     ] {
         let (status, _, answer) = send(&c, Call::post(path, body)).await;
         assert_eq!(status, want, "{path}: {answer}");

@@ -521,6 +521,20 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
                       "the page's tool lines to be task describe's after the grant")
         assert approver.same_document()
         approver.screenshot("context-and-audit.png")
+        # A person raises the model budget from the page, as `add-context --budget` does.
+        before = story.json("get", "taskrun", TASK, "-n", ns)["spec"].get("budget", {})
+        approver.type("[data-testid=budget]", "outputTokens=lots")
+        approver.click("[data-testid=context-submit]")
+        approver.wait_for("[data-testid=context-message][data-ok=false]", "the refusal of a budget that is no number")
+        assert "outputTokens is a whole number" in approver.text("[data-testid=context-message]")
+        assert story.json("get", "taskrun", TASK, "-n", ns)["spec"].get("budget", {}) == before, "a refused budget changed the TaskRun"
+        approver.type("[data-testid=budget]", "outputTokens=250000 wallTimeSeconds=7200")
+        approver.click("[data-testid=context-submit]")
+        approver.wait_for("[data-testid=context-message][data-ok=true]", "the budget raise")
+        budget = story.json("get", "taskrun", TASK, "-n", ns)["spec"]["budget"]
+        assert (budget["outputTokens"], budget["wallTimeSeconds"]) == (250000, 7200), budget
+        report = " ".join(approver.texts("[data-testid=context-form] .report li"))
+        assert "budget: " in report and "outputTokens" in report and "→ 250000" in report, report
 
         # Cancel, confirmed: the row turns Cancelled.
         approver.click("[data-testid=cancel]")

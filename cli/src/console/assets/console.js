@@ -312,18 +312,22 @@ function buildDetail(t) {
   d.history = el('div');
   d.conditions = el('div');
 
-  const enableId = `enable-${++uid}`, disableId = `disable-${uid}`;
+  const enableId = `enable-${++uid}`, disableId = `disable-${uid}`, budgetId = `budget-${uid}`;
   d.enable = el('input', {id: enableId, 'data-testid': 'enable-tools', list: 'tool-options', autocomplete: 'off',
     placeholder: 'server:tool, server:tool'});
   d.disable = el('input', {id: disableId, 'data-testid': 'disable-tools', list: 'tool-options', autocomplete: 'off',
     placeholder: 'server:tool'});
-  d.contextSubmit = el('button', {type: 'submit', 'data-testid': 'context-submit'}, 'Change tools');
+  d.budget = el('input', {id: budgetId, 'data-testid': 'budget', autocomplete: 'off',
+    placeholder: 'outputTokens=200000, costUsd=5, wallTimeSeconds=none'});
+  d.contextSubmit = el('button', {type: 'submit', 'data-testid': 'context-submit'}, 'Change tools and budget');
   d.contextMessage = el('p', {'data-testid': 'context-message', role: 'status', class: 'message'});
   d.contextReport = el('ul', {class: 'report'});
   const form = el('form', {'data-testid': 'context-form', class: 'context-form'},
     el('p', {class: 'hint'}, 'Comma- or space-separated server:tool names (server:* for all of a server).'),
     el('div', {class: 'row'}, el('label', {for: enableId}, 'Enable tools'), d.enable),
     el('div', {class: 'row'}, el('label', {for: disableId}, 'Disable tools'), d.disable),
+    el('p', {class: 'hint'}, 'Model budget (spec.budget): FIELD=VALUE items, FIELD=none lifts a limit.'),
+    el('div', {class: 'row'}, el('label', {for: budgetId}, 'Budget'), d.budget),
     d.contextSubmit, d.contextMessage, d.contextReport);
   form.addEventListener('submit', (e) => { e.preventDefault(); onContext(d); });
 
@@ -534,19 +538,21 @@ function summary(tools) {
 
 async function onContext(d) {
   const split = (s) => s.split(/[\s,]+/).filter(Boolean);
-  const enable = split(d.enable.value), disable = split(d.disable.value);
+  const enable = split(d.enable.value), disable = split(d.disable.value), budget = split(d.budget.value);
   d.contextReport.replaceChildren();
-  if (!enable.length && !disable.length) {
-    showResult(d.contextMessage, {ok: false, text: 'Give at least one server:tool to enable or disable.'});
+  if (!enable.length && !disable.length && !budget.length) {
+    showResult(d.contextMessage, {ok: false,
+      text: 'Give at least one server:tool to enable or disable, or a budget change (FIELD=VALUE).'});
     return;
   }
   d.contextSubmit.disabled = true;
-  const res = await request(`${taskUrl(d.ns, d.name)}/context`, {enable, disable});
+  const res = await request(`${taskUrl(d.ns, d.name)}/context`, {enable, disable, budget});
   d.contextSubmit.disabled = false;
   showResult(d.contextMessage, res);
   if (!res.ok || !res.data) return;
-  d.enable.value = d.disable.value = '';
+  d.enable.value = d.disable.value = d.budget.value = '';
   const lines = [...(res.data.notes || [])];
+  if (res.data.budget) lines.push(`budget: ${res.data.budget}`);
   for (const s of (res.data.report && res.data.report.servers) || []) {
     const delta = [...(s.added || []).map((n) => `+${n}`), ...(s.removed || []).map((n) => `-${n}`)];
     lines.push(`${s.server}: ${summary(s.before)} → ${summary(s.after)}${delta.length ? ` [${delta.join(' ')}]` : ''}`);
