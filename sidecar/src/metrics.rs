@@ -176,8 +176,20 @@ impl Metrics {
         }
     }
 
+    /// The task the model series of this handle carry: its own in shared mode, none in a
+    /// sidecar (one task per process).
+    pub fn model_task(&self) -> model::SeriesTask {
+        match &self.per_task {
+            PerTask::ByTask { .. } => model::SeriesTask(self.task.clone()),
+            PerTask::Plain { .. } => model::SeriesTask::default(),
+        }
+    }
+
     /// Removes this task's per-task series (its task is no longer served).
     pub fn forget_task(&self) {
+        if let (PerTask::ByTask { .. }, Some(task)) = (&self.per_task, &self.task) {
+            self.model.forget(task);
+        }
         if let (
             PerTask::ByTask {
                 approvals_pending,
@@ -531,6 +543,47 @@ mod tests {
         assert!(
             text.contains(r#"mcp_proxy_context_version{namespace="team-b",taskrun="fix-2"} 7"#)
         );
+    }
+
+    #[test]
+    fn in_shared_mode_each_tasks_model_spending_is_its_own_series_removed_with_it() {
+        let m = Metrics::shared();
+        let (a, b) = (m.for_task("team-a", "fix-1"), m.for_task("team-b", "fix-2"));
+        for (task, tokens) in [(&a, 100), (&b, 7)] {
+            let at = task.model_task();
+            task.model
+                .request(&at, "claude-sonnet-4-5", "ok", 1.5, [tokens, 10, 0, 0]);
+            task.model.cost(&at, "claude-sonnet-4-5", 0.25);
+        }
+        a.model.refused(&a.model_task(), "outputTokens");
+        let text = m.encode();
+        for needle in [
+            r#"mcp_proxy_model_tokens_total{namespace="team-a",taskrun="fix-1",model="claude-sonnet-4-5",kind="input"} 100"#,
+            r#"mcp_proxy_model_tokens_total{namespace="team-b",taskrun="fix-2",model="claude-sonnet-4-5",kind="input"} 7"#,
+            r#"mcp_proxy_model_cost_usd_total{namespace="team-a",taskrun="fix-1",model="claude-sonnet-4-5"} 0.25"#,
+            r#"mcp_proxy_model_budget_refusals_total{namespace="team-a",taskrun="fix-1",limit="outputTokens"} 1"#,
+            // Each task's refusal series exist at 0 once it used the gateway.
+            r#"mcp_proxy_model_budget_refusals_total{namespace="team-b",taskrun="fix-2",limit="wallTimeSeconds"} 0"#,
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        a.forget_task();
+        let text = m.encode();
+        assert!(!text.contains(r#"taskrun="fix-1""#), "{text}");
+        assert!(text.contains(r#"mcp_proxy_model_tokens_total{namespace="team-b",taskrun="fix-2",model="claude-sonnet-4-5",kind="input"} 7"#));
+        // A sidecar's series name no task (one per process).
+        let sidecar = Metrics::new();
+        let task = sidecar.for_task("team-a", "fix-1");
+        task.model.request(
+            &task.model_task(),
+            "claude-sonnet-4-5",
+            "ok",
+            1.0,
+            [1, 1, 0, 0],
+        );
+        assert!(sidecar.encode().contains(
+            r#"mcp_proxy_model_requests_total{model="claude-sonnet-4-5",outcome="ok"} 1"#
+        ));
     }
 
     #[test]

@@ -190,8 +190,10 @@ impl Watch {
         };
         let label = model.as_deref().unwrap_or("-");
         let seconds = m.started.elapsed().as_secs_f64();
+        let task = m.gateway.proxy.metrics.model_task();
         let metrics = &m.gateway.proxy.metrics.model;
         metrics.request(
+            &task,
             label,
             outcome,
             seconds,
@@ -203,7 +205,7 @@ impl Watch {
             ],
         );
         if let Some(nanos) = cost_nanos.filter(|n| *n > 0 && known) {
-            metrics.cost(label, nanos as f64 / 1e9);
+            metrics.cost(&task, label, nanos as f64 / 1e9);
         }
         let fields = |tool_use_id: Option<String>| ModelFields {
             provider: m.gateway_config.provider.as_str(),

@@ -318,7 +318,8 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
             Ok(reservation) => Some(reservation),
             Err(over) => {
                 gateway.publish();
-                gateway.proxy.metrics.model.refused(over.limit);
+                let metrics = &gateway.proxy.metrics;
+                metrics.model.refused(&metrics.model_task(), over.limit);
                 tracing::warn!(
                     limit = over.limit,
                     used = over.used,
