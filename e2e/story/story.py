@@ -586,7 +586,9 @@ class Story:
             "contexts: [{name: operator, context: {cluster: e2e, user: operator}}]\ncurrent-context: operator\n"
         )
         # Exactly the Deployment's env; only what the kubelet would fill in differs.
-        env = {"PATH": os.environ["PATH"], "KUBECONFIG": str(sa_kubeconfig), "RUST_LOG": "info"}
+        # ORCH_STORY_OPERATOR_LOG: the operator's RUST_LOG, for debugging a run (default info).
+        env = {"PATH": os.environ["PATH"], "KUBECONFIG": str(sa_kubeconfig),
+               "RUST_LOG": os.environ.get("ORCH_STORY_OPERATOR_LOG", "info")}
         for var in container.get("env", []):
             if "value" in var:
                 env[var["name"]] = var["value"]

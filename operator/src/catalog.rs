@@ -6,7 +6,6 @@ use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use orchestrator_crds::catalog::{CATALOG_KEY, Catalog};
@@ -56,7 +55,7 @@ pub async fn watch(
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     // With backoff: an error (the ConfigMap's namespace forbidden, the API server away) is
     // retried after a growing pause, not at once in a loop that logs and counts without end.
-    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let mut events = std::pin::pin!(crate::backoff::watch(watcher::watcher(api, config).boxed()));
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Apply(cm) | Event::InitApply(cm)) => {

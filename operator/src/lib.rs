@@ -5,12 +5,14 @@
 //! - [`reconcile`]: applies what render returns (server-side apply), status, events.
 //! - [`catalog`]: loads and watches the catalog ConfigMap.
 //! - [`leader`]: Lease-based leader election.
+//! - [`backoff`]: how the watches retry (each by itself, a 410 at once, at most 5 s apart).
 //! - [`namespaces`]: the namespaces watched (all, or a list: one watch each, merged).
 //! - [`metrics`], [`server`], [`telemetry`]: `/metrics`, `/healthz`, traces over OTLP.
 //! - [`notify`]: the approval webhook (a POST when a call starts waiting for approval).
 //! - [`settings`]: flags and env.
 //! - [`rbac`]: every API verb the operator uses (the chart's RBAC).
 
+pub mod backoff;
 pub mod catalog;
 pub mod error;
 pub mod leader;
@@ -176,13 +178,15 @@ pub async fn run_with(
         let shared_events: BoxStream<'static, watcher::Result<ConfigMap>> =
             match settings.shared_proxy() {
                 Some(proxy) => children::reflect(
-                    watcher::watcher(
-                        Api::<ConfigMap>::namespaced(client.clone(), &proxy.namespace),
-                        watcher::Config::default()
-                            .labels(&format!("{CONFIG_LABEL}=true"))
-                            .page_size(LIST_PAGE_SIZE),
-                    )
-                    .default_backoff(),
+                    backoff::watch(
+                        watcher::watcher(
+                            Api::<ConfigMap>::namespaced(client.clone(), &proxy.namespace),
+                            watcher::Config::default()
+                                .labels(&format!("{CONFIG_LABEL}=true"))
+                                .page_size(LIST_PAGE_SIZE),
+                        )
+                        .boxed(),
+                    ),
                     shared_config_maps.clone(),
                     reconcile::shared::facts,
                 )
@@ -337,6 +341,8 @@ where
             reconcile::shared::task_of(&cm).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
         })
         .reconcile_all_on(catalog::changes(catalog_changed))
+        // Each watch backs off by itself; one shared backoff would stall them all (backoff.rs).
+        .trigger_backoff(backoff::NoBackoff)
         // A short debounce folds the burst of child events that follows each write into one
         // reconcile (and lets the caches catch up with the writes).
         .with_config(

@@ -11,7 +11,7 @@ use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -51,7 +51,7 @@ impl Watched {
     }
 }
 
-/// A watch of `K` where `watched` says, with the usual backoff after errors (each namespace's
+/// A watch of `K` where `watched` says, with [`crate::backoff::watch`]'s retries (each namespace's
 /// own): one watch, or one per namespace merged by [`Merge`].
 pub fn watch<K>(
     client: &Client,
@@ -62,7 +62,8 @@ where
     K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
 {
-    let one = |api: Api<K>, config| watcher::watcher(api, config).default_backoff().boxed();
+    let one =
+        |api: Api<K>, config| crate::backoff::watch(watcher::watcher(api, config).boxed()).boxed();
     match watched {
         Watched::All => one(Api::all(client.clone()), config),
         Watched::Only(list) if list.len() == 1 => {

@@ -2,8 +2,8 @@
 //! selector, as its Role's `resourceNames` require) and offers each new `proxy.yaml` to
 //! [`Applier`]; each new `approvals.json` (the operator's verdicts on held calls) goes to
 //! `crate::approval`, without any reload. kube's watcher resumes by itself after a lost connection or an API server
-//! restart (re-watch, or re-list when the resource version is gone, with backoff); we log the
-//! state changes, not every retry.
+//! restart (re-watch, or re-list when the resource version is gone), paced by `super::backoff`;
+//! we log the state changes, not every retry.
 
 use std::sync::Arc;
 
@@ -11,10 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
-    runtime::{
-        WatchStreamExt,
-        watcher::{self, Event},
-    },
+    runtime::watcher::{self, Event},
 };
 
 use orchestrator_crds::approval::VERDICTS_KEY;
@@ -30,7 +27,7 @@ pub const CONFIG_KEY: &str = "proxy.yaml";
 /// Runs until the task is aborted (the watcher stream itself never ends).
 pub async fn follow(api: Api<ConfigMap>, origin: String, name: String, applier: Arc<Applier>) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = super::backoff::watch(watcher::watcher(api, config).boxed());
     futures::pin_mut!(stream);
     let mut follower = Follower {
         origin,
