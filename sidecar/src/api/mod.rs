@@ -10,7 +10,7 @@
 //! `usage` reports the model gateway's counts on the Lease and takes them up at start.
 
 mod approvals;
-mod backoff;
+pub mod backoff;
 mod baseline;
 mod events;
 mod holders;

@@ -2,7 +2,9 @@
 //! [`CONFIG_LABEL`]`=true` in the proxy's namespace is a task served here ([`Tenants::upsert`]);
 //! one deleted is a task no longer served ([`Tenants::remove`]). After a re-list (a reconnect
 //! whose resource version was gone), a tenant whose ConfigMap is not in the list is removed too.
-//! kube's watcher resumes by itself with backoff; the state changes are logged, not every retry.
+//! kube's watcher resumes by itself, paced by [`crate::api::backoff`] (no wait after a 410 Gone,
+//! delays up to 5 s: tasks are served again within seconds of an API server restart); the state
+//! changes are logged, not every retry.
 
 use std::{collections::HashSet, sync::Arc};
 
@@ -10,10 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api,
-    runtime::{
-        WatchStreamExt,
-        watcher::{self, Event},
-    },
+    runtime::watcher::{self, Event},
 };
 use orchestrator_crds::shared::CONFIG_LABEL;
 use tokio::sync::watch;
@@ -23,7 +22,7 @@ use super::registry::Tenants;
 /// Runs until aborted. `listed` turns true once the first list is in (`/readyz`).
 pub async fn follow(api: Api<ConfigMap>, tenants: Arc<Tenants>, listed: watch::Sender<bool>) {
     let config = watcher::Config::default().labels(&format!("{CONFIG_LABEL}=true"));
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = crate::api::backoff::watch(watcher::watcher(api, config).boxed());
     futures::pin_mut!(stream);
     let mut seen: HashSet<String> = HashSet::new();
     let mut failing = false;
