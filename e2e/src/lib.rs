@@ -175,13 +175,15 @@ pub fn helm(args: &[&str]) -> Result<Output> {
     Ok(out)
 }
 
-/// Builds a workspace binary with the cargo running these tests (a no-op when it is up to date,
-/// same target directory) and returns its path, as a user would run it.
+/// A workspace binary as `cargo test --workspace` builds it, with the cargo running these tests
+/// (a no-op when it is up to date, same target directory), and its path. Not `cargo build -p`:
+/// that resolves the features of one package, not the workspace's tests', and rebuilt some 50
+/// dependencies (tokio, hyper, kube, k8s-openapi) on a cold run.
 pub fn cargo_bin(package: &str, bin: &str) -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(repo_root())
-        .args(["build", "--quiet", "-p", package, "--bin", bin])
+        .args(["test", "--workspace", "--no-run", "--quiet"])
         .args(["--message-format", "json-render-diagnostics"])
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -195,12 +197,17 @@ pub fn cargo_bin(package: &str, bin: &str) -> Result<PathBuf> {
         };
         if msg["reason"] == "compiler-artifact"
             && msg["target"]["name"] == bin
+            && msg["target"]["kind"] == serde_json::json!(["bin"])
+            && msg["profile"]["test"] == false
+            && msg["package_id"]
+                .as_str()
+                .is_some_and(|id| id.contains(package))
             && let Some(exe) = msg["executable"].as_str()
         {
             return Ok(PathBuf::from(exe));
         }
     }
-    bail!("cargo build did not report the {bin} executable")
+    bail!("cargo test --no-run did not report the {bin} executable")
 }
 
 /// Writes a kubeconfig for the e2e cluster that authenticates with `token` (for example a

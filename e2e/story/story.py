@@ -134,6 +134,24 @@ def bin_dir() -> Path:
 _FROZEN: dict = {}
 
 
+def workspace_binaries(env: dict) -> dict[str, Path]:
+    """The workspace's binaries (name -> path) as `cargo test --workspace` builds them: with the
+    features the whole workspace's tests unify (a `cargo build -p` of one package resolves fewer,
+    and rebuilt some 50 crates, tokio, hyper, kube and k8s-openapi among them: 100 s on a cold
+    run). After ./test's unit tests this is a no-op."""
+    out = subprocess.run(
+        ["cargo", "test", "--workspace", "--no-run", "--quiet", "--message-format=json-render-diagnostics"],
+        cwd=REPO, env=env, check=True, stdout=subprocess.PIPE,
+    ).stdout.decode()
+    found = {}
+    for line in out.splitlines():
+        msg = json.loads(line)
+        if (msg.get("reason") == "compiler-artifact" and msg.get("executable")
+                and msg["target"]["kind"] == ["bin"] and not msg["profile"]["test"]):
+            found[msg["target"]["name"]] = Path(msg["executable"])
+    return found
+
+
 def cargo_binaries() -> dict[str, Path]:
     """Builds the host binaries (a no-op when up to date) and returns their paths; with
     ORCH_STORY_FREEZE set, once per process (bench.py's stories all run one build)."""
@@ -144,16 +162,7 @@ def cargo_binaries() -> dict[str, Path]:
         env["CARGO_TARGET_DIR"] = subprocess.run(
             [REPO / "scripts/target-dir"], check=True, capture_output=True, text=True
         ).stdout.strip()
-    out = subprocess.run(
-        ["cargo", "build", "--quiet", "--message-format=json-render-diagnostics",
-         "-p", "orchestrator-operator", "-p", "orchestrator-cli", "--bins"],
-        cwd=REPO, env=env, check=True, stdout=subprocess.PIPE,
-    ).stdout.decode()
-    found = {}
-    for line in out.splitlines():
-        msg = json.loads(line)
-        if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
-            found[msg["target"]["name"]] = Path(msg["executable"])
+    found = workspace_binaries(env)
     for name in ("orchestrator-operator", "orchestrator-cli"):
         check(name in found, f"cargo build did not produce {name}")
     if os.environ.get("ORCH_STORY_FREEZE"):

@@ -72,8 +72,11 @@ def proxy_bin() -> Path:
         env["CARGO_TARGET_DIR"] = subprocess.run(
             [REPO / "scripts/target-dir"], check=True, capture_output=True, text=True
         ).stdout.strip()
+    # As `cargo test --workspace` builds it (./test's unit tests did: a no-op then), with the
+    # features the workspace's tests unify; a `cargo build -p` resolves fewer and rebuilds some
+    # 50 dependencies.
     out = subprocess.run(
-        ["cargo", "build", "-p", "orchestrator-mcp-proxy", "--bins", "--message-format=json-render-diagnostics"],
+        ["cargo", "test", "--workspace", "--no-run", "--message-format=json-render-diagnostics"],
         cwd=REPO,
         env=env,
         check=True,
@@ -81,10 +84,15 @@ def proxy_bin() -> Path:
     ).stdout
     for line in out.decode().splitlines():
         msg = json.loads(line)
-        if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "orchestrator-mcp-proxy":
-            if msg.get("executable"):
-                return Path(msg["executable"])
-    pytest.fail("cargo build did not produce the orchestrator-mcp-proxy binary")
+        if (
+            msg.get("reason") == "compiler-artifact"
+            and msg.get("target", {}).get("name") == "orchestrator-mcp-proxy"
+            and msg["target"].get("kind") == ["bin"]
+            and not msg.get("profile", {}).get("test")
+            and msg.get("executable")
+        ):
+            return Path(msg["executable"])
+    pytest.fail("cargo test --no-run did not produce the orchestrator-mcp-proxy binary")
 
 
 def free_port() -> int:
