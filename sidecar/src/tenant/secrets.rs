@@ -129,67 +129,61 @@ impl ModelKeys {
         }
     }
 
-    fn fresh(&self, secret: bool, at: &ObjectKey) -> Option<Vec<u8>> {
-        let kept = lock(&self.kept);
-        kept.get(&(secret, at.clone()))
+    /// The key `at` of the object `what` names (kept a while): read with `api`, its value
+    /// taken out by `value`; `secret` tells the kept Secrets' values from the ConfigMaps'.
+    async fn read<K>(
+        &self,
+        api: &Api<K>,
+        secret: bool,
+        what: &str,
+        at: &ObjectKey,
+        value: impl FnOnce(K) -> Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, String>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let id = (secret, at.clone());
+        if let Some((_, value)) = lock(&self.kept)
+            .get(&id)
             .filter(|(read, _)| read.elapsed() < MODEL_KEYS_FRESH)
-            .map(|(_, value)| value.clone())
-    }
-
-    fn keep(&self, secret: bool, at: &ObjectKey, value: &[u8]) {
+        {
+            return Ok(value.clone());
+        }
+        let object = api
+            .get_opt(&at.name)
+            .await
+            .map_err(|e| format!("cannot read the task's {what} {}: {e}", at.name))?
+            .ok_or_else(|| format!("the task's {what} {} does not exist", at.name))?;
+        let value = value(object)
+            .ok_or_else(|| format!("the task's {what} {} has no key {}", at.name, at.key))?;
         let mut kept = lock(&self.kept);
         kept.retain(|_, (read, _)| read.elapsed() < MODEL_KEYS_FRESH);
-        kept.insert((secret, at.clone()), (Instant::now(), value.to_vec()));
+        kept.insert(id, (Instant::now(), value.clone()));
+        Ok(value)
     }
 }
 
 impl crate::gateway::Reader for ModelKeys {
     fn secret<'a>(&'a self, at: &'a ObjectKey) -> BoxFuture<'a, Result<Vec<u8>, String>> {
-        Box::pin(async move {
-            if let Some(value) = self.fresh(true, at) {
-                return Ok(value);
-            }
-            let secret = self
-                .secrets
-                .get_opt(&at.name)
-                .await
-                .map_err(|e| format!("cannot read the task's model Secret {}: {e}", at.name))?;
-            let secret = secret
-                .ok_or_else(|| format!("the task's model Secret {} does not exist", at.name))?;
-            let value = secret
-                .data
-                .and_then(|mut d| d.remove(&at.key))
-                .map(|v| v.0)
-                .ok_or_else(|| {
-                    format!("the task's model Secret {} has no key {}", at.name, at.key)
-                })?;
-            self.keep(true, at, &value);
-            Ok(value)
-        })
+        Box::pin(
+            self.read(&self.secrets, true, "model Secret", at, |s: Secret| {
+                s.data.and_then(|mut d| d.remove(&at.key)).map(|v| v.0)
+            }),
+        )
     }
 
     fn config_map<'a>(&'a self, at: &'a ObjectKey) -> BoxFuture<'a, Result<Vec<u8>, String>> {
-        Box::pin(async move {
-            if let Some(value) = self.fresh(false, at) {
-                return Ok(value);
-            }
-            let cm = self
-                .config_maps
-                .get_opt(&at.name)
-                .await
-                .map_err(|e| format!("cannot read the task's CA ConfigMap {}: {e}", at.name))?;
-            let cm =
-                cm.ok_or_else(|| format!("the task's CA ConfigMap {} does not exist", at.name))?;
-            let value = cm
-                .data
-                .and_then(|mut d| d.remove(&at.key))
-                .map(String::into_bytes)
-                .ok_or_else(|| {
-                    format!("the task's CA ConfigMap {} has no key {}", at.name, at.key)
-                })?;
-            self.keep(false, at, &value);
-            Ok(value)
-        })
+        Box::pin(self.read(
+            &self.config_maps,
+            false,
+            "CA ConfigMap",
+            at,
+            |c: ConfigMap| {
+                c.data
+                    .and_then(|mut d| d.remove(&at.key))
+                    .map(String::into_bytes)
+            },
+        ))
     }
 }
 
