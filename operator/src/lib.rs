@@ -51,7 +51,8 @@ pub use settings::Settings;
 use crate::catalog::CatalogStore;
 use crate::metrics::Metrics;
 use crate::namespaces::Watched;
-use crate::reconcile::{CachedJob, Context, Index, children};
+use crate::reconcile::Context;
+use crate::reconcile::facts::{self, CachedJob, Index, children};
 use crate::server::Health;
 
 /// Objects per page when a watch lists (on start and after a watch expired). The client's
@@ -158,7 +159,7 @@ pub async fn run_with(
         let lease_events = children::reflect(
             namespaces::watch::<PartialObjectMeta<Lease>>(&client, &watched, selector),
             leases.clone(),
-            reconcile::served::lease_facts,
+            facts::lease::lease_facts,
         )
         .touched_objects();
         // People's decisions on held calls; each reconciles the TaskRun it names.
@@ -169,7 +170,7 @@ pub async fn run_with(
                 watcher::Config::default().page_size(LIST_PAGE_SIZE),
             ),
             decisions.clone(),
-            reconcile::approvals::decision_facts,
+            facts::decision::decision_facts,
         )
         .touched_objects();
         // With a shared proxy: the shared tasks' ConfigMaps in its namespace (a change or
@@ -188,7 +189,7 @@ pub async fn run_with(
                         .boxed(),
                     ),
                     shared_config_maps.clone(),
-                    reconcile::shared::facts,
+                    facts::shared::facts,
                 )
                 .touched_objects()
                 .boxed(),
@@ -338,7 +339,7 @@ where
                 .map(|ns| ObjectRef::new(&a.spec.task_run).within(&ns))
         })
         .watches_stream(shared, |cm: ConfigMap| {
-            reconcile::shared::task_of(&cm).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+            facts::shared::task_of(&cm).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
         })
         .reconcile_all_on(catalog::changes(catalog_changed))
         // Each watch backs off by itself; one shared backoff would stall them all (backoff.rs).

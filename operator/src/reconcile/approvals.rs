@@ -32,50 +32,21 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use orchestrator_crds::approval::{
     APPROVALS_MANAGER, Approval, ApprovalRequest, ApprovalState, Decision, MAX_DECIDED,
-    MAX_REASON_CHARS, ToolApproval, VERDICTS_KEY, Verdict, clip, object_name,
+    VERDICTS_KEY, Verdict, object_name,
 };
 use orchestrator_crds::policy::short_pin;
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
 use serde_json::json;
 
-use super::{Context, events};
+use super::context::Context;
+use super::events;
+use super::facts::DecisionFacts;
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::notify::{Notice, Notifier};
 
 /// A call the proxy stopped holding this close to its expiry (clocks differ a little) expired.
 const EXPIRY_SLACK_SECONDS: i64 = 2;
-
-/// What the operator keeps of a ToolApproval.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecisionFacts {
-    pub task_run: String,
-    pub id: String,
-    /// The digest of the call it decides.
-    pub digest: String,
-    pub decision: Decision,
-    pub decided_by: String,
-    pub reason: Option<String>,
-    /// When the API server stored it (RFC 3339).
-    pub decided_at: Option<Timestamp>,
-}
-
-/// The facts of a ToolApproval.
-pub fn decision_facts(approval: &ToolApproval) -> Option<DecisionFacts> {
-    Some(DecisionFacts {
-        task_run: approval.spec.task_run.clone(),
-        id: approval.spec.id.clone(),
-        digest: approval.spec.digest.clone(),
-        decision: approval.spec.decision,
-        decided_by: approval.spec.decided_by.clone(),
-        reason: approval
-            .spec
-            .reason
-            .as_deref()
-            .map(|r| clip(r, MAX_REASON_CHARS)),
-        decided_at: approval.metadata.creation_timestamp.as_ref().map(|t| t.0),
-    })
-}
 
 /// Why an approval changed state, when its state alone does not say (see [`describe`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -281,20 +252,20 @@ pub fn next_expiry(approvals: &[Approval], now: Timestamp) -> Option<Duration> {
 
 /// Where the verdicts go: the task's ConfigMap (when it is this TaskRun's; in shared mode, the
 /// one in the shared proxy's namespace), with the verdicts it holds.
-pub struct Target<'a> {
-    pub namespace: &'a str,
-    pub config_map: &'a str,
-    pub written: Option<&'a str>,
+pub struct Target {
+    pub namespace: String,
+    pub config_map: String,
+    pub written: Option<Box<str>>,
 }
 
 /// Merges, and writes what changed: the ConfigMap's verdicts (when there is a `target`), then
 /// the status, then the Events. A task that is not `running` any more holds nothing: its pending
 /// calls are withdrawn. Returns when to look again for an expiry.
-pub async fn reconcile(
+pub async fn sync(
     ctx: &Context,
     tr: &TaskRun,
     previous: &TaskRunStatus,
-    target: Option<Target<'_>>,
+    target: Option<Target>,
     running: bool,
 ) -> Result<Option<Duration>> {
     let ns = tr.namespace().unwrap_or_default();
@@ -328,7 +299,7 @@ pub async fn reconcile(
         written,
     }) = target
         && (!verdicts.is_empty() || written.is_some())
-        && written != Some(text.as_str())
+        && written.as_deref() != Some(text.as_str())
     {
         let patch = json!({
             "apiVersion": "v1",
@@ -336,9 +307,9 @@ pub async fn reconcile(
             "metadata": {"name": config_map, "namespace": namespace},
             "data": {VERDICTS_KEY: text},
         });
-        Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
             .patch(
-                config_map,
+                &config_map,
                 &PatchParams::apply(APPROVALS_MANAGER).force(),
                 &Patch::Apply(patch),
             )

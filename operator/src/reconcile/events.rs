@@ -11,7 +11,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::Context;
+use super::context::Context;
 use crate::render::Plan;
 
 /// Emits an event on the TaskRun; a failure is logged, never fails the reconcile.

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::children::JobFacts;
+use super::facts::JobFacts;
 use crate::error::Result;
 use crate::render::job::PROXY_CONTAINER;
 use crate::render::zone::{ZONE_CONTAINER_PREFIX, zone_container_name};
@@ -154,7 +154,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::reconcile::cached_job::CachedJob;
+    use crate::reconcile::facts::CachedJob;
     use crate::render::{DEFAULT_SIDECAR_PORT, RenderSettings, render};
 
     fn plan(servers: serde_json::Value) -> Plan {

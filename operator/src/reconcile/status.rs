@@ -1,12 +1,14 @@
-//! Status: the phase from the Job, the conditions, and keeping each condition's
+//! Status: the phase from the Job (`facts::job_state`), the conditions (`ToolsSynced` from what
+//! the proxy reports, `BudgetExceeded` from its usage, ...), and keeping each condition's
 //! `lastTransitionTime` when its status did not change. Pure.
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use orchestrator_crds::gateway::ModelUsage;
 use orchestrator_crds::taskrun::{Phase, TaskResult, TaskRunStatus};
 
-use super::cached_job::CachedJob;
+use super::facts::JobState;
 use crate::render::job::AGENT_CONTAINER;
 use orchestrator_crds::taskrun::conditions as ct;
 
@@ -83,70 +85,43 @@ pub fn conditions(
         .collect()
 }
 
-/// What the Job says about the task.
-#[derive(Clone, Debug, PartialEq)]
-pub struct JobState {
-    pub phase: Phase,
-    /// Why it failed (the Job's `Failed` condition reason), or how it succeeded.
-    pub reason: String,
-    pub message: String,
-    pub start_time: Option<Time>,
-    pub completion_time: Option<Time>,
+/// `ToolsSynced` for the rendered `version` and what the proxy reported.
+pub fn condition(version: u64, served: Option<i64>) -> Cond {
+    match served {
+        Some(s) if s >= version as i64 => Cond::yes(
+            ct::TOOLS_SYNCED,
+            "Served",
+            format!("the task pod's proxy serves contextVersion {s}"),
+        ),
+        Some(s) => Cond::no(
+            ct::TOOLS_SYNCED,
+            "Syncing",
+            format!("the task pod's proxy serves contextVersion {s}; {version} is rendered"),
+        ),
+        None => Cond::unknown(
+            ct::TOOLS_SYNCED,
+            "NotReported",
+            "the task pod's proxy has not reported what it serves yet",
+        ),
+    }
 }
 
-/// The task's phase from its Job.
-pub fn job_state(job: &CachedJob) -> JobState {
-    let status = job.status.clone().unwrap_or_default();
-    let conditions = status.conditions.clone().unwrap_or_default();
-    let holds = |t: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == t && c.status == "True")
-    };
-    let (phase, reason, message, completion) = if let Some(c) = holds("Complete") {
-        let done = status
-            .completion_time
-            .clone()
-            .or_else(|| c.last_transition_time.clone());
-        (
-            Phase::Succeeded,
-            "Completed".to_string(),
-            "the agent finished successfully".to_string(),
-            done,
-        )
-    } else if let Some(c) = holds("Failed") {
-        (
-            Phase::Failed,
-            c.reason.clone().unwrap_or_else(|| "JobFailed".into()),
-            c.message.clone().unwrap_or_else(|| "the Job failed".into()),
-            c.last_transition_time.clone(),
-        )
-    } else if status.active.unwrap_or(0) > 0
-        || status.succeeded.unwrap_or(0) > 0
-        || status.failed.unwrap_or(0) > 0
-    {
-        // A pod that already finished counts as running until the Job controller sets its
-        // terminal condition, so the phase never steps back from Running to Pending.
-        (
-            Phase::Running,
-            "Running".into(),
-            "the agent is running".into(),
-            None,
-        )
-    } else {
-        (
-            Phase::Pending,
-            "Pending".into(),
-            "waiting for the Job's pod to start".into(),
-            None,
-        )
-    };
-    JobState {
-        phase,
-        reason,
-        message,
-        start_time: status.start_time,
-        completion_time: completion,
+/// `BudgetExceeded`: True while the gateway refuses the task's requests for its budget.
+pub fn budget_condition(usage: &ModelUsage) -> Cond {
+    match &usage.exceeded {
+        Some(limit) => Cond::yes(
+            ct::BUDGET_EXCEEDED,
+            "BudgetExceeded",
+            format!(
+                "the task's model requests are refused: spec.budget.{limit} is spent; raise it \
+                 to let the task go on"
+            ),
+        ),
+        None => Cond::no(
+            ct::BUDGET_EXCEEDED,
+            "WithinBudget",
+            format!("{} model requests within the budget", usage.requests),
+        ),
     }
 }
 
@@ -291,7 +266,13 @@ pub fn job_created_cond(name: &str, exists: bool, finished: bool, recorded: Opti
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::core::PartialObjectMeta;
+    use orchestrator_crds::gateway::USAGE_ANNOTATION;
+    use serde_json::json;
+
     use super::*;
+    use crate::reconcile::facts::lease::lease_facts;
 
     #[test]
     fn transition_time_is_kept_while_the_status_holds() {
@@ -352,32 +333,42 @@ mod tests {
     }
 
     #[test]
-    fn phase_follows_the_job() {
-        let job = |status: serde_json::Value| -> CachedJob {
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "j"}, "status": status}))
-                .expect("job")
+    fn the_proxys_usage_report_becomes_status_usage_and_a_spent_budget_a_condition() {
+        let with = |text: &str| -> PartialObjectMeta<Lease> {
+            serde_json::from_value(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "t", "namespace": "team-a",
+                             "annotations": {USAGE_ANNOTATION: text}}}))
+            .unwrap_or_else(|e| panic!("a Lease: {e}"))
         };
-        assert_eq!(job_state(&job(serde_json::json!({}))).phase, Phase::Pending);
-        assert_eq!(
-            job_state(&job(serde_json::json!({"active": 1}))).phase,
-            Phase::Running
+        let report = json!({"inputTokens": 1200, "outputTokens": 100, "cacheCreationInputTokens": 0,
+                            "cacheReadInputTokens": 4000, "costUsd": "0.0123", "requests": 3,
+                            "refused": 2, "exceeded": "outputTokens"});
+        let usage = lease_facts(&with(&report.to_string()))
+            .and_then(|f| f.usage)
+            .expect("the usage");
+        assert_eq!((usage.output_tokens, usage.requests), (100, 3));
+        let cond = budget_condition(&usage);
+        assert!(
+            cond.message.contains("spec.budget.outputTokens"),
+            "{}",
+            cond.message
         );
-        // The pod finished but the Job controller has not set Complete yet: still Running.
-        assert_eq!(
-            job_state(&job(serde_json::json!({"active": 0, "succeeded": 1}))).phase,
-            Phase::Running
-        );
-        let done = job_state(&job(serde_json::json!({"conditions": [
-            {"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}
-        ], "completionTime": "2026-01-01T00:00:00Z"})));
-        assert_eq!(done.phase, Phase::Succeeded);
-        assert!(done.completion_time.is_some());
-        let failed = job_state(&job(serde_json::json!({"conditions": [
-            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "too slow"}
-        ]})));
-        assert_eq!(
-            (failed.phase, failed.reason.as_str()),
-            (Phase::Failed, "DeadlineExceeded")
-        );
+        assert_eq!(cond.reason, "BudgetExceeded");
+        let within = ModelUsage {
+            exceeded: None,
+            ..usage
+        };
+        assert_eq!(budget_condition(&within).reason, "WithinBudget");
+        // Not our proxy's: too long, or not the shape.
+        for bad in [
+            format!("{{\"requests\": 1, \"x\": \"{}\"}}", "a".repeat(2000)),
+            "[1]".into(),
+        ] {
+            assert!(
+                lease_facts(&with(&bad)).and_then(|f| f.usage).is_none(),
+                "{bad:.40}"
+            );
+        }
     }
 }

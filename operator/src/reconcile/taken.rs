@@ -20,7 +20,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
 
-use super::children::controller;
+use super::facts::children::controller;
 use crate::error::Result;
 use crate::render::Problem;
 use crate::render::identity::Identity;

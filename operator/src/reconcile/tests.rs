@@ -28,9 +28,15 @@ use tower_test::mock;
 
 use orchestrator_crds::shared::ProxyMode;
 
-use super::status::JobState;
+use super::context::{POD_RETRY, RESYNC, SECRET_RETRY};
+use super::facts::{
+    DecisionFacts, JobState, LeaseFacts, SharedFacts, children, decision, lease, shared,
+};
 use super::ttl::Ttl;
 use super::*;
+use crate::catalog::CatalogStore;
+use crate::metrics::Metrics;
+use crate::render::RenderSettings;
 use crate::render::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, DEFAULT_SIDECAR_PORT};
 
 const NS: &str = "team-a";
@@ -251,9 +257,9 @@ struct Harness {
     ctx: Arc<Context>,
     jobs: Index<JobFacts>,
     config_maps: Index<ConfigMapFacts>,
-    leases: Index<served::LeaseFacts>,
-    decisions: Index<approvals::DecisionFacts>,
-    shared_config_maps: Index<shared::SharedFacts>,
+    leases: Index<LeaseFacts>,
+    decisions: Index<DecisionFacts>,
+    shared_config_maps: Index<SharedFacts>,
 }
 
 impl Harness {
@@ -350,11 +356,11 @@ impl Harness {
     fn proxy_reports(&mut self, name: &str, version: u64) {
         let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "namespace": NS,
-                         "annotations": {served::SERVED_ANNOTATION: version.to_string()}}});
+                         "annotations": {lease::SERVED_ANNOTATION: version.to_string()}}});
         let meta: PartialObjectMeta<Lease> =
             serde_json::from_value(lease).expect("a Lease's metadata");
         self.leases
-            .apply(&watcher::Event::Apply(meta), served::lease_facts);
+            .apply(&watcher::Event::Apply(meta), lease::lease_facts);
     }
 
     /// One reconcile; fails instead of hanging if it waits on an unanswered request.
@@ -1060,11 +1066,11 @@ async fn a_version_already_in_the_history_is_not_recorded_again() {
 fn proxy_holds(h: &mut Harness, name: &str, requests: Value) {
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": name, "namespace": NS,
-                     "annotations": {served::SERVED_ANNOTATION: "1",
+                     "annotations": {lease::SERVED_ANNOTATION: "1",
                                      REQUESTS_ANNOTATION: requests.to_string()}}});
     let meta: PartialObjectMeta<Lease> = serde_json::from_value(lease).expect("a Lease's metadata");
     h.leases
-        .apply(&watcher::Event::Apply(meta), served::lease_facts);
+        .apply(&watcher::Event::Apply(meta), lease::lease_facts);
 }
 
 /// A person's ToolApproval of the call [`held`] shows, as the operator's watch sees it.
@@ -1089,7 +1095,7 @@ fn person_decides_on(
                  "decidedBy": who, "reason": "looks right"}});
     let approval: ToolApproval = serde_json::from_value(approval).expect("a ToolApproval");
     h.decisions
-        .apply(&watcher::Event::Apply(approval), approvals::decision_facts);
+        .apply(&watcher::Event::Apply(approval), decision::decision_facts);
 }
 
 fn approvals_written(writes: &[Write]) -> Option<Vec<Approval>> {
@@ -1531,7 +1537,7 @@ fn sync_lease(h: &mut Harness, name: &str) {
     let lease = h.fake.get(&path("leases", name)).expect("the Lease");
     let meta: PartialObjectMeta<Lease> = serde_json::from_value(lease).expect("a Lease");
     h.leases
-        .apply(&watcher::Event::Apply(meta), served::lease_facts);
+        .apply(&watcher::Event::Apply(meta), lease::lease_facts);
 }
 
 #[tokio::test]

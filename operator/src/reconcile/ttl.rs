@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use orchestrator_crds::taskrun::{Phase, TaskRunStatus, conditions as ct};
 
-use super::status::JobState;
+use super::facts::JobState;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ttl {

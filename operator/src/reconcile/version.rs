@@ -3,7 +3,7 @@
 
 use orchestrator_crds::taskrun::TaskRunStatus;
 
-use super::children::ConfigMapFacts;
+use super::facts::ConfigMapFacts;
 
 /// The version a rendered config gets, and the highest version seen before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -481,7 +481,7 @@ async fn a_zone_keys_secret_made_just_before_the_create_is_not_used() {
                "metadata": {"name": format!("{NAME}-zone-keys"), "namespace": NS},
                "stringData": {"memory": "00".repeat(32)}}),
     );
-    let failed = crate::reconcile::zone_keys::create_if_missing(&h.ctx, NS, &tr, &plan)
+    let failed = crate::reconcile::placement::zone_keys::create_if_missing(&h.ctx, NS, &tr, &plan)
         .await
         .expect_err("not its Secret");
     assert!(
@@ -495,7 +495,7 @@ async fn a_zone_keys_secret_made_just_before_the_create_is_not_used() {
         &zone_keys_path(),
         serde_json::to_value(&plan_secret).expect("serializes"),
     );
-    crate::reconcile::zone_keys::create_if_missing(&h.ctx, NS, &tr, &plan)
+    crate::reconcile::placement::zone_keys::create_if_missing(&h.ctx, NS, &tr, &plan)
         .await
         .expect("its own Secret");
     let kept = h.fake.get(&zone_keys_path()).expect("the zone keys");
@@ -691,9 +691,14 @@ async fn an_orphan_is_deleted_only_at_the_version_the_sweep_saw() {
     h.fake
         .put(&shared_path(), json!({"metadata": {"name": "x"}}));
     let name = format!("task.{NS}.{NAME}");
-    let deleted = shared::delete_orphan(&h.ctx.client, PROXY_NS, &name, Some("7"))
-        .await
-        .expect("deleted");
+    let deleted = crate::reconcile::placement::shared::delete_orphan(
+        &h.ctx.client,
+        PROXY_NS,
+        &name,
+        Some("7"),
+    )
+    .await
+    .expect("deleted");
     assert!(deleted);
     let writes = h.fake.take_writes();
     assert_eq!(writes[0].method, Method::DELETE);
@@ -703,7 +708,7 @@ async fn an_orphan_is_deleted_only_at_the_version_the_sweep_saw() {
     );
     // Gone already: not an error.
     assert!(
-        !shared::delete_orphan(&h.ctx.client, PROXY_NS, &name, None)
+        !crate::reconcile::placement::shared::delete_orphan(&h.ctx.client, PROXY_NS, &name, None)
             .await
             .expect("404 is fine")
     );

@@ -17,9 +17,9 @@ use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::Context;
-use super::taken;
 use crate::error::{Error, Result};
+use crate::reconcile::context::Context;
+use crate::reconcile::taken;
 use crate::render::{Plan, Problem, zone::zone_keys_secret_name};
 
 /// The bytes of a zone's key.

@@ -10,31 +10,31 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus, conditions as ct};
 
 use super::config::Config;
-use super::observe::Observed;
-use super::status::{self, Cond};
 use super::status_write::{Tools, write_status};
-use super::{
-    Context, SECRET_RETRY, approvals, events, inputs, mode, shared, soonest, taken, zone_keys,
-};
 use crate::error::Result;
+use crate::reconcile::context::{Context, SECRET_RETRY, soonest};
+use crate::reconcile::facts::Observed;
+use crate::reconcile::placement::{Placement, mode};
+use crate::reconcile::status::{self, Cond};
+use crate::reconcile::{approvals, events, inputs, taken};
 use crate::render::files::CONFIG_TOO_LARGE;
 use crate::render::{self, Plan, Problem};
 
-/// Where the task's proxy runs (`mode.rs`), recorded in `seen`; a Namespace label naming no
-/// mode blocks the TaskRun (looked at again soon: the operator does not watch Namespaces).
-pub async fn mode(
+/// Where the task's proxy runs (`placement/mode.rs`), recorded in `seen`; a Namespace label
+/// naming no mode blocks the TaskRun (looked at again soon: the operator does not watch
+/// Namespaces).
+pub async fn placement(
     tr: &TaskRun,
     ctx: &Context,
     seen: &mut Observed,
-) -> Result<ControlFlow<Action, ProxyMode>> {
+) -> Result<ControlFlow<Action, Placement>> {
     match mode::resolve(ctx, tr, &seen.previous, seen.job.as_deref()).await? {
         Ok(mode) => {
             seen.mode = Some(mode);
-            Ok(ControlFlow::Continue(mode))
+            Ok(ControlFlow::Continue(Placement::of(mode)))
         }
         Err(problem) => Ok(ControlFlow::Break(
             blocked(tr, ctx, seen, vec![problem], Some(SECRET_RETRY)).await?,
@@ -42,7 +42,7 @@ pub async fn mode(
     }
 }
 
-/// Renders the TaskRun with the last valid catalog, its proxy in `mode`. Without a catalog
+/// Renders the TaskRun with the last valid catalog, its proxy at `placement`. Without a catalog
 /// (looked at again soon) or with problems (looked at again when the TaskRun changes; in shared
 /// mode without a shared proxy, when the operator restarts with one), the TaskRun is blocked
 /// instead.
@@ -50,7 +50,7 @@ pub async fn render(
     tr: &TaskRun,
     ctx: &Context,
     seen: &Observed,
-    mode: ProxyMode,
+    placement: Placement,
 ) -> Result<ControlFlow<Action, Plan>> {
     let Some(catalog) = ctx.catalog.get() else {
         let problem = Problem {
@@ -60,7 +60,7 @@ pub async fn render(
         let action = blocked(tr, ctx, seen, vec![problem], Some(SECRET_RETRY)).await?;
         return Ok(ControlFlow::Break(action));
     };
-    match render::render_mode(tr, &catalog, &ctx.render, mode) {
+    match render::render_mode(tr, &catalog, &ctx.render, placement.mode()) {
         Ok(plan) => Ok(ControlFlow::Continue(plan)),
         Err(problems) => Ok(ControlFlow::Break(
             blocked(tr, ctx, seen, problems, None).await?,
@@ -81,6 +81,7 @@ pub async fn check(
     seen: &Observed,
     plan: &Plan,
     config: &Config,
+    placement: Placement,
 ) -> Result<ControlFlow<Action>> {
     let mut problems: Vec<Problem> = seen.job_taken.iter().cloned().collect();
     let mut inputs = Vec::new();
@@ -90,9 +91,7 @@ pub async fn check(
             // Secret key would hang in CreateContainerConfigError.
             None => {
                 problems.extend(taken::identity(&ctx.client, &seen.ns, tr, plan.identity()).await?);
-                if zone_keys::wanted(plan) {
-                    problems.extend(zone_keys::not_ours(&ctx.client, &seen.ns, tr).await?);
-                }
+                problems.extend(placement.job_problems(ctx, &seen.ns, tr, plan).await?);
                 inputs = inputs::missing_inputs(tr, plan, &ctx.client, &seen.ns).await?;
             }
             // A running pod's containers and env cannot change: a server added since, or a
@@ -189,30 +188,14 @@ async fn blocked(
         &status::now(),
     );
     write_status(tr, ctx, previous, status, Tools::Carried).await?;
-    // The verdicts go to the ConfigMap only when it is this TaskRun's (its name may be taken);
-    // a shared task's, to its ConfigMap in the shared proxy's namespace while it runs.
-    let cm_name = render::config_map_name(&seen.name);
+    // The verdicts go to the ConfigMap only when it is this TaskRun's (its name may be taken).
     let uid = tr.uid().unwrap_or_default();
-    let cm = ctx.config_maps.get(&seen.ns, &cm_name);
-    let shared_target = shared::verdicts_target(ctx, &seen.ns, &seen.name);
-    let target = match (&shared_target, seen.mode) {
-        (Some((namespace, name, written)), Some(ProxyMode::Shared)) if !seen.finished => {
-            Some(approvals::Target {
-                namespace,
-                config_map: name,
-                written: written.as_deref(),
-            })
-        }
-        (_, Some(ProxyMode::Shared)) => None,
-        _ => cm
-            .as_ref()
-            .filter(|c| c.controlled_by(&uid))
-            .map(|c| approvals::Target {
-                namespace: &seen.ns,
-                config_map: &cm_name,
-                written: c.verdicts.as_deref(),
-            }),
-    };
-    let expiry = approvals::reconcile(ctx, tr, previous, target, !seen.finished).await?;
+    let own = ctx
+        .config_maps
+        .get(&seen.ns, &render::config_map_name(&seen.name))
+        .filter(|c| c.controlled_by(&uid));
+    let own = own.as_ref().map(|c| c.verdicts.as_deref());
+    let target = Placement::of_seen(seen).verdicts_target(ctx, seen, own);
+    let expiry = approvals::sync(ctx, tr, previous, target, !seen.finished).await?;
     Ok(soonest(retry, expiry).map_or_else(Action::await_change, Action::requeue))
 }

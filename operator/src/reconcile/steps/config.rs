@@ -1,20 +1,21 @@
 //! The task's ConfigMap: the rendered config at its context version (see `version.rs`), checked
 //! ([`prepare`]: its name is not taken by another object, see `taken.rs`; it is within the API
-//! server's size limit), then server-side applied when it is not already the one in the
-//! cluster; a running pod is then told at once (see `nudge.rs`).
+//! server's size limit; and what the task's placement adds), then server-side applied when it
+//! is not already the one in the cluster (the placement then does what follows, see
+//! `placement/mod.rs`).
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 use orchestrator_crds::approval::VERDICTS_KEY;
-use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::children::ConfigMapFacts;
-use super::observe::Observed;
-use super::{Context, apply, nudge, taken, version};
 use crate::error::Result;
+use crate::reconcile::context::{Context, apply};
+use crate::reconcile::facts::{ConfigMapFacts, Observed};
+use crate::reconcile::placement::Placement;
+use crate::reconcile::{taken, version};
 use crate::render::{Plan, Problem, files};
 
 /// The ConfigMap as reconcile is to leave it.
@@ -38,7 +39,13 @@ pub struct Config {
 /// version), the ConfigMap is read afresh: so a lagging cache or status never yields the same
 /// version for two different configs, and an object of that name that is not this TaskRun's
 /// (the cache has only those with the operator's label) is found before it is written.
-pub async fn prepare(tr: &TaskRun, ctx: &Context, seen: &Observed, plan: &Plan) -> Result<Config> {
+pub async fn prepare(
+    tr: &TaskRun,
+    ctx: &Context,
+    seen: &Observed,
+    plan: &Plan,
+    placement: Placement,
+) -> Result<Config> {
     let (ns, previous) = (&seen.ns, &seen.previous);
     let cm_name = plan.config_map_name();
     let uid = tr.uid().unwrap_or_default();
@@ -82,19 +89,7 @@ pub async fn prepare(tr: &TaskRun, ctx: &Context, seen: &Observed, plan: &Plan) 
             .chain(verdicts.map(|v| (VERDICTS_KEY, v.len())));
         problems.extend(files::too_large(ns, &cm_name, values));
     }
-    // The shared proxy's ConfigMap holds the proxy config (the verdicts beside it, counted too).
-    if let Some(shared) = plan.shared() {
-        let data = shared
-            .config_map(version, plan.config_hash(), "Running", None)
-            .data;
-        let written = super::shared::verdicts_target(ctx, ns, &seen.name).and_then(|t| t.2);
-        let values = data
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.as_str(), v.len()))
-            .chain(written.as_deref().map(|v| (VERDICTS_KEY, v.len())));
-        problems.extend(files::too_large(shared.namespace(), shared.name(), values));
-    }
+    problems.extend(placement.config_problems(ctx, seen, plan, version));
     Ok(Config {
         version,
         existing,
@@ -109,29 +104,23 @@ impl Config {
     pub fn up_to_date(&self) -> bool {
         self.up_to_date
     }
+
+    /// The verdicts this TaskRun's ConfigMap holds, as found before the apply.
+    pub fn written_verdicts(&self) -> Option<&str> {
+        self.existing.as_ref().and_then(|c| c.verdicts.as_deref())
+    }
 }
 
-/// Applies the prepared config (nothing when the cluster has it already).
-pub async fn apply_config(ctx: &Context, seen: &Observed, config: &Config) -> Result<()> {
+/// Applies the prepared config (nothing when the cluster has it already). Returns whether it
+/// was applied.
+pub async fn apply_config(ctx: &Context, seen: &Observed, config: &Config) -> Result<bool> {
     if config.up_to_date {
-        return Ok(());
+        return Ok(false);
     }
-    let ns = &seen.ns;
     apply(
-        &Api::<ConfigMap>::namespaced(ctx.client.clone(), ns),
+        &Api::<ConfigMap>::namespaced(ctx.client.clone(), &seen.ns),
         &config.desired,
     )
     .await?;
-    // Tell the kubelet now rather than at its next periodic sync (see nudge.rs). Not in shared
-    // mode: the shared proxy reads its config from the API only, and the agent's files in the
-    // pod are read once, at start.
-    if seen.job.is_some() && !seen.finished && seen.mode != Some(ProxyMode::Shared) {
-        let annotated = nudge::pods(&ctx.client, ns, &seen.name, config.version).await;
-        tracing::debug!(
-            annotated,
-            version = config.version,
-            "running pods told of the new config"
-        );
-    }
-    Ok(())
+    Ok(true)
 }

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::cached_job::CachedJob;
-use super::status::{self, JobState};
+use super::job_state::{JobState, job_state};
 use crate::render::{self, CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION};
 
 /// What reconcile reads of a Job: the task's state, which sidecars (the proxy, each server's
@@ -46,7 +46,7 @@ impl JobFacts {
             init_env.push('\n');
         }
         Self {
-            state: status::job_state(job),
+            state: job_state(job),
             init_env: init_env.into(),
             controller: controller_uid(&job.metadata),
             uid: job.metadata.uid.as_deref().map(Into::into),

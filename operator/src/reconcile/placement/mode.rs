@@ -12,9 +12,9 @@ use kube::{Api, ResourceExt};
 use orchestrator_crds::shared::{NAMESPACE_MODE_LABEL, ProxyMode};
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
 
-use super::Context;
-use super::children::JobFacts;
 use crate::error::Result;
+use crate::reconcile::context::Context;
+use crate::reconcile::facts::JobFacts;
 use crate::render::Problem;
 use crate::render::job::PROXY_CONTAINER;
 
@@ -144,7 +144,7 @@ mod tests {
             ..Default::default()
         };
         // Recorded: the status wins over everything, even a Job that says otherwise.
-        let sidecar_job: crate::reconcile::CachedJob = serde_json::from_value(json!({
+        let sidecar_job: crate::reconcile::facts::CachedJob = serde_json::from_value(json!({
             "metadata": {"name": "t"},
             "spec": {"template": {"spec": {"initContainers": [{"name": "mcp-proxy"}]}}}
         }))
@@ -162,7 +162,7 @@ mod tests {
             recorded(&status(None, None), Some(&sidecar_job)),
             Some(ProxyMode::Sidecar)
         );
-        let shared_job: crate::reconcile::CachedJob =
+        let shared_job: crate::reconcile::facts::CachedJob =
             serde_json::from_value(json!({"metadata": {"name": "t"}})).expect("a Job");
         assert_eq!(
             recorded(&status(None, None), Some(&JobFacts::of(&shared_job))),

@@ -11,18 +11,17 @@
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{
     CancelRequest, Cancellation, Phase, TaskRun, TaskRunStatus, conditions as ct,
     result::CANCEL_ANNOTATION,
 };
 
-use super::cached_job::CachedJob;
-use super::observe::Observed;
-use super::status::{self, Cond};
-use super::status_write::{Tools, write_status};
-use super::{Context, mode, shared};
 use crate::error::Result;
+use crate::reconcile::context::Context;
+use crate::reconcile::facts::{CachedJob, Observed};
+use crate::reconcile::placement::Placement;
+use crate::reconcile::status::{self, Cond};
+use crate::reconcile::steps::status_write::{Tools, write_status};
 
 /// Who asked to cancel the task, when its annotation is set.
 pub fn requested(tr: &TaskRun) -> Option<CancelRequest> {
@@ -34,7 +33,7 @@ pub fn requested(tr: &TaskRun) -> Option<CancelRequest> {
 /// Cancels an unfinished task: its Job (when it has one) is deleted first, then the outcome is
 /// recorded; a failed write is retried with the Job already gone (never created again: the
 /// cancel is looked at before anything is applied).
-pub async fn reconcile(
+pub async fn carry_out(
     tr: &TaskRun,
     ctx: &Context,
     seen: &Observed,
@@ -43,8 +42,8 @@ pub async fn reconcile(
     let job_existed = seen.job.is_some();
     // A shared task: the shared proxy stops serving its token first (its ConfigMap says
     // `Terminating`, then goes), before the pod is stopped.
-    if mode::recorded(&seen.previous, seen.job.as_deref()) == Some(ProxyMode::Shared) {
-        shared::delete(ctx, &seen.ns, &seen.name, true).await?;
+    if let Some(placement) = Placement::recorded(&seen.previous, seen.job.as_deref()) {
+        placement.end(ctx, seen, true).await?;
     }
     if let Some(job) = &seen.job {
         let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &seen.ns);

@@ -11,10 +11,11 @@ use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct
 use serde_json::json;
 use tracing::field;
 
-use super::observe::Observed;
-use super::status::{self, Cond};
-use super::{Context, MANAGER, events, served, trim};
 use crate::error::Result;
+use crate::reconcile::context::{Context, MANAGER};
+use crate::reconcile::facts::{Observed, lease};
+use crate::reconcile::status::{self, Cond};
+use crate::reconcile::{events, trim};
 use crate::render::Plan;
 
 /// Where a status's `tools` come from.
@@ -56,12 +57,12 @@ pub async fn write_rendered(
     };
     let state = status::outcome(seen.job_state.as_ref(), previous);
     status::fill_phase(&mut status, previous, state.as_ref());
-    status.usage = served::usage(&ctx.leases, &seen.ns, name).or_else(|| previous.usage.clone());
-    let budget = status.usage.as_ref().map(served::budget_condition);
+    status.usage = lease::usage(&ctx.leases, &seen.ns, name).or_else(|| previous.usage.clone());
+    let budget = status.usage.as_ref().map(status::budget_condition);
     let synced = ctx.render.sidecar_api_watch.then(|| {
         status.served_context_version =
-            served::reported(&ctx.leases, &seen.ns, name).or(previous.served_context_version);
-        served::condition(version, status.served_context_version)
+            lease::reported(&ctx.leases, &seen.ns, name).or(previous.served_context_version);
+        status::condition(version, status.served_context_version)
     });
     let rendered = format!(
         "contextVersion {version} rendered into ConfigMap {}",

@@ -11,16 +11,18 @@ use orchestrator_crds::approval::ApprovalState;
 use orchestrator_crds::shared::config_map_name;
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 
-use super::job::expire_job;
-use super::status;
-use super::status_write::{Tools, write_status};
-use super::ttl::{self, Ttl};
-use super::{Context, approvals, retention, shared};
+use super::retention;
 use crate::error::{Error, Result};
+use crate::reconcile::context::Context;
+use crate::reconcile::placement::shared;
+use crate::reconcile::steps::job::expire_job;
+use crate::reconcile::steps::status_write::{Tools, write_status};
+use crate::reconcile::ttl::{self, Ttl};
+use crate::reconcile::{approvals, status};
 
 /// Reconciles a TaskRun whose recorded phase is terminal and whose `observedGeneration` is its
 /// generation.
-pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) -> Result<Action> {
+pub async fn tidy(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) -> Result<Action> {
     let ns = tr.namespace().ok_or(Error::MissingField("namespace"))?;
     let name = tr.name_any();
     let now = status::now();
@@ -88,7 +90,7 @@ pub async fn reconcile(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) ->
         .iter()
         .any(|a| a.state == ApprovalState::Pending)
     {
-        approvals::reconcile(ctx, tr, previous, None, false).await?;
+        approvals::sync(ctx, tr, previous, None, false).await?;
     }
 
     let next = [wait, kept.wait()].into_iter().flatten().min();

@@ -6,90 +6,20 @@
 //! cannot cross namespaces), so nothing else deletes it; and its deletion is what makes the
 //! shared proxy refuse the finished task's token.
 //!
-//! What the operator keeps of these ConfigMaps ([`SharedFacts`]) comes from a watch of the
-//! labelled ConfigMaps in the shared proxy's namespace (`lib.rs`), which also reconciles a
-//! task whose ConfigMap was changed or deleted by someone else.
-
-use std::collections::BTreeMap;
+//! What the operator keeps of these ConfigMaps is in `facts/shared.rs`.
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::{Api, ResourceExt};
-use orchestrator_crds::approval::VERDICTS_KEY;
-use orchestrator_crds::shared::{
-    TASK_ANNOTATION, TASK_PHASE_ANNOTATION, TASK_POD_IP_ANNOTATION, TASK_POD_UID_ANNOTATION,
-    TASK_UID_ANNOTATION, config_map_name,
-};
+use orchestrator_crds::shared::{TASK_PHASE_ANNOTATION, config_map_name};
 use orchestrator_crds::taskrun::Phase;
 use serde_json::json;
 
-use super::{Context, apply};
 use crate::error::Result;
+use crate::reconcile::approvals::Target;
+use crate::reconcile::context::{Context, apply};
+use crate::render::Plan;
 use crate::render::shared::TaskPod;
-use crate::render::{self, Plan};
-
-/// What reconcile reads of a shared task's ConfigMap.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SharedFacts {
-    /// The task's TaskRun uid (what the sweep matches).
-    pub task_uid: Option<Box<str>>,
-    /// The pod the task is bound to, as written.
-    pub pod: Option<TaskPod>,
-    /// The verdicts as written (see `approvals.rs`).
-    pub verdicts: Option<Box<str>>,
-    /// A digest of what the operator renders into it (data without the verdicts, its labels and
-    /// annotations).
-    rendered: Box<str>,
-    /// Its version, for a deletion that must not delete a newer one.
-    pub resource_version: Option<Box<str>>,
-}
-
-impl SharedFacts {
-    pub fn of(cm: &ConfigMap) -> Self {
-        let annotations = cm.annotations();
-        let mut rendered: BTreeMap<String, String> = cm.data.clone().unwrap_or_default();
-        rendered.remove(VERDICTS_KEY);
-        for (k, v) in annotations
-            .iter()
-            .filter(|(k, _)| k.starts_with("orchestrator.io/"))
-        {
-            rendered.insert(format!("@annotation {k}"), v.clone());
-        }
-        for (k, v) in cm.labels() {
-            rendered.insert(format!("@label {k}"), v.clone());
-        }
-        if cm.binary_data.is_some() {
-            rendered.insert("@binaryData".into(), String::new());
-        }
-        let pod = annotations.get(TASK_POD_UID_ANNOTATION).map(|uid| TaskPod {
-            uid: uid.clone(),
-            ip: annotations.get(TASK_POD_IP_ANNOTATION).cloned(),
-        });
-        Self {
-            task_uid: annotations
-                .get(TASK_UID_ANNOTATION)
-                .map(|u| u.as_str().into()),
-            pod,
-            verdicts: cm
-                .data
-                .as_ref()
-                .and_then(|d| d.get(VERDICTS_KEY))
-                .map(|v| v.as_str().into()),
-            rendered: render::digest(&rendered).into(),
-            resource_version: cm.resource_version().map(Into::into),
-        }
-    }
-
-    /// Whether the ConfigMap is `desired` (the verdicts aside).
-    pub fn is(&self, desired: &ConfigMap) -> bool {
-        self.rendered == Self::of(desired).rendered
-    }
-}
-
-/// The facts of a shared task's ConfigMap.
-pub fn facts(cm: &ConfigMap) -> Option<SharedFacts> {
-    Some(SharedFacts::of(cm))
-}
 
 /// The pod the task's ConfigMap names, when it has both its uid and its IP: no need to look for
 /// it again.
@@ -190,19 +120,13 @@ pub async fn delete_orphan(
 
 /// Where a shared task's verdicts go: its ConfigMap in the shared proxy's namespace, when the
 /// watch shows it.
-pub fn verdicts_target(
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-) -> Option<(String, String, Option<Box<str>>)> {
+pub fn verdicts_target(ctx: &Context, ns: &str, name: &str) -> Option<Target> {
     let proxy = ctx.render.shared_proxy.as_ref()?;
-    let cm_name = config_map_name(ns, name);
-    let facts = ctx.shared_config_maps.get(&proxy.namespace, &cm_name)?;
-    Some((proxy.namespace.clone(), cm_name, facts.verdicts.clone()))
-}
-
-/// The task a shared ConfigMap names (`<namespace>/<name>`), for the controller to reconcile.
-pub fn task_of(cm: &ConfigMap) -> Option<(String, String)> {
-    let (ns, name) = cm.annotations().get(TASK_ANNOTATION)?.split_once('/')?;
-    Some((ns.to_string(), name.to_string()))
+    let config_map = config_map_name(ns, name);
+    let facts = ctx.shared_config_maps.get(&proxy.namespace, &config_map)?;
+    Some(Target {
+        namespace: proxy.namespace.clone(),
+        config_map,
+        written: facts.verdicts.clone(),
+    })
 }

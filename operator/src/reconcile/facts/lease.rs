@@ -20,10 +20,8 @@ use orchestrator_crds::approval::{
 };
 use orchestrator_crds::gateway::{ModelUsage, USAGE_ANNOTATION};
 use orchestrator_crds::policy::is_pin;
-use orchestrator_crds::taskrun::conditions as ct;
 
 use super::children::Index;
-use super::status::Cond;
 
 /// Annotation on the task's Lease, written by the proxy: the `contextVersion` it serves.
 pub const SERVED_ANNOTATION: &str = "orchestrator.io/served-context-version";
@@ -31,27 +29,6 @@ pub const SERVED_ANNOTATION: &str = "orchestrator.io/served-context-version";
 /// The version the proxy of task `name` reports it serves, if it has reported.
 pub fn reported(leases: &Index<LeaseFacts>, ns: &str, name: &str) -> Option<i64> {
     leases.get(ns, name).and_then(|f| f.served)
-}
-
-/// `ToolsSynced` for the rendered `version` and what the proxy reported.
-pub fn condition(version: u64, served: Option<i64>) -> Cond {
-    match served {
-        Some(s) if s >= version as i64 => Cond::yes(
-            ct::TOOLS_SYNCED,
-            "Served",
-            format!("the task pod's proxy serves contextVersion {s}"),
-        ),
-        Some(s) => Cond::no(
-            ct::TOOLS_SYNCED,
-            "Syncing",
-            format!("the task pod's proxy serves contextVersion {s}; {version} is rendered"),
-        ),
-        None => Cond::unknown(
-            ct::TOOLS_SYNCED,
-            "NotReported",
-            "the task pod's proxy has not reported what it serves yet",
-        ),
-    }
 }
 
 /// What the operator keeps of a task Lease: the version its proxy serves, the calls it holds
@@ -70,25 +47,6 @@ pub struct LeaseFacts {
 /// What the proxy of task `name` reports its model gateway counted, if it has reported.
 pub fn usage(leases: &Index<LeaseFacts>, ns: &str, name: &str) -> Option<ModelUsage> {
     leases.get(ns, name).and_then(|f| f.usage.clone())
-}
-
-/// `BudgetExceeded`: True while the gateway refuses the task's requests for its budget.
-pub fn budget_condition(usage: &ModelUsage) -> Cond {
-    match &usage.exceeded {
-        Some(limit) => Cond::yes(
-            ct::BUDGET_EXCEEDED,
-            "BudgetExceeded",
-            format!(
-                "the task's model requests are refused: spec.budget.{limit} is spent; raise it \
-                 to let the task go on"
-            ),
-        ),
-        None => Cond::no(
-            ct::BUDGET_EXCEEDED,
-            "WithinBudget",
-            format!("{} model requests within the budget", usage.requests),
-        ),
-    }
 }
 
 /// The facts of a task Lease; a malformed request list counts as none published (logged).
@@ -322,45 +280,5 @@ mod tests {
             lease_facts(&lease(json!([]))).unwrap_or_default().bound_uid,
             None
         );
-    }
-
-    #[test]
-    fn the_proxys_usage_report_becomes_status_usage_and_a_spent_budget_a_condition() {
-        let with = |text: &str| -> PartialObjectMeta<Lease> {
-            serde_json::from_value(json!({
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": "t", "namespace": "team-a",
-                             "annotations": {USAGE_ANNOTATION: text}}}))
-            .unwrap_or_else(|e| panic!("a Lease: {e}"))
-        };
-        let report = json!({"inputTokens": 1200, "outputTokens": 100, "cacheCreationInputTokens": 0,
-                            "cacheReadInputTokens": 4000, "costUsd": "0.0123", "requests": 3,
-                            "refused": 2, "exceeded": "outputTokens"});
-        let usage = lease_facts(&with(&report.to_string()))
-            .and_then(|f| f.usage)
-            .expect("the usage");
-        assert_eq!((usage.output_tokens, usage.requests), (100, 3));
-        let cond = budget_condition(&usage);
-        assert!(
-            cond.message.contains("spec.budget.outputTokens"),
-            "{}",
-            cond.message
-        );
-        assert_eq!(cond.reason, "BudgetExceeded");
-        let within = ModelUsage {
-            exceeded: None,
-            ..usage
-        };
-        assert_eq!(budget_condition(&within).reason, "WithinBudget");
-        // Not our proxy's: too long, or not the shape.
-        for bad in [
-            format!("{{\"requests\": 1, \"x\": \"{}\"}}", "a".repeat(2000)),
-            "[1]".into(),
-        ] {
-            assert!(
-                lease_facts(&with(&bad)).and_then(|f| f.usage).is_none(),
-                "{bad:.40}"
-            );
-        }
     }
 }

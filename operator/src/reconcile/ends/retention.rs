@@ -19,12 +19,12 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::children::Index;
-use super::shared::{self, SharedFacts};
-use super::ttl;
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::namespaces::Watched;
+use crate::reconcile::facts::{Index, SharedFacts};
+use crate::reconcile::placement::shared;
+use crate::reconcile::ttl;
 
 /// How often the per-namespace limit is enforced.
 const SWEEP: Duration = Duration::from_secs(10);

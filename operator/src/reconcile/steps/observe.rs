@@ -7,38 +7,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{Phase, TaskResult, TaskRun, TaskRunStatus, conditions as ct};
 
-use super::Context;
-use super::cached_job::CachedJob;
-use super::children::JobFacts;
-use super::status::{self, JobState};
-use super::{taken, trim};
 use crate::error::Result;
-use crate::render::Problem;
-
-/// What reconcile knows of a TaskRun before it renders it.
-pub struct Observed {
-    pub ns: String,
-    pub name: String,
-    /// The status the last reconcile wrote (as the TaskRun shows it).
-    pub previous: TaskRunStatus,
-    /// The Job's facts, when it exists (or was created by this reconcile).
-    pub job: Option<Arc<JobFacts>>,
-    /// The Job's state (a failed agent explained, see [`read_outcome`]).
-    pub job_state: Option<JobState>,
-    /// The task finished (its Job says so, or the status recorded it): it is never run again,
-    /// even when its Job is gone (deleted after its TTL).
-    pub finished: bool,
-    /// A Job of the task's name that is not this TaskRun's (see `taken.rs`): not its Job.
-    pub job_taken: Option<Problem>,
-    /// What the agent reported (its termination message), read when the Job's outcome is first
-    /// recorded; `None` otherwise (the recorded one is kept).
-    pub result: Option<TaskResult>,
-    /// Where the task's proxy runs, once resolved (`mode.rs`): every status written records it.
-    pub mode: Option<ProxyMode>,
-}
+use crate::reconcile::context::Context;
+use crate::reconcile::facts::{CachedJob, JobFacts, JobState, Observed};
+use crate::reconcile::{status, taken, trim};
 
 /// A finished task whose spec changed is rendered as before, from a fresh read when the cache
 /// dropped its task text (`trim.rs`). Returns that fresh TaskRun; `None`: the cached one serves.

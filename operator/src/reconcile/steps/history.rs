@@ -16,8 +16,9 @@ use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::history::{self, ContextChange, HISTORY_MANAGER};
 use serde_json::json;
 
-use super::{Context, events, status};
 use crate::error::Result;
+use crate::reconcile::context::Context;
+use crate::reconcile::{events, status};
 use crate::render::Plan;
 
 /// Records `version` (rendered from `plan`) in the history unless it is there already, and

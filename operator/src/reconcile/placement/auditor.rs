@@ -15,9 +15,9 @@ use kube::Api;
 use kube::api::PostParams;
 use orchestrator_crds::shared::{AUDITOR_SECRET, AUDITOR_TOKEN_KEY};
 
-use super::Context;
 use super::zone_keys::random_key;
 use crate::error::Result;
+use crate::reconcile::context::Context;
 /// The Secret as created: a random token, labelled as the operator's.
 pub fn secret(ns: &str, token: String) -> Secret {
     Secret {

@@ -14,13 +14,12 @@ use kube::runtime::events::EventType;
 use kube::{Api, Client, ResourceExt};
 use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
 
-use super::cached_job::CachedJob;
-use super::children::JobFacts;
-use super::observe::Observed;
-use super::status::JobState;
-use super::ttl::{self, Ttl};
-use super::{Context, apply, events};
 use crate::error::Result;
+use crate::reconcile::context::{Context, apply};
+use crate::reconcile::events;
+use crate::reconcile::facts::{CachedJob, JobFacts, JobState, Observed};
+use crate::reconcile::placement::Placement;
+use crate::reconcile::ttl::{self, Ttl};
 use crate::render::{self, Plan};
 
 /// Creates the Job of an unfinished task that has none (a finished task is never run again, even
@@ -30,6 +29,7 @@ pub async fn create_if_missing(
     ctx: &Context,
     seen: &mut Observed,
     plan: &Plan,
+    placement: Placement,
 ) -> Result<()> {
     if seen.job.is_some() || seen.finished {
         return Ok(());
@@ -37,12 +37,7 @@ pub async fn create_if_missing(
     // The pod's identity first: a pod naming a ServiceAccount that does not exist is
     // refused by admission, and the Job controller would only retry with backoff.
     apply_identity(&ctx.client, &seen.ns, plan.identity()).await?;
-    // Shared mode: each zone's key, which its container mounts (the pod waits for none).
-    super::zone_keys::create_if_missing(ctx, &seen.ns, tr, plan).await?;
-    // Sidecar mode: the auditors' credential the proxy accepts on its read-only endpoints.
-    if plan.shared().is_none() {
-        super::auditor::create_if_missing(ctx, &seen.ns).await?;
-    }
+    placement.prepare_job(ctx, &seen.ns, tr, plan).await?;
     let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), &seen.ns);
     let created = JobFacts::of(&apply(&jobs, plan.job()).await?);
     let note = format!(
@@ -54,21 +49,6 @@ pub async fn create_if_missing(
     events::publish(ctx, tr, EventType::Normal, "JobCreated", "CreateJob", note).await;
     seen.job_state = Some(created.state.clone());
     seen.job = Some(Arc::new(created));
-    Ok(())
-}
-
-/// A running shared task's Role again when its config changed: the shared proxy reads the task's
-/// Secrets through it, and a server enabled since may name one the Role did not (a sidecar's
-/// pod gets every listed server's Secret when it is created; the shared proxy, through this).
-pub async fn refresh_shared_role(ctx: &Context, seen: &Observed, plan: &Plan) -> Result<()> {
-    if plan.shared().is_none() || seen.job.is_none() || seen.finished {
-        return Ok(());
-    }
-    apply(
-        &Api::<Role>::namespaced(ctx.client.clone(), &seen.ns),
-        &plan.identity().role,
-    )
-    .await?;
     Ok(())
 }
 

@@ -22,9 +22,10 @@ use orchestrator_crds::approval::{
 use orchestrator_crds::taskrun::TaskRun;
 use serde_json::json;
 
-use super::children::JobFacts;
-use super::{Context, events};
 use crate::error::Result;
+use crate::reconcile::context::Context;
+use crate::reconcile::events;
+use crate::reconcile::facts::JobFacts;
 use crate::render::shared::TaskPod;
 
 /// The pods' label naming their Job's uid (set by the Job controller).
@@ -84,7 +85,7 @@ pub fn candidate(pods: &[Pod], job_uid: &str) -> Candidate {
 /// closed: the shared proxy serves no token for the task). A failure is logged, not returned:
 /// the rest of the reconcile goes on, the Lease stays unbound (its proxy cannot write it) and
 /// the next reconcile tries again.
-pub async fn reconcile(
+pub async fn bind_lease(
     ctx: &Context,
     tr: &TaskRun,
     job: &JobFacts,
