@@ -44,13 +44,24 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use orchestrator_crds::taskrun::{Phase, TaskRun};
+use orchestrator_crds::taskrun::TaskRun;
 use tracing::{Instrument, field};
 
 use crate::error::{Error, Result};
 use context::soonest;
 use ends::{cancel, finished};
 use steps::{config, history, job, observe, refuse, status_write};
+
+/// The value of a step that may refuse the TaskRun (`steps/refuse.rs`), else the reconcile
+/// ends with the action the refusal chose.
+macro_rules! unless_refused {
+    ($step:expr) => {
+        match $step? {
+            ControlFlow::Continue(value) => value,
+            ControlFlow::Break(action) => return Ok(action),
+        }
+    };
+}
 
 /// Reconciles one TaskRun; a span per call (exported over OTLP when configured).
 pub async fn reconcile(tr: Arc<TaskRun>, ctx: Arc<Context>) -> Result<Action> {
@@ -86,9 +97,7 @@ pub fn error_policy(tr: Arc<TaskRun>, error: &Error, _ctx: Arc<Context>) -> Acti
 async fn run_steps(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     let ns = tr.namespace().ok_or(Error::MissingField("namespace"))?;
     let previous = tr.status.clone().unwrap_or_default();
-    if previous.phase.is_some_and(Phase::is_terminal)
-        && tr.metadata.generation == previous.observed_generation
-    {
+    if finished::recorded(tr, &previous) {
         return finished::tidy(tr, ctx, &previous).await;
     }
     let fresh = observe::fresh_taskrun(tr, ctx, &ns, &previous).await?;
@@ -97,48 +106,26 @@ async fn run_steps(tr: &TaskRun, ctx: &Context) -> Result<Action> {
     if let Some(request) = cancel::requested(tr).filter(|_| !seen.finished) {
         return cancel::carry_out(tr, ctx, &seen, request).await;
     }
-    let placement = match refuse::placement(tr, ctx, &mut seen).await? {
-        ControlFlow::Continue(placement) => placement,
-        ControlFlow::Break(action) => return Ok(action),
-    };
-    let plan = match refuse::render(tr, ctx, &seen, placement).await? {
-        ControlFlow::Continue(plan) => plan,
-        ControlFlow::Break(action) => return Ok(action),
-    };
+    let placement = unless_refused!(refuse::placement(tr, ctx, &mut seen).await);
+    let plan = unless_refused!(refuse::render(tr, ctx, &seen, placement).await);
     // Nothing is applied before every child's name is known to be free or this TaskRun's.
     let config = config::prepare(tr, ctx, &seen, &plan, placement).await?;
-    if let ControlFlow::Break(action) =
-        refuse::check(tr, ctx, &seen, &plan, &config, placement).await?
-    {
-        return Ok(action);
-    }
+    unless_refused!(refuse::check(tr, ctx, &seen, &plan, &config, placement).await);
+    let version = config.version;
     if config::apply_config(ctx, &seen, &config).await? {
-        placement
-            .config_applied(ctx, &seen, &plan, config.version)
-            .await?;
+        placement.after_config(ctx, &seen, &plan, version).await?;
     }
     // Until the status records the version: its history entry (and the event) first.
-    if seen.previous.context_version != i64::try_from(config.version).ok() {
-        history::record(ctx, tr, config.version, &plan).await?;
+    if seen.previous.context_version != i64::try_from(version).ok() {
+        history::record(ctx, tr, version, &plan).await?;
     }
     job::create_if_missing(tr, ctx, &mut seen, &plan, placement).await?;
-    let now = status::now();
-    let (ttl_wait, ttl_deleted) = job::expire_job(
-        tr,
-        ctx,
-        &seen.ns,
-        seen.job_state.as_ref(),
-        &seen.previous,
-        &now,
-    )
-    .await?;
+    let (ttl_wait, ttl_deleted) = job::expire(tr, ctx, &seen).await?;
     if seen.finished {
         placement.end(ctx, &seen, false).await?;
     }
-    status_write::write_rendered(tr, ctx, &seen, &plan, config.version, ttl_deleted).await?;
-    let pod = placement
-        .serve(ctx, tr, &seen, &plan, config.version)
-        .await?;
+    status_write::write_rendered(tr, ctx, &seen, &plan, version, ttl_deleted).await?;
+    let pod = placement.serve(ctx, tr, &seen, &plan, version).await?;
     let target = placement.verdicts_target(ctx, &seen, Some(config.written_verdicts()));
     let expiry = approvals::sync(ctx, tr, &seen.previous, target, !seen.finished).await?;
     let requeue = match seen.finished {

@@ -8,7 +8,6 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use orchestrator_crds::approval::ApprovalState;
-use orchestrator_crds::shared::config_map_name;
 use orchestrator_crds::taskrun::{Phase, TaskRun, TaskRunStatus, conditions as ct};
 
 use super::retention;
@@ -19,6 +18,13 @@ use crate::reconcile::steps::job::expire_job;
 use crate::reconcile::steps::status_write::{Tools, write_status};
 use crate::reconcile::ttl::{self, Ttl};
 use crate::reconcile::{approvals, status};
+
+/// Whether the TaskRun's outcome is recorded and its spec has not changed since (a changed
+/// spec is rendered again, as an unfinished task's).
+pub fn recorded(tr: &TaskRun, previous: &TaskRunStatus) -> bool {
+    previous.phase.is_some_and(Phase::is_terminal)
+        && tr.metadata.generation == previous.observed_generation
+}
 
 /// Reconciles a TaskRun whose recorded phase is terminal and whose `observedGeneration` is its
 /// generation.
@@ -47,14 +53,7 @@ pub async fn tidy(tr: &TaskRun, ctx: &Context, previous: &TaskRunStatus) -> Resu
     let uid = tr.uid().unwrap_or_default();
     // A shared task's ConfigMap still there (the operator stopped between recording the outcome
     // and deleting it): it goes now.
-    if let Some(proxy) = &ctx.render.shared_proxy
-        && ctx
-            .shared_config_maps
-            .get(&proxy.namespace, &config_map_name(&ns, &name))
-            .is_some()
-    {
-        shared::delete(ctx, &ns, &name, false).await?;
-    }
+    shared::delete_left_over(ctx, &ns, &name).await?;
     let job = ctx.jobs.get(&ns, &name).filter(|j| j.controlled_by(&uid));
     let state = job.as_ref().map(|j| j.state.clone());
     let (wait, deleted) = expire_job(tr, ctx, &ns, state.as_ref(), previous, &now).await?;

@@ -144,7 +144,7 @@ impl Placement {
     /// (shared: the shared proxy reads the task's Secrets through it, and a server enabled
     /// since may name one the Role did not; the agent's files in the pod are read once, at
     /// start).
-    pub async fn config_applied(
+    pub async fn after_config(
         self,
         ctx: &Context,
         seen: &Observed,

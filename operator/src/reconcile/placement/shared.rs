@@ -95,6 +95,18 @@ pub async fn delete(ctx: &Context, ns: &str, name: &str, terminating: bool) -> R
     }
 }
 
+/// Deletes the shared ConfigMap of the finished task `ns/name` when the watch still shows it.
+pub async fn delete_left_over(ctx: &Context, ns: &str, name: &str) -> Result<()> {
+    let Some(proxy) = &ctx.render.shared_proxy else {
+        return Ok(());
+    };
+    let cm_name = config_map_name(ns, name);
+    match ctx.shared_config_maps.get(&proxy.namespace, &cm_name) {
+        Some(_) => delete(ctx, ns, name, false).await,
+        None => Ok(()),
+    }
+}
+
 /// Deletes the shared ConfigMap `name` only if it is still at `resource_version` (the sweep: a
 /// ConfigMap applied since, for a TaskRun created again under the same name, is left).
 pub async fn delete_orphan(

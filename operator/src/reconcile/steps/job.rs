@@ -16,10 +16,10 @@ use orchestrator_crds::taskrun::{TaskRun, TaskRunStatus};
 
 use crate::error::Result;
 use crate::reconcile::context::{Context, apply};
-use crate::reconcile::events;
 use crate::reconcile::facts::{CachedJob, JobFacts, JobState, Observed};
 use crate::reconcile::placement::Placement;
 use crate::reconcile::ttl::{self, Ttl};
+use crate::reconcile::{events, status};
 use crate::render::{self, Plan};
 
 /// Creates the Job of an unfinished task that has none (a finished task is never run again, even
@@ -74,6 +74,16 @@ async fn apply_identity(
         apply(&Api::<Lease>::namespaced(client.clone(), ns), lease).await?;
     }
     Ok(())
+}
+
+/// [`expire_job`] for the task as observed.
+pub async fn expire(
+    tr: &TaskRun,
+    ctx: &Context,
+    seen: &Observed,
+) -> Result<(Option<Duration>, bool)> {
+    let (job, previous) = (seen.job_state.as_ref(), &seen.previous);
+    expire_job(tr, ctx, &seen.ns, job, previous, &status::now()).await
 }
 
 /// `ttlSecondsAfterFinished` (see ttl.rs): deletes the finished Job when it is due. Returns when
