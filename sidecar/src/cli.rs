@@ -12,6 +12,7 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
+mod common;
 mod shared;
 
 use crate::{
@@ -46,30 +47,14 @@ pub struct Args {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text", env = "MCP_PROXY_LOG_FORMAT")]
     pub log_format: telemetry::LogFormat,
-    /// Seconds calls in flight may take to finish after SIGTERM.
-    #[arg(long, default_value_t = 10)]
-    shutdown_grace_seconds: u64,
+    #[command(flatten)]
+    common: common::CommonArgs,
     /// Seconds between SIGTERM and SIGKILL for upstream processes.
     #[arg(long, default_value_t = 5)]
     kill_grace_seconds: u64,
-    /// Seconds an upstream may take to start and complete the MCP handshake.
-    #[arg(long, default_value_t = 60)]
-    start_timeout_seconds: u64,
     /// Milliseconds of quiet after a change in the config directory before reloading.
     #[arg(long, default_value_t = 50)]
     reload_debounce_ms: u64,
-    /// Seconds after which an HTTP session with no message in either direction is closed
-    /// (0: never).
-    #[arg(long, default_value_t = 24 * 3600)]
-    session_idle_seconds: u64,
-    /// Initialize-era HTTP sessions open at once; over it `initialize` gets a JSON-RPC error
-    /// (PROXY.TOO_MANY_SESSIONS). A sidecar serves one agent, which opens one or a few.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
-    max_sessions: u64,
-    /// Seconds an HTTP request's headers may take to arrive before its connection is closed
-    /// (also how long an idle keep-alive connection stays open).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    header_read_timeout_seconds: u64,
     /// Also follow this ConfigMap (data key `proxy.yaml`, the same config as the mounted file)
     /// through the Kubernetes API, so a change is served at once. With two sources only a higher
     /// `contextVersion` is applied. Uses the in-cluster config (or $KUBECONFIG).
@@ -243,16 +228,9 @@ impl Args {
                 Some(dir) => Some(PathBuf::from(dir)),
                 None => Some(std::env::temp_dir().join("orchestrator-mcp-proxy")),
             },
-            shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
             kill_grace: Duration::from_secs(self.kill_grace_seconds),
-            start_timeout: Duration::from_secs(self.start_timeout_seconds),
             reload_debounce: Duration::from_millis(self.reload_debounce_ms),
-            session_idle: Duration::from_secs(self.session_idle_seconds),
-            max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
-            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
             mask_secrets_dir: self.mask_secrets_dir.clone(),
-            metrics_listen: self.metrics_listen,
-            audit_otlp: self.audit_otlp,
             client_token_file: self.client_token_file.clone(),
             auditor_token_file: self.auditor_token_file.clone(),
             api: ApiOptions {
@@ -263,6 +241,7 @@ impl Args {
                 task_uid: self.task_uid.clone(),
                 replica: None,
             },
+            runtime: self.common.settings(self.metrics_listen, self.audit_otlp),
         })
     }
 

@@ -27,9 +27,10 @@
 //!   MCP front: streamable HTTP at `/mcp`, or stdio, and the HTTP endpoints).
 //! - [`reload`] (hot reload of the mounted config), [`api`] (the task's ConfigMap watched
 //!   through the Kubernetes API, the served `contextVersion` reported on its Lease, approvals),
-//!   [`tenant`] (shared mode: many tasks in one process, each its own `Proxy`, chosen by the
-//!   pod its bearer token was issued to), [`run`] (wiring and shutdown) and [`cli`] (the command
-//!   line, for `main.rs`).
+//!   [`runtime`] (the one runtime of both modes: listeners, metrics listener, OTLP audit export,
+//!   signals, drain), [`tenant`] (shared mode: many tasks in one process, each its own `Proxy`,
+//!   chosen by the pod its bearer token was issued to), [`run`] (the wiring of each mode, handed
+//!   to the runtime) and [`cli`] (the command line, for `main.rs`).
 
 pub mod api;
 pub mod apply;
@@ -49,6 +50,7 @@ pub mod reaper;
 pub mod reload;
 pub mod router;
 pub mod run;
+pub mod runtime;
 pub mod server;
 pub mod session;
 mod sync;

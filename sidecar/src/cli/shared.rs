@@ -6,12 +6,18 @@ use std::{net::SocketAddr, process::ExitCode, time::Duration};
 use clap::Args;
 use orchestrator_crds::shared::DEFAULT_AUDIENCE;
 
-use crate::{run::SharedOptions, telemetry};
+use super::common::CommonArgs;
+use crate::{telemetry, tenant::mode::SharedOptions};
 
 /// Where a pod finds its namespace when `--namespace` and `POD_NAMESPACE` are unset.
 const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 #[derive(Args, Clone, Debug)]
+// The common flags' help, worded for many tasks.
+#[command(mut_arg("max_sessions", |a| a.help("Initialize-era HTTP sessions open at once, per task")))]
+#[command(mut_arg("header_read_timeout_seconds", |a| a.help(
+    "Seconds an HTTP request's headers may take to arrive before its connection is closed"
+)))]
 pub struct SharedArgs {
     /// Listen address of MCP (`/mcp`, with `Authorization: Bearer <token>`), `/healthz` and
     /// `/readyz`.
@@ -35,22 +41,8 @@ pub struct SharedArgs {
     /// This replica's pod name (the Leases' holder, the Events' reporting instance).
     #[arg(long, env = "POD_NAME", value_parser = super::nonempty)]
     pod_name: Option<String>,
-    /// Seconds calls in flight may take to finish after SIGTERM.
-    #[arg(long, default_value_t = 10)]
-    shutdown_grace_seconds: u64,
-    /// Seconds an upstream may take to start and complete the MCP handshake.
-    #[arg(long, default_value_t = 60)]
-    start_timeout_seconds: u64,
-    /// Seconds after which an HTTP session with no message in either direction is closed
-    /// (0: never).
-    #[arg(long, default_value_t = 24 * 3600)]
-    session_idle_seconds: u64,
-    /// Initialize-era HTTP sessions open at once, per task.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
-    max_sessions: u64,
-    /// Seconds an HTTP request's headers may take to arrive before its connection is closed.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    header_read_timeout_seconds: u64,
+    #[command(flatten)]
+    common: CommonArgs,
     /// Also export each audit record as an OTLP log record.
     #[arg(long, env = "MCP_PROXY_AUDIT_OTLP")]
     audit_otlp: bool,
@@ -77,15 +69,9 @@ impl SharedArgs {
             namespace,
             audience: self.audience.clone(),
             check_peer: self.check_peer_address,
-            metrics_listen: self.metrics_listen,
             pod_name: self.pod_name.clone(),
-            shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
             kill_grace: Duration::from_secs(5),
-            start_timeout: Duration::from_secs(self.start_timeout_seconds),
-            session_idle: Duration::from_secs(self.session_idle_seconds),
-            max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
-            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
-            audit_otlp: self.audit_otlp,
+            runtime: self.common.settings(self.metrics_listen, self.audit_otlp),
         })
     }
 

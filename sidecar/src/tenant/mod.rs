@@ -6,10 +6,12 @@
 //! [`registry`] (one tenant per labelled ConfigMap, indexed by the task's pod uid),
 //! [`watch`] (the label-selected ConfigMap watch feeding the registry) and [`dispatch`] (the
 //! HTTP front: authenticate, map, check the peer, hand the request to the tenant's own MCP
-//! service).
+//! service), then [`mode`] (shared mode as `crate::runtime` runs it: the registry, the watch
+//! and the front, started and stopped together).
 
 pub mod auth;
 pub mod dispatch;
+pub mod mode;
 pub mod registry;
 pub mod secrets;
 pub mod watch;
