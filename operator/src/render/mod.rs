@@ -120,10 +120,16 @@ pub struct Plan {
     pub secrets: Vec<SecretBinding>,
     /// The stdio servers the TaskRun lists (enabled or not): each has its own container.
     zoned: Vec<String>,
-    /// Where the task's proxy runs (an input of the render, see `reconcile/mode.rs`).
-    mode: ProxyMode,
-    /// In shared mode: the task's ConfigMap in the shared proxy's namespace.
-    shared: Option<shared::SharedConfig>,
+    /// Where the task's proxy runs (an input of the render, see `reconcile/placement/`).
+    placement: Placement,
+}
+
+/// Where the task's proxy runs, as rendered: a container of the task's pod, or the shared
+/// proxy, with the task's ConfigMap in its namespace.
+#[derive(Clone, Debug)]
+pub enum Placement {
+    Sidecar,
+    Shared(Box<shared::SharedConfig>),
 }
 
 impl Plan {
@@ -188,7 +194,7 @@ impl Plan {
     /// (`<taskrun>-zone-keys`, one item per stdio server, `key` drawing each: `reconcile` draws
     /// them at random), owned by the TaskRun; none otherwise.
     pub fn zone_keys_secret(&self, mut key: impl FnMut() -> String) -> Option<Secret> {
-        if self.shared.is_none() || self.zoned.is_empty() {
+        if self.shared().is_none() || self.zoned.is_empty() {
             return None;
         }
         Some(Secret {
@@ -206,12 +212,18 @@ impl Plan {
 
     /// Where the task's proxy runs.
     pub fn mode(&self) -> ProxyMode {
-        self.mode
+        match self.placement {
+            Placement::Sidecar => ProxyMode::Sidecar,
+            Placement::Shared(_) => ProxyMode::Shared,
+        }
     }
 
     /// In shared mode: the task's ConfigMap in the shared proxy's namespace.
     pub fn shared(&self) -> Option<&shared::SharedConfig> {
-        self.shared.as_ref()
+        match &self.placement {
+            Placement::Sidecar => None,
+            Placement::Shared(config) => Some(config),
+        }
     }
 }
 
@@ -333,8 +345,7 @@ pub fn render_mode(
         enabled_tool_count,
         secrets: resolved.secrets,
         zoned,
-        mode,
-        shared,
+        placement: shared.map_or(Placement::Sidecar, |s| Placement::Shared(Box::new(s))),
     })
 }
 
