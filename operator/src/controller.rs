@@ -60,7 +60,7 @@ pub async fn run(client: Client, settings: &Settings, parts: Parts) {
     let selector = watcher::Config::default()
         .labels(&render::managed_selector())
         .page_size(LIST_PAGE_SIZE);
-    // Of the children, only what reconcile reads is kept (see reconcile::children), which
+    // Of the children, only what reconcile reads is kept (see reconcile::facts), which
     // keeps the operator small with thousands of tasks and saves reads per reconcile; the
     // objects themselves go on to the controller, which reconciles their owner.
     let (jobs, config_maps, leases) = (Index::default(), Index::default(), Index::default());
@@ -96,7 +96,7 @@ pub async fn run(client: Client, settings: &Settings, parts: Parts) {
     )
     .touched_objects();
     // With a shared proxy: the shared tasks' ConfigMaps in its namespace (a change or
-    // deletion reconciles the task it names; see reconcile::shared).
+    // deletion reconciles the task it names; see reconcile::facts::shared).
     let shared_config_maps = Index::default();
     let shared_events: BoxStream<'static, watcher::Result<ConfigMap>> =
         match settings.shared_proxy() {

@@ -1,7 +1,7 @@
 //! `status.approvals` and the verdicts the proxy waits for (see `orchestrator_crds::approval`).
 //!
 //! The proxy lists the calls it holds on its Lease ([`REQUESTS_ANNOTATION`], kept in
-//! `served::LeaseFacts`); people decide with ToolApproval objects named `<taskRun>-<id>` (kept as
+//! `facts::LeaseFacts`); people decide with ToolApproval objects named `<taskRun>-<id>` (kept as
 //! [`DecisionFacts`]). Each reconcile of a running task merges the two into the status: a new
 //! request becomes `Pending`; a pending one with a decision made before it expired becomes
 //! `Approved` or `Rejected`; one past its expiry `Expired`; one the proxy stopped holding
@@ -15,9 +15,9 @@
 //! whose params could not be shown masked (`withheld`) cannot be approved: an approval of it
 //! rejects it (the proxy does the same), with only the person's own reason passed on, so the
 //! agent learns nothing of why. `paramsBytes` is the length of the params as shown.
-//! This happens while the TaskRun is blocked too (`refuse.rs`: its proxy keeps serving the last
+//! This happens while the TaskRun is blocked too (`steps/refuse.rs`: its proxy keeps serving the last
 //! good config, and holding calls), and once more when a finished task still lists a pending
-//! one (`finished.rs`). The decided ones go to the proxy in the ConfigMap key [`VERDICTS_KEY`].
+//! one (`ends/finished.rs`). The decided ones go to the proxy in the ConfigMap key [`VERDICTS_KEY`].
 //! Both writes are under their own field manager ([`APPROVALS_MANAGER`]), so the operator's other
 //! writes leave them alone, and happen only when something changed. An Event tells each
 //! transition. Each merge sets the gauges of the calls waiting, and a call first listed pending

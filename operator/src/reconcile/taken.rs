@@ -4,7 +4,7 @@
 //! the children of an earlier TaskRun of the same name that the garbage collector has not
 //! removed yet. A server-side apply with force would take such an object over, and deleting the
 //! TaskRun would then delete it; so the TaskRun is blocked instead (`NameTaken`, see
-//! `refuse.rs`), before any child is applied, and the object is left as it is.
+//! `steps/refuse.rs`), before any child is applied, and the object is left as it is.
 //!
 //! What is read for it: the Job and the ConfigMap come from the caches, read afresh only when the
 //! cache does not show them as this TaskRun's (`observe.rs`, `config.rs`); the pod's identity

@@ -1,6 +1,6 @@
 //! The TaskRun as the operator caches it: trimmed to what reconcile reads, which keeps the
 //! operator small with thousands of tasks (docs/benchmarks.md, "Operator at scale"). Pure. (Of
-//! the children only facts are kept, see `children.rs`.)
+//! the children only facts are kept, see `facts/children.rs`.)
 //!
 //! What goes: `managedFields`, labels and annotations but the cancel request and who created
 //! the TaskRun (kubectl's

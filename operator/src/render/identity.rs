@@ -149,7 +149,7 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         rules: Some(rules),
     };
     // Labelled so the chart's admission policy guards it: only the task pod's proxy may write
-    // it (the pod the operator binds it to, see `reconcile/binding.rs`).
+    // it (the pod the operator binds it to, see `reconcile/placement/binding.rs`).
     let lease = reports.then(|| {
         let mut metadata = meta(input.name);
         metadata

@@ -108,7 +108,7 @@ pub struct SharedConfig {
     mask_keys: String,
 }
 
-/// The task's pod, as the operator bound it (`reconcile/binding.rs`).
+/// The task's pod, as the operator bound it (`reconcile/placement/binding.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskPod {
     pub uid: String,

@@ -493,7 +493,7 @@ def test_a_task_serves_its_pods_token_only_once_the_operator_has_bound_the_pod(s
     token = shared.token("pod-a")
     status, messages, _ = Mcp(port, token).post(INIT)
     assert (status, error_code(messages)) == (403, "PROXY.UNKNOWN_TASK"), messages
-    # The operator binds the pod (as reconcile/binding.rs does for the Lease).
+    # The operator binds the pod (as reconcile/placement/binding.rs does for the Lease).
     shared.kube.merge_patch(
         shared.cm_path("task-a"),
         {"metadata": {"annotations": {"orchestrator.io/task-pod-uid": shared.pods["pod-a"], "orchestrator.io/task-pod-ip": "127.0.0.1", "orchestrator.io/task-phase": "Running"}}},
