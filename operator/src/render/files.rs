@@ -1,7 +1,8 @@
 //! The files of the task's ConfigMap: the proxy config the sidecar parses (`proxy.yaml`, the
-//! `crds::proxy` schema), the agent's MCP client config pointing at the sidecar only, the agent's
-//! permission settings for its built-in tools, and the inline task text. Never a Secret value:
-//! the proxy config names env vars, and their values reach the pod through `secretKeyRef`.
+//! `crds::proxy` schema), the agent's MCP client config pointing at its proxy only (the pod's or
+//! the shared one: [`ProxyAccess`]), the agent's permission settings for its built-in tools, and
+//! the inline task text. Never a Secret value: the proxy config names env vars, and their values
+//! reach the pod through `secretKeyRef`.
 
 use std::collections::BTreeMap;
 
@@ -11,11 +12,10 @@ use orchestrator_crds::proxy::{
     AuditSpec, HttpSpec, PROXY_CONFIG_FILE, PolicySpec, ProxyConfig, ServerSpec, StdioSpec,
     TaskRef, ToolFilter, ToolPrefix,
 };
+use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::result::{CREATED_BY_ANNOTATION, created_by};
 use serde_json::json;
-
-use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
 
 use super::pod::{PROXY_UID, TOOLS_DIR};
 use super::resolve::{Problem, Resolved};
@@ -42,8 +42,8 @@ pub struct Files {
     headers_helper: String,
     settings: String,
     task: Option<String>,
-    /// Shared mode: the proxy config is not the pod's (it goes to the shared proxy's ConfigMap).
-    shared: bool,
+    /// The agent's `apiKeyHelper` with a model (see [`ProxyAccess`]).
+    api_key_helper: String,
     /// The model gateway's key helper for the agent (see `super::model`).
     model_key_helper: Option<String>,
 }
@@ -54,6 +54,7 @@ impl Files {
         namespace: &str,
         resolved: &Resolved<'_>,
         proxy_addr: &str,
+        access: ProxyAccess,
     ) -> Files {
         let servers = resolved
             .servers
@@ -135,11 +136,11 @@ impl Files {
         };
         Files {
             proxy,
-            mcp_config: pretty(&mcp_config(proxy_addr)),
+            mcp_config: pretty(&mcp_config(&access)),
             headers_helper: headers_script(proxy_addr),
             settings: pretty(&settings(tr)),
             task: tr.spec.task.prompt.clone(),
-            shared: false,
+            api_key_helper: access.api_key_helper,
             model_key_helper: None,
         }
     }
@@ -149,36 +150,36 @@ impl Files {
         &self.proxy
     }
 
-    /// Shared mode: the agent's MCP config names the shared proxy at `url` with the header
-    /// helper (see [`shared_mcp_config`]), and the task's ConfigMap holds the agent's files only.
-    pub fn use_shared_proxy(&mut self, url: &str) {
-        self.mcp_config = pretty(&shared_mcp_config(url));
-        self.shared = true;
-    }
-
     /// The task's proxy serves the model (`model`): its config's `gateway`, and the agent's
-    /// settings name the key helper that prints the agent's credential: in sidecar mode a
-    /// script that checks the proxy holds its port first, in shared mode (`shared`) the pod's
-    /// projected token, which the shared proxy reviews.
+    /// settings name the key helper that prints the agent's credential (see [`ProxyAccess`]).
     pub fn use_gateway(
         &mut self,
         tr: &TaskRun,
         model: &orchestrator_crds::taskrun::model::ModelSpec,
-        shared: bool,
     ) {
-        use super::model::{MODEL_KEY_HELPER_FILE, gateway_spec, key_helper_script};
+        use super::model::{gateway_spec, key_helper_script};
         self.proxy.gateway = Some(gateway_spec(tr, model));
         let mut settings = settings(tr);
-        if shared {
-            settings["apiKeyHelper"] = json!(format!("cat {TOKEN_DIR}/{TOKEN_FILE}"));
-        } else {
-            settings["apiKeyHelper"] = json!(format!("sh {TOOLS_DIR}/{MODEL_KEY_HELPER_FILE}"));
-            self.model_key_helper = Some(key_helper_script(&self.headers_helper));
-        }
+        settings["apiKeyHelper"] = json!(self.api_key_helper);
         self.settings = pretty(&settings);
+        self.model_key_helper = Some(key_helper_script(&self.headers_helper));
     }
 
-    /// The ConfigMap data with `contextVersion` set.
+    /// The agent's files: its MCP config, its settings and the inline task text (in either
+    /// mode the task's ConfigMap holds them).
+    pub fn agent_data(&self) -> BTreeMap<String, String> {
+        let mut data = BTreeMap::from([
+            (MCP_CONFIG_FILE.to_string(), self.mcp_config.clone()),
+            (SETTINGS_FILE.to_string(), self.settings.clone()),
+        ]);
+        if let Some(task) = &self.task {
+            data.insert(TASK_FILE.to_string(), task.clone());
+        }
+        data
+    }
+
+    /// The agent's files and the pod's proxy's, with `contextVersion` set: the proxy config,
+    /// the credential helpers that check the proxy's port (what a sidecar's ConfigMap holds).
     pub fn data(&self, context_version: u64) -> BTreeMap<String, String> {
         let mut proxy = self.proxy.clone();
         proxy.context_version = context_version;
@@ -188,22 +189,14 @@ impl Files {
             // file makes the sidecar keep its last good config instead of running with a wrong one.
             Err(e) => format!("# render error: {e}\n"),
         };
-        let mut data = BTreeMap::from([
-            (MCP_CONFIG_FILE.to_string(), self.mcp_config.clone()),
-            (SETTINGS_FILE.to_string(), self.settings.clone()),
-        ]);
-        if !self.shared {
-            data.insert(PROXY_CONFIG_FILE.to_string(), proxy_yaml);
-            data.insert(HEADERS_HELPER_FILE.to_string(), self.headers_helper.clone());
-            if let Some(helper) = &self.model_key_helper {
-                data.insert(
-                    super::model::MODEL_KEY_HELPER_FILE.to_string(),
-                    helper.clone(),
-                );
-            }
-        }
-        if let Some(task) = &self.task {
-            data.insert(TASK_FILE.to_string(), task.clone());
+        let mut data = self.agent_data();
+        data.insert(PROXY_CONFIG_FILE.to_string(), proxy_yaml);
+        data.insert(HEADERS_HELPER_FILE.to_string(), self.headers_helper.clone());
+        if let Some(helper) = &self.model_key_helper {
+            data.insert(
+                super::model::MODEL_KEY_HELPER_FILE.to_string(),
+                helper.clone(),
+            );
         }
         data
     }
@@ -261,16 +254,53 @@ pub fn too_large<'a>(
     })
 }
 
+/// How the agent reaches its proxy, as its files name it (chosen by `placement`).
+#[derive(Clone, Debug)]
+pub struct ProxyAccess {
+    /// The proxy's MCP URL.
+    url: String,
+    /// Claude Code's `headersHelper`: a shell command printing the agent's credential header.
+    headers_helper: String,
+    /// Claude Code's `apiKeyHelper` with a model: a shell command printing the agent's
+    /// credential.
+    api_key_helper: String,
+}
+
+impl ProxyAccess {
+    /// Sidecar mode: the pod's proxy at `proxy_addr`; the helpers are the ConfigMap's scripts,
+    /// which send the credential only to the proxy's uid ([`headers_script`]).
+    pub fn sidecar(proxy_addr: &str) -> Self {
+        use super::model::MODEL_KEY_HELPER_FILE;
+        Self {
+            url: format!("http://{proxy_addr}/mcp"),
+            headers_helper: format!("sh {TOOLS_DIR}/{HEADERS_HELPER_FILE}"),
+            api_key_helper: format!("sh {TOOLS_DIR}/{MODEL_KEY_HELPER_FILE}"),
+        }
+    }
+
+    /// Shared mode: the shared proxy at `url`, reached with the pod's projected token (audience
+    /// the shared proxy's, not the API server's), which the shared proxy reviews. Claude Code
+    /// runs the helpers when it connects and reconnects, so a token the kubelet renewed in the
+    /// file is the one sent after a reconnect.
+    pub fn shared(url: &str) -> Self {
+        Self {
+            url: url.to_string(),
+            headers_helper: headers_helper(),
+            api_key_helper: format!("cat {TOKEN_DIR}/{TOKEN_FILE}"),
+        }
+    }
+}
+
 /// The proxy is the agent's only MCP server (used with `--strict-mcp-config`), reached with the
 /// agent's credential (the proxy requires it): Claude Code runs `headersHelper` when it connects
 /// and reconnects.
-fn mcp_config(proxy_addr: &str) -> serde_json::Value {
+fn mcp_config(access: &ProxyAccess) -> serde_json::Value {
     json!({
         "mcpServers": {
             PROXY_SERVER_NAME: {
                 "type": "http",
-                "url": format!("http://{proxy_addr}/mcp"),
-                "headersHelper": format!("sh {TOOLS_DIR}/{HEADERS_HELPER_FILE}"),
+                "url": access.url,
+                "headersHelper": access.headers_helper,
             }
         }
     })
@@ -301,30 +331,10 @@ printf '{{"Authorization":"Bearer %s"}}' "$(cat "$token")"
     )
 }
 
-/// Shared mode: the agent reaches the shared proxy at `url` with its pod's token (audience the
-/// shared proxy's, not the API server's). Claude Code runs `headersHelper` (a shell command
-/// printing a JSON object of headers) when it connects and reconnects, so a token the kubelet
-/// renewed in the file is the one sent after a reconnect.
-fn shared_mcp_config(url: &str) -> serde_json::Value {
-    json!({
-        "mcpServers": {
-            PROXY_SERVER_NAME: {
-                "type": "http",
-                "url": url,
-                "headersHelper": headers_helper(),
-            }
-        }
-    })
-}
-
-/// The shell command printing `{"Authorization":"Bearer <token>"}` from the projected token
-/// file (a JWT: base64url and dots, nothing to escape in JSON).
+/// Shared mode: the shell command printing `{"Authorization":"Bearer <token>"}` from the
+/// projected token file (a JWT: base64url and dots, nothing to escape in JSON).
 pub fn headers_helper() -> String {
-    format!(
-        "printf '{{\"Authorization\":\"Bearer %s\"}}' \"$(cat {}/{})\"",
-        orchestrator_crds::shared::TOKEN_DIR,
-        orchestrator_crds::shared::TOKEN_FILE
-    )
+    format!("printf '{{\"Authorization\":\"Bearer %s\"}}' \"$(cat {TOKEN_DIR}/{TOKEN_FILE})\"")
 }
 
 /// Claude Code permission settings for the built-in tools. `*` in `allow` (the default) means

@@ -12,11 +12,12 @@
 //! ServiceAccount, only the task pod's proxy may write it. The token is mounted into the proxy container only
 //! (`automountServiceAccountToken: false` for the pod, so the agent never gets one).
 //!
-//! In shared mode ([`SharedIdentity`]) the task's proxy is the shared proxy's ServiceAccount: the
+//! In shared mode ([`ProxyRights`], from `placement`) the task's proxy is the shared proxy's
+//! ServiceAccount ([`SharedAccount`]): the
 //! RoleBinding `<taskrun>-shared-proxy` binds the same Role to it instead of the pod's account
 //! (the pod runs as its account with no rule at all), the Role may also `get`
 //! the task's Secrets by name (the HTTP servers' headers, the masked values), and the Lease
-//! carries [`LEASE_MODE_ANNOTATION`] so the admission policy admits the shared proxy's writes
+//! carries [`LEASE_MODE_ANNOTATION`](orchestrator_crds::shared::LEASE_MODE_ANNOTATION) so the admission policy admits the shared proxy's writes
 //! instead of a pod's. Nothing in the task's pod talks to the API.
 
 use std::collections::BTreeMap;
@@ -26,7 +27,6 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use orchestrator_crds::approval::LEASE_LABEL;
-use orchestrator_crds::shared::{LEASE_MODE_ANNOTATION, ProxyMode};
 
 /// The suffix of the shared proxy's RoleBinding (`<taskrun>-shared-proxy`).
 pub const SHARED_BINDING_SUFFIX: &str = "-shared-proxy";
@@ -64,20 +64,29 @@ pub struct IdentityInput<'a> {
     /// `spec.serviceAccountName`, when set.
     pub service_account_name: Option<&'a str>,
     pub config_map_name: &'a str,
-    /// The proxy watches its ConfigMap and reports to the Lease.
-    pub api_watch: bool,
-    /// Shared mode: the shared proxy's account and the task's Secrets it may read.
-    pub shared: Option<SharedIdentity<'a>>,
+    /// What the task's proxy may do besides reading the task's ConfigMap, and who it runs as.
+    pub proxy: ProxyRights<'a>,
 }
 
-/// Who serves a shared task, and what it may read of it.
-pub struct SharedIdentity<'a> {
-    pub namespace: &'a str,
-    pub service_account: &'a str,
-    /// The task's Secrets, by name.
+/// The task's proxy, as its identity sees it (its placement's answer, see `placement`).
+pub struct ProxyRights<'a> {
+    /// It reports to the Lease what it serves, and posts Events on its TaskRun.
+    pub reports: bool,
+    /// The Lease's annotations (shared mode: [`LEASE_MODE_ANNOTATION`](orchestrator_crds::shared::LEASE_MODE_ANNOTATION)).
+    pub lease_annotations: Option<BTreeMap<String, String>>,
+    /// The task's Secrets it may `get`, by name.
     pub secrets: Vec<String>,
     /// ConfigMaps of the task's namespace besides its own it reads (the model endpoint's CAs).
     pub config_maps: Vec<String>,
+    /// The account it runs as when not the pod's (the shared proxy's), bound to the Role by
+    /// `<taskrun>-shared-proxy`; `None`: the pod's account, bound by `<taskrun>`.
+    pub account: Option<SharedAccount<'a>>,
+}
+
+/// The shared proxy's ServiceAccount.
+pub struct SharedAccount<'a> {
+    pub namespace: &'a str,
+    pub service_account: &'a str,
 }
 
 pub fn render(input: IdentityInput<'_>) -> Identity {
@@ -106,18 +115,17 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         ..Default::default()
     }];
     // An empty resourceNames would grant every ConfigMap: only with names.
-    if let Some(shared) = input.shared.as_ref().filter(|s| !s.config_maps.is_empty()) {
+    let proxy = &input.proxy;
+    if !proxy.config_maps.is_empty() {
         rules.push(PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["configmaps".into()]),
             verbs: vec!["get".into()],
-            resource_names: Some(shared.config_maps.clone()),
+            resource_names: Some(proxy.config_maps.clone()),
             ..Default::default()
         });
     }
-    // In shared mode the shared proxy reports to the Lease (it has no API watch to turn off).
-    let reports = input.api_watch || input.shared.is_some();
-    if reports {
+    if proxy.reports {
         rules.push(PolicyRule {
             api_groups: Some(vec!["coordination.k8s.io".into()]),
             resources: Some(vec!["leases".into()]),
@@ -135,12 +143,12 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
         });
     }
     // An empty resourceNames would grant every Secret: only with names.
-    if let Some(shared) = input.shared.as_ref().filter(|s| !s.secrets.is_empty()) {
+    if !proxy.secrets.is_empty() {
         rules.push(PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["secrets".into()]),
             verbs: vec!["get".into()],
-            resource_names: Some(shared.secrets.clone()),
+            resource_names: Some(proxy.secrets.clone()),
             ..Default::default()
         });
     }
@@ -150,18 +158,13 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
     };
     // Labelled so the chart's admission policy guards it: only the task pod's proxy may write
     // it (the pod the operator binds it to, see `reconcile/placement/binding.rs`).
-    let lease = reports.then(|| {
+    let lease = proxy.reports.then(|| {
         let mut metadata = meta(input.name);
         metadata
             .labels
             .get_or_insert_default()
             .insert(LEASE_LABEL.into(), "true".into());
-        if input.shared.is_some() {
-            metadata.annotations = Some(BTreeMap::from([(
-                LEASE_MODE_ANNOTATION.to_string(),
-                ProxyMode::Shared.as_str().to_string(),
-            )]));
-        }
+        metadata.annotations.clone_from(&proxy.lease_annotations);
         Lease {
             metadata,
             ..Default::default()
@@ -181,17 +184,17 @@ pub fn render(input: IdentityInput<'_>) -> Identity {
             ..Default::default()
         }]),
     };
-    let role_binding = input
-        .shared
-        .is_none()
-        .then(|| binding(input.name, account, input.namespace));
-    let shared_binding = input.shared.as_ref().map(|s| {
-        binding(
-            &format!("{}{SHARED_BINDING_SUFFIX}", input.name),
-            s.service_account,
-            s.namespace,
-        )
-    });
+    let (role_binding, shared_binding) = match &proxy.account {
+        None => (Some(binding(input.name, account, input.namespace)), None),
+        Some(shared) => (
+            None,
+            Some(binding(
+                &format!("{}{SHARED_BINDING_SUFFIX}", input.name),
+                shared.service_account,
+                shared.namespace,
+            )),
+        ),
+    };
     Identity {
         service_account,
         role,

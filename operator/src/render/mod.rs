@@ -1,29 +1,38 @@
 //! Rendering: a pure function of TaskRun + catalog + operator settings to the ConfigMap and the
 //! Job the reconciler applies. Nothing here talks to the API server; snapshot tests pin the output.
 //!
-//! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems.
+//! The children, in the order they may import each other (each uses only those before it):
+//! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems;
+//!   [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap;
+//!   [`agent`]: the default agent's script (Claude Code; its result as the termination message).
+//! - [`pod`]: the containers' building blocks (uids, security context, mounts) and what they are
+//!   rendered from; [`proxy_volumes`]: the volumes only the proxy's container mounts.
+//! - [`zone`]: a stdio server's container (its name, its socket or port, the container);
+//!   [`model`]: the model gateway in the task's proxy (`spec.model` or the default credential:
+//!   the proxy's `gateway`, its key volume, the agent's base URL and key helper).
 //! - [`files`]: the ConfigMap's files (`proxy.yaml` for the sidecar, the agent's MCP config and
 //!   permission settings, the task text).
-//! - [`agent`]: the default agent's script (Claude Code; its result as the termination message).
-//! - [`job`]: the Job: the agent container, the proxy and each stdio server's container (its
-//!   zone) as native sidecars.
-//! - [`zone`]: a stdio server's container (its name, its socket, the container), for `job`
-//!   and `files`; [`pod`]: the containers' building blocks (uids, security context, mounts).
-//! - [`model`]: the model gateway in the pod (`spec.model` or the default credential: the
-//!   proxy's `gateway`, its key volume, the agent's base URL and key helper).
-//! - [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
-//! - [`shared`]: shared-service mode (docs/design/shared-mode.md): the task's ConfigMap in the
-//!   shared proxy's namespace, the agent's token for it, and what such a task cannot have.
+//! - [`shared`]: shared-service mode only (docs/design/shared-mode.md): the task's ConfigMap in
+//!   the shared proxy's namespace, the agent's token for it, what such a task cannot have;
+//!   [`sidecar`]: sidecar mode only: the proxy's container in the pod and the pod's volumes.
+//! - [`placement`]: where the task's proxy runs, asked once: the answers that differ between
+//!   the two modes, for everything after it (and the [`Plan`]'s [`Placement`]).
+//! - [`job`]: the Job: the agent container, the proxy's (sidecar mode) and each stdio server's
+//!   container (its zone) as native sidecars.
+//! - `tests` (the render's own, and helpers for the next ones), `credential_tests`, `shared_tests`,
+//!   `model_tests`.
 
 pub mod agent;
 pub mod files;
 pub mod identity;
 pub mod job;
 pub mod model;
+pub mod placement;
 pub mod pod;
 pub mod proxy_volumes;
 pub mod resolve;
 pub mod shared;
+pub mod sidecar;
 pub mod zone;
 
 use std::collections::BTreeMap;
@@ -33,11 +42,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use orchestrator_crds::catalog::Catalog;
-use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
 use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{CONFIG_MAP_SUFFIX, EffectiveTools, TaskRun};
 use sha2::{Digest, Sha256};
 
+pub use placement::Placement;
+use placement::Wiring;
 pub use resolve::{Problem, SecretBinding};
 
 /// Annotation on the ConfigMap: the context version it holds.
@@ -124,14 +134,6 @@ pub struct Plan {
     placement: Placement,
 }
 
-/// Where the task's proxy runs, as rendered: a container of the task's pod, or the shared
-/// proxy, with the task's ConfigMap in its namespace.
-#[derive(Clone, Debug)]
-pub enum Placement {
-    Sidecar,
-    Shared(Box<shared::SharedConfig>),
-}
-
 impl Plan {
     /// Digest of the tool configuration (independent of the context version): when it changes,
     /// the context version increments.
@@ -164,7 +166,7 @@ impl Plan {
                 owner_references: Some(vec![self.owner.clone()]),
                 ..Default::default()
             },
-            data: Some(self.files.data(context_version)),
+            data: Some(self.placement.config_map_data(&self.files, context_version)),
             ..Default::default()
         }
     }
@@ -194,7 +196,7 @@ impl Plan {
     /// (`<taskrun>-zone-keys`, one item per stdio server, `key` drawing each: `reconcile` draws
     /// them at random), owned by the TaskRun; none otherwise.
     pub fn zone_keys_secret(&self, mut key: impl FnMut() -> String) -> Option<Secret> {
-        if self.shared().is_none() || self.zoned.is_empty() {
+        if !self.placement.zones_prove_keys() || self.zoned.is_empty() {
             return None;
         }
         Some(Secret {
@@ -212,18 +214,12 @@ impl Plan {
 
     /// Where the task's proxy runs.
     pub fn mode(&self) -> ProxyMode {
-        match self.placement {
-            Placement::Sidecar => ProxyMode::Sidecar,
-            Placement::Shared(_) => ProxyMode::Shared,
-        }
+        self.placement.mode()
     }
 
     /// In shared mode: the task's ConfigMap in the shared proxy's namespace.
     pub fn shared(&self) -> Option<&shared::SharedConfig> {
-        match &self.placement {
-            Placement::Sidecar => None,
-            Placement::Shared(config) => Some(config),
-        }
+        self.placement.shared()
     }
 }
 
@@ -259,30 +255,24 @@ pub fn render_mode(
     };
     let name = tr.name_any();
     let resolved = resolve::resolve(&tr.spec, catalog)?;
-    let proxy = match mode {
-        ProxyMode::Sidecar => None,
-        ProxyMode::Shared => Some(shared::check(settings, &resolved)?),
-    };
+    // The one place the mode is asked: the rest asks the wiring.
+    let wiring = Wiring::resolve(mode, settings, &resolved)?;
     let labels = labels(tr);
 
-    let mut files = files::Files::render(tr, &namespace, &resolved, &settings.proxy_addr());
+    let mut files = files::Files::render(
+        tr,
+        &namespace,
+        &resolved,
+        &settings.proxy_addr(),
+        wiring.agent_access(),
+    );
     // The model gateway runs in the task's proxy: its own container, or the shared proxy.
     let model = model::choose(tr, settings).map_err(|p| vec![p])?;
     if let Some(model) = model {
-        files.use_gateway(tr, model, proxy.is_some());
+        files.use_gateway(tr, model);
     }
-    let shared = proxy.map(|p| {
-        let config =
-            shared::SharedConfig::render(tr, &namespace, files.proxy(), &resolved, p, model);
-        files.use_shared_proxy(&p.url);
-        config
-    });
-    // The digest of everything the task's proxy and agent read, wherever it is kept.
-    let mut hashed = files.data(0);
-    if let Some(shared) = &shared {
-        hashed.insert(PROXY_CONFIG_FILE.to_string(), shared.proxy_yaml(0));
-    }
-    let config_hash = digest(&hashed);
+    let placement = wiring.place(tr, &namespace, &files, &resolved, model);
+    let config_hash = digest(&placement.hashed(&files));
 
     let mut tools = Vec::new();
     let mut enabled_tool_count = 0;
@@ -304,17 +294,7 @@ pub fn render_mode(
         owner: &owner,
         service_account_name: tr.spec.service_account_name.as_deref(),
         config_map_name: &config_map_name(&name),
-        api_watch: settings.sidecar_api_watch,
-        shared: proxy.map(|p| identity::SharedIdentity {
-            namespace: &p.namespace,
-            service_account: &p.service_account,
-            secrets: shared::secret_names(tr, &resolved, model),
-            config_maps: model
-                .and_then(|m| m.ca_config_map_key_ref.as_ref())
-                .map(|ca| ca.name.clone())
-                .into_iter()
-                .collect(),
-        }),
+        proxy: wiring.proxy_rights(tr, &resolved, model, settings.sidecar_api_watch),
     });
     let job = job::render(job::JobInput {
         taskrun: tr,
@@ -324,7 +304,7 @@ pub fn render_mode(
         settings,
         resolved: &resolved,
         service_account_name: identity.service_account_name(),
-        shared: proxy,
+        wiring: &wiring,
         model,
     });
     // Each stdio server has its container, in either mode.
@@ -345,7 +325,7 @@ pub fn render_mode(
         enabled_tool_count,
         secrets: resolved.secrets,
         zoned,
-        placement: shared.map_or(Placement::Sidecar, |s| Placement::Shared(Box::new(s))),
+        placement,
     })
 }
 

@@ -166,14 +166,10 @@ pub fn volumes(model: &ModelSpec, default_credential: bool) -> Vec<Volume> {
     volumes
 }
 
-/// The agent's runtime talks to the model at its proxy: the pod's (`proxy_addr`), or the shared
-/// proxy whose MCP URL is `shared_url`.
-pub fn agent_env(proxy_addr: &str, shared_url: Option<&str>) -> Vec<EnvVar> {
-    let base = match shared_url {
-        Some(url) => shared_base_url(url),
-        None => format!("http://{proxy_addr}{PATH_PREFIX}"),
-    };
-    vec![env("ANTHROPIC_BASE_URL", &base)]
+/// The agent's runtime talks to the model at its proxy, at `base_url` (the pod's proxy, or the
+/// shared proxy's [`shared_base_url`]; see `placement`).
+pub fn agent_env(base_url: &str) -> Vec<EnvVar> {
+    vec![env("ANTHROPIC_BASE_URL", base_url)]
 }
 
 /// Claude Code's `apiKeyHelper` (run with `sh`): the agent's credential, printed only when the

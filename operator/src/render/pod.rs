@@ -1,6 +1,7 @@
 //! The building blocks of the task pod's containers: who runs as whom, the restricted security
-//! context, mounts, env, Secret env, quantities. Used by `job` (the agent and the proxy) and
-//! `zone` (each server's container).
+//! context, mounts, env, Secret env, quantities, and what they are rendered from
+//! ([`PodInput`]). Used by `job` (the agent), `sidecar` (the proxy) and `zone` (each server's
+//! container).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +11,11 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::SecretBinding;
+use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::model::ModelSpec;
+
+use super::resolve::Resolved;
+use super::{RenderSettings, SecretBinding};
 
 /// Where the task's ConfigMap is mounted (a directory, in the agent's and the proxy's containers).
 pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";
@@ -18,6 +23,10 @@ pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";
 pub const WORKSPACE_DIR: &str = "/workspace";
 /// The workspace's volume (an emptyDir).
 pub const WORKSPACE_VOLUME: &str = "workspace";
+/// The task's ConfigMap's volume (mounted at [`TOOLS_DIR`]).
+pub const TOOLS_VOLUME: &str = "tools";
+/// The agent's `/tmp` (an emptyDir).
+pub const AGENT_TMP_VOLUME: &str = "agent-tmp";
 /// The proxy binary inside the sidecar image (also each server's launcher: `zone`).
 pub const PROXY_BINARY: &str = "orchestrator-mcp-proxy";
 /// The agent's uid and gid (the images' user), and the pod's `fsGroup`: every container has
@@ -27,6 +36,17 @@ pub const RUN_AS: i64 = 65532;
 pub const PROXY_UID: i64 = 65533;
 /// The first server's uid and gid; the n-th stdio server of the task gets this + n.
 pub const ZONE_UID_BASE: i64 = 65600;
+
+/// What the pod's containers and volumes are rendered from.
+#[derive(Clone, Copy)]
+pub struct PodInput<'a> {
+    pub taskrun: &'a TaskRun,
+    pub settings: &'a RenderSettings,
+    /// The task's servers (with their catalog entries) and the Secret env they need.
+    pub resolved: &'a Resolved<'a>,
+    /// The model credential the task's proxy holds (see [`super::model`]).
+    pub model: Option<&'a ModelSpec>,
+}
 
 /// [`restricted`], as its own uid and gid (the pod's `fsGroup` stays a supplementary group).
 pub fn restricted_as(uid: i64) -> SecurityContext {

@@ -10,8 +10,9 @@
 //!   stdio server's zone reached over TCP (`zonePort`, its key in the task's Secret
 //!   `<taskrun>-zone-keys`: `zoneKey`) instead of a socket, and the annotations the proxy maps
 //!   tokens to tasks with;
-//! - [`token_volume`]: the agent's token for the shared proxy (a projected ServiceAccount token
-//!   whose audience is the shared proxy's, mounted into the agent container only);
+//! - [`pod_volumes`]: the pod's volumes without a proxy in it, among them [`token_volume`]: the
+//!   agent's token for the shared proxy (a projected ServiceAccount token whose audience is the
+//!   shared proxy's, mounted into the agent container only);
 //! - [`secret_names`]: the task's Secrets, which the task's Role lets the shared proxy `get`.
 
 use std::collections::BTreeMap;
@@ -30,8 +31,9 @@ use orchestrator_crds::shared::{
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::ModelSpec;
 
+use super::pod::{AGENT_TMP_VOLUME, PodInput, empty_dir};
 use super::resolve::{Problem, Resolved, mask_keys};
-use super::zone::{zone_keys_secret_name, zones};
+use super::zone::{zone_key_volume, zone_keys_secret_name, zones};
 use super::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, SharedProxy};
 
 /// The condition reason of a shared task when no shared proxy is configured.
@@ -281,6 +283,22 @@ pub fn token_seconds(active_deadline_seconds: Option<i64>) -> i64 {
             d.saturating_add(600).max(TOKEN_MIN_SECONDS)
         })
         .min(TOKEN_MAX_SECONDS)
+}
+
+/// The pod's volumes after the task's ConfigMap, the task and the workspace: the agent's
+/// `/tmp` and token, and each zone's `/tmp` and key (no proxy, no socket, no API token, no mask
+/// volume).
+pub fn pod_volumes(proxy: &SharedProxy, pod: &PodInput<'_>) -> Vec<Volume> {
+    let tr = pod.taskrun;
+    let mut volumes = vec![
+        empty_dir(AGENT_TMP_VOLUME),
+        token_volume(proxy, tr.spec.active_deadline_seconds),
+    ];
+    for zone in zones(pod.resolved) {
+        volumes.push(empty_dir(&zone.tmp_volume()));
+        volumes.push(zone_key_volume(&tr.name_any(), &zone));
+    }
+    volumes
 }
 
 /// The agent's token for the shared proxy: a projected token of the pod's ServiceAccount with

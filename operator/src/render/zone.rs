@@ -2,12 +2,13 @@
 //! its name, its socket (as the Job and the proxy config, `files`, both name them), and the
 //! container itself: the proxy's image running `orchestrator-mcp-proxy zone`, which starts the
 //! server's command when the proxy asks, as the server's own uid, with only its own env.
-//! In shared mode the zone listens on the pod's IP instead ([`Zone::port`]), and proves the
-//! key the task's Secret `<taskrun>-zone-keys` holds for it ([`zone_key_volume`]), which only
+//! How the proxy reaches it is the placement's choice ([`ZoneLink`]): its socket
+//! ([`socket_link`]), or in shared mode the pod's IP ([`Zone::port`]) and the key the task's
+//! Secret `<taskrun>-zone-keys` holds for it ([`tcp_link`], [`zone_key_volume`]), which only
 //! this container mounts.
 
 use k8s_openapi::api::core::v1::{
-    Container, KeyToPath, ResourceRequirements, SecretVolumeSource, Volume,
+    Container, EnvVar, KeyToPath, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount,
 };
 use orchestrator_crds::catalog::{CatalogStdio, WorkspaceAccess};
 use sha2::{Digest, Sha256};
@@ -134,15 +135,54 @@ pub fn zone_key_volume(taskrun: &str, zone: &Zone<'_>) -> Volume {
     }
 }
 
+/// How a zone's container is reached by the task's proxy (chosen by `placement`): what it
+/// adds to the container's env, mounts and `zone` arguments.
+pub struct ZoneLink {
+    env: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+    args: Vec<String>,
+}
+
+/// Sidecar mode: the pod's proxy connects to the zone's socket, in a directory the two share;
+/// the zone accepts only the proxy's uid.
+pub fn socket_link(zone: &Zone<'_>) -> ZoneLink {
+    ZoneLink {
+        env: Vec::new(),
+        mounts: vec![mount(&zone.socket_volume(), ZONE_SOCKET_DIR, false)],
+        args: vec![
+            "--socket".into(),
+            format!("{ZONE_SOCKET_DIR}/{ZONE_SOCKET}"),
+            "--peer-uid".into(),
+            PROXY_UID.to_string(),
+        ],
+    }
+}
+
+/// Shared mode: the zone listens on the pod's IP ([`Zone::port`]) and the shared proxy proves
+/// the key only this container mounts ([`zone_key_volume`]).
+pub fn tcp_link(zone: &Zone<'_>) -> ZoneLink {
+    ZoneLink {
+        // Set by the kubelet; `$(POD_IP)` in the command expands to it.
+        env: vec![field_env("POD_IP", "status.podIP")],
+        mounts: vec![mount(&zone.key_volume(), ZONE_KEY_DIR, true)],
+        args: vec![
+            "--listen".into(),
+            format!("$(POD_IP):{}", zone.port()),
+            "--key-file".into(),
+            format!("{ZONE_KEY_DIR}/{ZONE_KEY_FILE}"),
+        ],
+    }
+}
+
 /// The server's container: the proxy's image running `zone`, as the server's own uid, with the
-/// catalog entry's env and the server's Secret env only, its socket directory (shared mode:
-/// its key, and it listens on the pod's IP), its own `/tmp`, and the workspace as the entry
-/// says.
+/// catalog entry's env and the server's Secret env only, how the proxy reaches it (`link`: its
+/// socket directory, or its key and the pod's IP), its own `/tmp`, and the workspace as the
+/// entry says.
 pub fn zone_container(
     settings: &RenderSettings,
     resolved: &Resolved<'_>,
     zone: &Zone<'_>,
-    shared: bool,
+    link: ZoneLink,
 ) -> Container {
     let (name, stdio) = (&zone.server.spec.name, zone.stdio);
     let access = stdio.workspace;
@@ -158,19 +198,9 @@ pub fn zone_container(
             .filter(|b| b.servers.contains(name))
             .map(secret_env),
     );
-    let mut mounts = if shared {
-        // Set by the kubelet; `$(POD_IP)` in the command expands to it.
-        vars.push(field_env("POD_IP", "status.podIP"));
-        vec![
-            mount(&zone.key_volume(), ZONE_KEY_DIR, true),
-            mount(&zone.tmp_volume(), "/tmp", false),
-        ]
-    } else {
-        vec![
-            mount(&zone.socket_volume(), ZONE_SOCKET_DIR, false),
-            mount(&zone.tmp_volume(), "/tmp", false),
-        ]
-    };
+    vars.extend(link.env);
+    let mut mounts = link.mounts;
+    mounts.push(mount(&zone.tmp_volume(), "/tmp", false));
     if access != WorkspaceAccess::None {
         mounts.push(mount(
             WORKSPACE_VOLUME,
@@ -179,21 +209,7 @@ pub fn zone_container(
         ));
     }
     let mut command = vec![PROXY_BINARY.to_string(), "zone".into()];
-    if shared {
-        command.extend([
-            "--listen".into(),
-            format!("$(POD_IP):{}", zone.port()),
-            "--key-file".into(),
-            format!("{ZONE_KEY_DIR}/{ZONE_KEY_FILE}"),
-        ]);
-    } else {
-        command.extend([
-            "--socket".into(),
-            format!("{ZONE_SOCKET_DIR}/{ZONE_SOCKET}"),
-            "--peer-uid".into(),
-            PROXY_UID.to_string(),
-        ]);
-    }
+    command.extend(link.args);
     // The zone names its server to whoever connects, and starts it for no other name.
     command.extend(["--server".into(), name.clone()]);
     command.extend(["--".into(), stdio.command.clone()]);
