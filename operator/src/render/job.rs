@@ -35,6 +35,7 @@ use orchestrator_crds::taskrun::TaskRun;
 
 use super::agent::DEFAULT_AGENT_SCRIPT;
 use super::files::{MCP_CONFIG_FILE, SETTINGS_FILE, TASK_FILE};
+use super::names::config_map_name;
 use super::placement::Wiring;
 use super::pod::{
     AGENT_TMP_VOLUME, PodInput, RUN_AS, TOOLS_VOLUME, WORKSPACE_DIR, WORKSPACE_VOLUME, empty_dir,
@@ -42,8 +43,8 @@ use super::pod::{
 };
 pub use super::proxy_volumes::{AUDITOR_DIR, MASK_DIR};
 use super::resolve::Resolved;
+use super::settings::RenderSettings;
 pub use super::sidecar::{METRICS_PORT_NAME, PROXY_CONTAINER, PROXY_SERVICE_NAME};
-use super::{RenderSettings, config_map_name};
 
 /// Name of the agent container.
 pub const AGENT_CONTAINER: &str = "agent";

@@ -2,6 +2,8 @@
 //! Job the reconciler applies. Nothing here talks to the API server; snapshot tests pin the output.
 //!
 //! The children, in the order they may import each other (each uses only those before it):
+//! - [`names`]: the names, labels, annotations and digests every part shares; [`settings`]:
+//!   what the operator's flags decide ([`RenderSettings`], the [`SharedProxy`]).
 //! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems;
 //!   [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap;
 //!   [`agent`]: the default agent's script (Claude Code; its result as the termination message).
@@ -27,10 +29,12 @@ pub mod files;
 pub mod identity;
 pub mod job;
 pub mod model;
+pub mod names;
 pub mod placement;
 pub mod pod;
 pub mod proxy_volumes;
 pub mod resolve;
+pub mod settings;
 pub mod shared;
 pub mod sidecar;
 pub mod zone;
@@ -43,72 +47,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::{Resource, ResourceExt};
 use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::shared::ProxyMode;
-use orchestrator_crds::taskrun::{CONFIG_MAP_SUFFIX, EffectiveTools, TaskRun};
-use sha2::{Digest, Sha256};
+use orchestrator_crds::taskrun::{EffectiveTools, TaskRun};
 
+pub use names::{
+    CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, MANAGED_BY, SERVICE_LABEL, TASK_ID_LABEL,
+    TASKRUN_LABEL, config_map_name, digest, labels, managed_selector, short_hex,
+};
 pub use placement::Placement;
 use placement::Wiring;
 pub use resolve::{Problem, SecretBinding};
-
-/// Annotation on the ConfigMap: the context version it holds.
-pub const CONTEXT_VERSION_ANNOTATION: &str = "orchestrator.io/context-version";
-/// Annotation on the ConfigMap: the digest of its tool configuration (without the version).
-pub const CONFIG_HASH_ANNOTATION: &str = "orchestrator.io/config-hash";
-/// Label on every child: the TaskRun it belongs to.
-pub const TASKRUN_LABEL: &str = "orchestrator.io/taskrun";
-/// Label on every child: the task id.
-pub const TASK_ID_LABEL: &str = "orchestrator.io/task-id";
-/// Label on every child: the service.
-pub const SERVICE_LABEL: &str = "orchestrator.io/service";
-/// `app.kubernetes.io/managed-by` value of every child (the operator watches children by it).
-pub const MANAGED_BY: &str = "orchestrator-operator";
-
-/// The sidecar's default port (the proxy's own default listen address is 127.0.0.1:8080).
-pub const DEFAULT_SIDECAR_PORT: u16 = 8080;
-
-/// What the operator's flags decide about rendered objects.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RenderSettings {
-    /// Image of the MCP proxy sidecar.
-    pub sidecar_image: String,
-    /// Agent image when the TaskRun names none.
-    pub agent_image: String,
-    /// OTLP endpoint handed to every sidecar (`OTEL_EXPORTER_OTLP_ENDPOINT`), if any.
-    pub sidecar_otlp_endpoint: Option<String>,
-    /// The loopback port the sidecar serves MCP on (the agent and the probes use it).
-    pub sidecar_port: u16,
-    /// The proxy watches its ConfigMap through the API and reports what it serves (a token of
-    /// the task's identity in the proxy container only); see [`identity`].
-    pub sidecar_api_watch: bool,
-    /// `HOST:PORT` for KUBERNETES_SERVICE_HOST/PORT on the proxy container, if set.
-    pub sidecar_kubernetes_service: Option<String>,
-    /// Port of the proxy's metrics listener on the pod IP (`--metrics-listen`), if any.
-    pub sidecar_metrics_port: Option<u16>,
-    /// The shared proxy (`--shared-proxy-*`), when shared mode is on.
-    pub shared_proxy: Option<SharedProxy>,
-    /// The model credential of a TaskRun that names none (`--model-secret`).
-    pub default_model: Option<orchestrator_crds::taskrun::model::ModelSpec>,
-}
-
-/// The chart's shared proxy, as the operator's flags name it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SharedProxy {
-    /// Its MCP URL as task pods reach it (`--shared-proxy-url`).
-    pub url: String,
-    /// Its namespace: where each shared task's ConfigMap goes.
-    pub namespace: String,
-    /// Its ServiceAccount (in `namespace`).
-    pub service_account: String,
-    /// The audience of the agents' tokens.
-    pub audience: String,
-}
-
-impl RenderSettings {
-    /// Where the proxy listens inside the pod: loopback only, the agent is in the same pod.
-    pub fn proxy_addr(&self) -> String {
-        format!("127.0.0.1:{}", self.sidecar_port)
-    }
-}
+pub use settings::{DEFAULT_SIDECAR_PORT, RenderSettings, SharedProxy};
 
 /// Everything rendered for one TaskRun, before the context version is known.
 #[derive(Clone, Debug)]
@@ -223,11 +171,6 @@ impl Plan {
     }
 }
 
-/// `<taskrun>-tools`.
-pub fn config_map_name(taskrun: &str) -> String {
-    format!("{taskrun}{CONFIG_MAP_SUFFIX}")
-}
-
 /// Renders a TaskRun in sidecar mode (see [`render_mode`]).
 pub fn render(
     tr: &TaskRun,
@@ -327,53 +270,6 @@ pub fn render_mode(
         zoned,
         placement,
     })
-}
-
-/// The labels every child carries (and a selector the operator's watches use).
-pub fn labels(tr: &TaskRun) -> BTreeMap<String, String> {
-    let name = tr.name_any();
-    BTreeMap::from([
-        (
-            "app.kubernetes.io/name".to_string(),
-            "orchestrator-task".to_string(),
-        ),
-        ("app.kubernetes.io/instance".to_string(), name.clone()),
-        (
-            "app.kubernetes.io/part-of".to_string(),
-            "orchestrator".to_string(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
-        ),
-        (TASKRUN_LABEL.to_string(), name),
-        (TASK_ID_LABEL.to_string(), tr.spec.task_id.to_string()),
-        (SERVICE_LABEL.to_string(), tr.spec.service_name.clone()),
-    ])
-}
-
-/// The label selector for everything the operator manages.
-pub fn managed_selector() -> String {
-    format!("app.kubernetes.io/managed-by={MANAGED_BY}")
-}
-
-/// A short digest of a ConfigMap's data (the config hash, and how the cache tells a ConfigMap's
-/// data without keeping it).
-pub fn digest(data: &BTreeMap<String, String>) -> String {
-    let mut h = Sha256::new();
-    for (k, v) in data {
-        // Length-prefix both so no two different maps hash alike.
-        h.update((k.len() as u64).to_le_bytes());
-        h.update(k.as_bytes());
-        h.update((v.len() as u64).to_le_bytes());
-        h.update(v.as_bytes());
-    }
-    short_hex(&h.finalize())
-}
-
-/// The first 8 bytes of a hash as 16 hex digits: how the operator's digests are written.
-pub fn short_hex(hash: &[u8]) -> String {
-    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -11,9 +11,9 @@ use orchestrator_crds::gateway::{GatewaySpec, ObjectKey, PATH_PREFIX};
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::{DEFAULT_ENDPOINT, ModelSpec};
 
-use super::RenderSettings;
 use super::pod::{env, mount};
 use super::resolve::Problem;
+use super::settings::RenderSettings;
 
 /// The model key's volume: the Secret's one key, in the proxy's container only.
 pub const MODEL_KEY_VOLUME: &str = "model-key";

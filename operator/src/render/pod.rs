@@ -15,7 +15,8 @@ use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::ModelSpec;
 
 use super::resolve::Resolved;
-use super::{RenderSettings, SecretBinding};
+use super::resolve::SecretBinding;
+use super::settings::RenderSettings;
 
 /// Where the task's ConfigMap is mounted (a directory, in the agent's and the proxy's containers).
 pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";

@@ -31,10 +31,11 @@ use orchestrator_crds::shared::{
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::ModelSpec;
 
+use super::names::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION};
 use super::pod::{AGENT_TMP_VOLUME, PodInput, empty_dir};
 use super::resolve::{Problem, Resolved, mask_keys};
+use super::settings::SharedProxy;
 use super::zone::{zone_key_volume, zone_keys_secret_name, zones};
-use super::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION, SharedProxy};
 
 /// The condition reason of a shared task when no shared proxy is configured.
 pub const SHARED_PROXY_UNAVAILABLE: &str = "SharedProxyUnavailable";

@@ -11,7 +11,7 @@ use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
 use orchestrator_crds::shared::{AUDITOR_TOKEN_KEY, TOKEN_DIR, TOKEN_FILE};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::config_map_name;
+use super::names::config_map_name;
 use super::pod::{
     AGENT_TMP_VOLUME, PROXY_BINARY, PROXY_UID, PodInput, TOOLS_DIR, TOOLS_VOLUME, empty_dir, env,
     field_env, mount, quantities, restricted_as, secret_env,

@@ -13,12 +13,12 @@ use k8s_openapi::api::core::v1::{
 use orchestrator_crds::catalog::{CatalogStdio, WorkspaceAccess};
 use sha2::{Digest, Sha256};
 
-use super::RenderSettings;
 use super::pod::{
     PROXY_BINARY, PROXY_UID, WORKSPACE_DIR, WORKSPACE_VOLUME, ZONE_UID_BASE, env, field_env, mount,
     quantities, restricted_as, secret_env,
 };
 use super::resolve::{Resolved, ResolvedServer};
+use super::settings::RenderSettings;
 
 /// Prefix of a server's container name (`zone-git`).
 pub const ZONE_CONTAINER_PREFIX: &str = "zone-";
@@ -48,7 +48,7 @@ pub fn zone_container_name(server: &str) -> String {
     if name.len() <= 63 {
         return name;
     }
-    let digest = super::short_hex(&Sha256::digest(server.as_bytes()));
+    let digest = super::names::short_hex(&Sha256::digest(server.as_bytes()));
     let keep = 63 - digest.len() - 1;
     format!("{}-{digest}", name[..keep].trim_end_matches('-'))
 }
