@@ -115,11 +115,12 @@ impl Placement {
         plan: &Plan,
     ) -> Result<Vec<Problem>> {
         match self {
-            Self::Shared if zone_keys::wanted(plan) => Ok(zone_keys::not_ours(&ctx.client, ns, tr)
-                .await?
-                .into_iter()
-                .collect()),
-            _ => Ok(Vec::new()),
+            Self::Sidecar => Ok(Vec::new()),
+            Self::Shared if !zone_keys::wanted(plan) => Ok(Vec::new()),
+            Self::Shared => {
+                let taken = zone_keys::not_ours(&ctx.client, ns, tr).await?;
+                Ok(taken.into_iter().collect())
+            }
         }
     }
 
@@ -188,8 +189,10 @@ impl Placement {
         plan: &Plan,
         version: u64,
     ) -> Result<Option<TaskPod>> {
-        let shared = self == Self::Shared;
-        let known = shared::known_pod(ctx, plan);
+        let (shared, known) = match self {
+            Self::Sidecar => (false, None),
+            Self::Shared => (true, shared::known_pod(ctx, plan)),
+        };
         let mut pod = None;
         if let Some(job) = seen.job.as_deref().filter(|_| !seen.finished) {
             let need_pod = shared && known.is_none();
@@ -236,8 +239,9 @@ impl Placement {
             .is_none_or(|t| status::now().0.duration_since(t.0).as_secs() < POD_POLL_SECONDS);
         let waiting_for_pod = seen.job.is_some() && young && pod.is_none_or(|p| p.ip.is_none());
         match self {
+            Self::Sidecar => RESYNC,
             Self::Shared if waiting_for_pod => POD_RETRY,
-            _ => RESYNC,
+            Self::Shared => RESYNC,
         }
     }
 }
