@@ -29,13 +29,11 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
 
 from story import REAL_NODE, STATE, bin_dir, cargo_binaries, wait_until  # noqa: E402
 

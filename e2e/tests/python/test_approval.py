@@ -24,17 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
 import threading
 import time
-from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from story import (  # noqa: E402
+from story import (
     MCP,
     MODEL_PORT,
     ScriptedModel,
@@ -70,14 +65,6 @@ class HeldCalls:
             self.results[message] = tool_result_text(r)
         self.done.set()
         yield text("done")
-
-
-@pytest.fixture(scope="module")
-def story():
-    story = Story(say=lambda *_: None)
-    with ExitStack() as cleanup:
-        story.prepare(cleanup)
-        yield story
 
 
 def approvals(story: Story, task: str = TASK) -> list[dict]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
 import threading
 import urllib.request
 from contextlib import ExitStack
@@ -30,7 +29,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
 
 from story import Story, cargo_binaries, free_port, wait_until  # noqa: E402
 

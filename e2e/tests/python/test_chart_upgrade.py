@@ -26,14 +26,12 @@ import io
 import json
 import secrets
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
 
 from story import STATE, bin_dir, wait_until  # noqa: E402
 

@@ -14,32 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
-
-from host_agent import host_proxy, rendered_files, run_claude  # noqa: E402
-from scripted_model import ScriptedModel, text, tool_result_text, tool_use  # noqa: E402
+from host_agent import host_proxy, rendered_files, run_claude
+from scripted_model import ScriptedModel, text, tool_result_text, tool_use
 
 MCP = "mcp__orchestrator__"
 # Claude Code connects --mcp-config servers in the background: its first request may go out before
 # the proxy's tools are listed. The model keeps it busy with a harmless built-in call meanwhile.
 CONNECT_BUDGET_S = 60
-
-
-@pytest.fixture
-def work():
-    d = Path(tempfile.mkdtemp(prefix="claude-code-"))
-    os.chmod(d, 0o755)  # the agent runs as the pod's uid and needs to reach its home below
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def connected(first):

@@ -42,13 +42,11 @@ import queue
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import pytest
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
@@ -56,9 +54,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from story import (  # noqa: E402
+from story import (
     MCP,
     MODEL_PORT,
     ScriptedModel,
@@ -114,14 +110,6 @@ class ConsoleCalls:
             r = yield tool_use(MCP + "everything__echo", {"message": message})
             self.results[message] = tool_result_text(r)
         yield text("done")
-
-
-@pytest.fixture(scope="module")
-def story():
-    story = Story(say=lambda *_: None)
-    with ExitStack() as cleanup:
-        story.prepare(cleanup)
-        yield story
 
 
 def console_argv(story: Story, user: str, *extra: str) -> list[str]:

@@ -13,24 +13,8 @@ operator runs once for the module (as in the story). Needs the cluster with its 
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import ExitStack
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from story import REAL_NODE, Story, wait_until  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """The chart installed and the operator running (as in the story), for this module's tasks."""
-    story = Story(say=lambda *_: None)
-    with ExitStack() as cleanup:
-        story.prepare(cleanup)
-        yield story
+from story import REAL_NODE, Story, wait_until
 
 
 def apply_task(story: Story, name: str, task_id: int, script: str) -> None:
@@ -75,8 +59,7 @@ def pods_of(story: Story, job: str) -> list[dict]:
     return story.json("get", "pods", "-n", story.work_ns, "-l", f"job-name={job}")["items"]
 
 
-def test_a_running_task_is_cancelled_its_pod_stopped_and_its_job_never_made_again(cluster: Story):
-    story = cluster
+def test_a_running_task_is_cancelled_its_pod_stopped_and_its_job_never_made_again(story: Story):
     # A long-running agent that ends on SIGTERM, as a pod being deleted is told to.
     apply_task(story, "cancel-me", 3001, "trap 'exit 143' TERM; sleep 3600 & wait")
 
@@ -124,8 +107,7 @@ REPORT = {"subtype": "success", "isError": False, "text": "opened PR #12 — don
           "durationMs": 5400, "sessionId": "s-1"}
 
 
-def test_the_agents_report_is_the_result_and_a_hostile_one_is_a_bounded_error(cluster: Story):
-    story = cluster
+def test_the_agents_report_is_the_result_and_a_hostile_one_is_a_bounded_error(story: Story):
     report = json.dumps(REPORT, ensure_ascii=False).replace("'", "")
     apply_task(story, "reports", 3002, f"printf '%s' '{report}' > /dev/termination-log")
     # Garbage, escape sequences included.

@@ -10,13 +10,11 @@ restart is `e2e/cluster restart-apiserver` (same flags, etcd keeps the state).
 """
 
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
 
 from bench import change, start_busy_task  # noqa: E402
 from story import Story, check, wait_until  # noqa: E402

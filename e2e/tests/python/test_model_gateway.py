@@ -12,31 +12,13 @@ audit shows the Bash command the model asked for between the MCP calls.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
-
-from host_agent import host_proxy, run_claude  # noqa: E402
-from scripted_model import ScriptedModel, text, tls_pair, tool_use  # noqa: E402
+from host_agent import host_proxy, run_claude
+from scripted_model import ScriptedModel, text, tls_pair, tool_use
 
 KEY = "sk-ant-api03-held-by-the-proxy-only"
 CONNECT_BUDGET_S = 60
-
-
-@pytest.fixture
-def work():
-    d = Path(tempfile.mkdtemp(prefix="model-gateway-"))
-    os.chmod(d, 0o755)  # the agent runs as the pod's uid and needs to reach its home below
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def test_claude_code_runs_through_the_gateway_with_the_key_only_in_the_proxy(work):

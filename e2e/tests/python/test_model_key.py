@@ -23,18 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import sys
 import threading
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from story import MODEL_PORT, REAL_NODE, Story, wait_until  # noqa: E402
-from scripted_model import ScriptedModel, text, tls_pair, tool_result_text, tool_use  # noqa: E402
+from story import MODEL_PORT, REAL_NODE, Story, wait_until
+from scripted_model import ScriptedModel, text, tls_pair, tool_result_text, tool_use
 
 # Host ports the real node's pods reach (MODEL_PORT .. +9, e2e/node/node); other modules use the
 # first five.
@@ -116,23 +112,24 @@ print("HOSTILE " + json.dumps({"found": found, "answers": answers, "env": sorted
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def chart_values():
     # The chart's default credential points at a stand-in of this module, its CA in the
     # ConfigMap model-ca of the tasks' namespace.
-    story = Story(say=lambda *_: None, helm_values=[
-        f"model.endpoint=https://127.0.0.1:{DEFAULT_PORT}", "model.caConfigMapName=model-ca",
-        "model.caConfigMapKey=ca.crt"])
-    with ExitStack() as cleanup:
-        story.prepare(cleanup)
-        story.tls = tls_pair(story.workdir / "model-tls")
-        ca = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "model-ca"},
-              "data": {"ca.crt": Path(story.tls[0]).read_text()}}
-        story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(ca))
-        yield story
+    return [f"model.endpoint=https://127.0.0.1:{DEFAULT_PORT}", "model.caConfigMapName=model-ca",
+            "model.caConfigMapKey=ca.crt"]
 
 
-def test_a_hostile_agent_finds_no_model_key_and_no_open_proxy(cluster: Story):
-    story = cluster
+@pytest.fixture(scope="module")
+def story(story):
+    """The story's (conftest.py), with the stand-in's TLS pair and its CA in model-ca."""
+    story.tls = tls_pair(story.workdir / "model-tls")
+    ca = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "model-ca"},
+          "data": {"ca.crt": Path(story.tls[0]).read_text()}}
+    story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(ca))
+    return story
+
+
+def test_a_hostile_agent_finds_no_model_key_and_no_open_proxy(story: Story):
     key = "sk-ant-api03-" + secrets.token_hex(24)
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-key-hunt"},
               "stringData": {"api-key": key}}
@@ -233,8 +230,7 @@ def budget_task(story: Story, name: str, task_id: int, port: int, env: list) -> 
 BUDGET = 150  # output tokens: a few Bash steps
 
 
-def test_a_spent_budget_stops_the_task_and_a_raised_one_lets_it_go_on(cluster: Story):
-    story = cluster
+def test_a_spent_budget_stops_the_task_and_a_raised_one_lets_it_go_on(story: Story):
     key = model_secret(story, "model-budget")
     raised_steps, spent_steps = Steps(), Steps()
     with ScriptedModel(raised_steps, port=RAISED_PORT, tls=story.tls[1:]) as raised_model, \
@@ -303,8 +299,7 @@ def test_a_spent_budget_stops_the_task_and_a_raised_one_lets_it_go_on(cluster: S
           f"raised usage {raised_usage}, spent usage {spent_usage}")
 
 
-def test_task_submit_runs_on_the_charts_default_credential(cluster: Story):
-    story = cluster
+def test_task_submit_runs_on_the_charts_default_credential(story: Story):
     key = model_secret(story, "orchestrator-model")
 
     def script(first):

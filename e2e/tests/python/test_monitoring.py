@@ -24,7 +24,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
 
 from story import STATE, bin_dir  # noqa: E402
 

@@ -19,16 +19,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
-
-from story import Story, cargo_binaries, wait_until  # noqa: E402
+from story import Story, cargo_binaries, wait_until
 
 # What the operator's rules cover (operator/src/rbac.rs), as `kubectl auth can-i --list` names them.
 RESOURCES = {

@@ -12,32 +12,19 @@ nor the node's images are needed; a few seconds. Needs the cluster (`e2e/cluster
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
-
-from story import Story, cargo_binaries, wait_until  # noqa: E402
+from story import Story, wait_until
 
 NAME = "build-bot"
 
 
 @pytest.fixture(scope="module")
-def story():
-    """The chart installed and the operator running with its ServiceAccount, in namespaces of this
-    module's own (the story's prepare without the real node and its images: no pod runs here)."""
-    story = Story(say=lambda *_: None)
-    with ExitStack() as cleanup:
-        story.cleanup = cleanup
-        story.binaries = cargo_binaries()
-        # Never pulled: no Job is created.
-        story.images = {"agent": "example.invalid/agent:none", "mcp-proxy": "example.invalid/proxy:none"}
-        story.install()
-        yield story
+def story(installed_story):
+    """The chart installed and the operator running with its ServiceAccount (conftest.py), without
+    the real node and its images: no Job is created here."""
+    return installed_story
 
 
 def taskrun(name: str) -> dict:

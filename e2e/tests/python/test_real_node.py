@@ -25,15 +25,12 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from scripted_agent import CLIENT  # noqa: E402
-from story import (  # noqa: E402
+from scripted_agent import CLIENT
+from story import (
     NODE_SOCK,
     REAL_NODE,
     REPO,
@@ -45,15 +42,6 @@ from story import (  # noqa: E402
 UID = 65532
 # The real node's pod network (e2e/node: a bridge in the node's own network namespace).
 POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """The chart installed and the operator running (as in the story), for this module's tasks."""
-    story = Story(say=lambda *_: None)
-    with ExitStack() as cleanup:
-        story.prepare(cleanup)
-        yield story
 
 
 def apply_task(story: Story, name: str, task_id: int, agent: dict, servers: list[dict]) -> None:
@@ -135,8 +123,7 @@ def in_pod_netns(pid: int, script: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(cluster: Story):
-    story = cluster
+def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(story: Story):
     api_key, token = f"sk-ant-{secrets.token_hex(12)}", f"ghp_{secrets.token_hex(12)}"
     secret(story, "anthropic", "api-key", api_key)
     secret(story, "github", "token", token)
@@ -279,8 +266,7 @@ def test_the_pod_runs_restricted_and_each_secret_reaches_only_its_container(clus
     wait_until("the pod's processes to end", lambda: not [p for p in gone if Path(f"/proc/{p}").exists()], timeout=60)
 
 
-def test_an_agent_that_fails_fails_the_taskrun_with_its_exit_code_and_reason(cluster: Story):
-    story = cluster
+def test_an_agent_that_fails_fails_the_taskrun_with_its_exit_code_and_reason(story: Story):
     apply_task(
         story, "agent-fails", 2002,
         agent={"command": ["sh", "-c", "echo 'no model configured' >/dev/termination-log; exit 3"]},
@@ -401,11 +387,10 @@ def auditor_can_read_but_not_call(story: Story, pod: dict, kubeconfig: Path) -> 
         forward.wait(timeout=10)
 
 
-def test_task_audit_reads_the_running_proxys_records_through_the_api_server(cluster: Story, tmp_path: Path):
+def test_task_audit_reads_the_running_proxys_records_through_the_api_server(story: Story, tmp_path: Path):
     """`orchestrator-cli task audit` against a task on the real node: each filter returns exactly
     the proxy's audit records that match it (its own log is the reference), through
     pods/portforward with only the documented RBAC; a task without a running pod is a clear error."""
-    story = cluster
     calls = [
         ["everything__get-sum", {"a": 2, "b": 3}],
         ["everything__get-env", {}],  # denied by the deny glob
@@ -546,12 +531,11 @@ signal.pause()
 """
 
 
-def test_a_flood_of_large_bodies_leaves_the_proxy_alive_with_bounded_memory_and_the_agent_served(cluster: Story):
+def test_a_flood_of_large_bodies_leaves_the_proxy_alive_with_bounded_memory_and_the_agent_served(story: Story):
     """200 concurrent bodies of 4 MiB from the agent (who holds the credential) to its proxy,
     whose container is limited to 256 MiB: the bodies the budget cannot hold get 503 at once, the
     rest are served, a small call meanwhile is answered, and the proxy is neither killed nor
     restarted (its peak resident memory, VmHWM, is printed)."""
-    story = cluster
     n = 200
     apply_task(story, "flooded", 2004,
                agent={"command": ["python3", "-c", FLOODING_AGENT, str(n)]},

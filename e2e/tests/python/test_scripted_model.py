@@ -3,12 +3,7 @@ notes Claude Code writes into the conversation. The notes below are copied from 
 Code 2.1.x sent to the stand-in (a tool enabled, disabled, then enabled again through the proxy);
 if the stand-in misreads them, the story waits for a tool that was offered long ago."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model"))
-
-from scripted_model import Recorded  # noqa: E402
+from scripted_model import Recorded
 
 GET_ENV = "mcp__orchestrator__everything__get-env"
 GET_SUM = "mcp__orchestrator__everything__get-sum"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -26,10 +25,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from shared_mode import COMPONENT, running_agent, shared_story  # noqa: E402
-from story import (  # noqa: E402
+from shared_mode import COMPONENT, running_agent, shared_story
+from story import (
     MCP,
     MODEL_PORT,
     ScriptedModel,

@@ -30,7 +30,6 @@ import json
 import re
 import secrets
 import subprocess
-import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -38,9 +37,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from shared_mode import (  # noqa: E402
+from shared_mode import (
     ALPHA_PORT,
     BETA_PORT,
     COMPONENT,
@@ -54,7 +51,7 @@ from shared_mode import (  # noqa: E402
     shared_story,
     taskrun,
 )
-from story import (  # noqa: E402
+from story import (
     MCP,
     MODEL_PORT,
     ScriptedModel,

@@ -6,12 +6,7 @@ Needs the cluster with its real node (`e2e/cluster up`) and the test tools (`e2e
 otherwise; here we also keep the figures the issue asks for.
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-
-from story import Story  # noqa: E402
+from story import Story
 
 
 def test_the_story_from_helm_install_to_a_garbage_collected_taskrun(capsys):

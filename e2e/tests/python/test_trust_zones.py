@@ -42,7 +42,6 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -50,13 +49,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scripted_agent import CLIENT  # noqa: E402
-from shared_mode import COMPONENT, NODE_PLACEMENT, shared_story  # noqa: E402
-from story import POD_API_SERVER, Story, descendants, wait_until  # noqa: E402
-from test_real_node import environ, running_pod, secret  # noqa: E402
+from scripted_agent import CLIENT
+from shared_mode import COMPONENT, NODE_PLACEMENT, shared_story
+from story import POD_API_SERVER, Story, descendants, wait_until
+from test_real_node import environ, running_pod, secret
 
 AGENT_UID = 65532
 # /var/run is a link to /run in the images: from the host, follow it inside the container root.

@@ -23,20 +23,14 @@ import json
 import os
 import secrets
 import signal
-import sys
 import time
-from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "story"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from story import Story, descendants, wait_until  # noqa: E402
-from test_real_node import running_pod, secret  # noqa: E402
-from test_trust_zones import SERVED, apply_task, zone_log, zones_of  # noqa: E402
+from story import Story, descendants, wait_until
+from test_real_node import running_pod, secret
+from test_trust_zones import SERVED, apply_task, zone_log, zones_of
 
 TASK = "zone-auth"
 # Where the proxy's container has each zone's socket (operator/src/render/zone.rs ZONES_DIR).
@@ -93,15 +87,11 @@ signal.pause()
 
 
 @pytest.fixture(scope="module")
-def story():
-    began = time.monotonic()
-    with ExitStack() as cleanup:
-        story = Story(say=lambda *_: None)
-        story.prepare(cleanup)
-        story.mode = "sidecar"
-        print(f"\nzone auth: the chart installed in {time.monotonic() - began:.0f} s")
-        yield story
-    print(f"\nzone auth: {time.monotonic() - began:.0f} s in all (install, the test, cleanup)")
+def story(story):
+    """The story's (conftest.py), in sidecar mode."""
+    story.mode = "sidecar"
+    print(f"\nzone auth: the chart installed in {story.prepare_s:.0f} s")
+    return story
 
 
 def add_relinker(story: Story) -> None:

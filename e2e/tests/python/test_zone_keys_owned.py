@@ -16,33 +16,26 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
-from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "e2e" / "story"))
-
-from story import Story, cargo_binaries, wait_until  # noqa: E402
+from story import Story, wait_until
 
 NAME = "keys-bot"
 KNOWN = "00" * 32
 
 
 @pytest.fixture(scope="module")
-def story():
-    """The chart with its shared proxy enabled, the operator running with its ServiceAccount, in
-    namespaces of this module's own (no pod runs here)."""
-    story = Story(say=lambda *_: None, helm_values=["sharedProxy.enabled=true"])
-    with ExitStack() as cleanup:
-        story.cleanup = cleanup
-        story.binaries = cargo_binaries()
-        # Never pulled: no Job is created while blocked, and the one created at the end never runs.
-        story.images = {"agent": "example.invalid/agent:none", "mcp-proxy": "example.invalid/proxy:none"}
-        story.install()
-        yield story
+def chart_values():
+    return ["sharedProxy.enabled=true"]
+
+
+@pytest.fixture(scope="module")
+def story(installed_story):
+    """The chart with its shared proxy enabled, the operator running with its ServiceAccount
+    (conftest.py), in namespaces of this module's own. No pod runs here: no Job is created while
+    blocked, and the one created at the end never runs (its images are never pulled)."""
+    return installed_story
 
 
 def taskrun() -> dict:
