@@ -14,8 +14,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::ModelSpec;
 
-use super::resolve::Resolved;
-use super::resolve::SecretBinding;
+use super::resolve::{Resolved, SecretBinding};
 use super::settings::RenderSettings;
 
 /// Where the task's ConfigMap is mounted (a directory, in the agent's and the proxy's containers).

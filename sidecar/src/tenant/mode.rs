@@ -60,7 +60,7 @@ impl Shared {
                 max_sessions: opts.runtime.max_sessions,
                 // Each request is authenticated by its token's TokenReview (`tenant::auth`).
                 auth: ClientAuth::default(),
-                // Shared mode serves no model yet (the operator refuses spec.model there).
+                // Each task's model gateway is its tenant's, served by `dispatch` at `/model`.
                 gateway: None,
             },
             start_timeout: opts.runtime.start_timeout,

@@ -84,8 +84,9 @@ impl Placement {
         plan: &Plan,
         version: u64,
     ) -> Vec<Problem> {
-        let Some(shared) = plan.shared() else {
-            return Vec::new();
+        let shared = match (self, plan.shared()) {
+            (Self::Shared, Some(shared)) => shared,
+            (Self::Sidecar, _) | (Self::Shared, None) => return Vec::new(),
         };
         let data = shared
             .config_map(version, plan.config_hash(), "Running", None)

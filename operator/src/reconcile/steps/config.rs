@@ -100,11 +100,6 @@ pub async fn prepare(
 }
 
 impl Config {
-    /// Whether the cluster has the rendered ConfigMap already.
-    pub fn up_to_date(&self) -> bool {
-        self.up_to_date
-    }
-
     /// The verdicts this TaskRun's ConfigMap holds, as found before the apply.
     pub fn written_verdicts(&self) -> Option<&str> {
         self.existing.as_ref().and_then(|c| c.verdicts.as_deref())
