@@ -22,12 +22,20 @@ pub enum Provider {
     /// The Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`).
     #[default]
     Anthropic,
+    /// The OpenAI Responses API (`POST /v1/responses`, `GET /v1/models`): Codex CLI.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// The Gemini API (`POST /v1beta/models/{model}:generateContent`,
+    /// `:streamGenerateContent`, `:countTokens`): Gemini CLI.
+    Gemini,
 }
 
 impl Provider {
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+            Provider::Gemini => "gemini",
         }
     }
 }
