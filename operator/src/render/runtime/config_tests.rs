@@ -499,9 +499,100 @@ fn gemini_gets_an_admin_policy_from_the_rules_and_settings_that_pin_the_proxy() 
             && allow_mcp < denied["priority"].as_i64().unwrap_or_default()
     );
     assert!(
-        rules.iter().all(|r| r["toolName"] != "*"),
+        rules
+            .iter()
+            .all(|r| r["toolName"] != "*" || r["mcpName"] == "orchestrator"),
         "no allow-all without *"
     );
+}
+
+/// What Gemini CLI 0.61.0 checks before it loads a policy file (`PolicyRuleSchema` and
+/// `validateShellCommandSyntax` in its bundle): a file with one bad rule is skipped whole, and
+/// every tool is then left to the defaults.
+fn gemini_policy_problems(text: &str) -> Vec<String> {
+    let policy: Value =
+        serde_json::to_value(toml::from_str::<toml::Table>(text).expect("TOML")).expect("JSON");
+    let known = [
+        "toolName",
+        "subagent",
+        "mcpName",
+        "argsPattern",
+        "commandPrefix",
+        "commandRegex",
+        "decision",
+        "priority",
+        "modes",
+        "interactive",
+        "toolAnnotations",
+        "allowRedirection",
+        "denyMessage",
+    ];
+    let mut problems = Vec::new();
+    for (i, rule) in policy["rule"].as_array().into_iter().flatten().enumerate() {
+        let names: Vec<&str> = match &rule["toolName"] {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        if names.is_empty() || names.iter().any(|n| n.is_empty() || n.contains("__")) {
+            problems.push(format!("rule {i}: toolName"));
+        }
+        if !["allow", "deny", "ask_user"].contains(&rule["decision"].as_str().unwrap_or_default()) {
+            problems.push(format!("rule {i}: decision"));
+        }
+        if !rule["priority"]
+            .as_i64()
+            .is_some_and(|p| (0..=999).contains(&p))
+        {
+            problems.push(format!("rule {i}: priority"));
+        }
+        let command = rule.get("commandPrefix").is_some() || rule.get("commandRegex").is_some();
+        if command
+            && (rule["toolName"] != "run_shell_command"
+                || rule.get("argsPattern").is_some()
+                || (rule.get("commandPrefix").is_some() && rule.get("commandRegex").is_some()))
+        {
+            problems.push(format!("rule {i}: command"));
+        }
+        for key in rule.as_object().into_iter().flatten().map(|(k, _)| k) {
+            if !known.contains(&key.as_str()) {
+                problems.push(format!("rule {i}: {key}"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_gemini_policy_passes_gemini_clis_own_checks() {
+    for (allow, deny) in [
+        (json!(["*"]), json!([])),
+        (
+            json!(["*"]),
+            json!(["Bash", "WebFetch", "Edit", "Write", "Task"]),
+        ),
+        (json!(["*"]), json!(["Bash(rm:*)", "Bash(git push)"])),
+        (json!(["Read"]), json!([])),
+        (
+            json!(["Bash(git status:*)", "Bash(npm test)"]),
+            json!(["Bash(git status -u:*)"]),
+        ),
+        (json!([]), json!([])),
+    ] {
+        let tr = taskrun(json!({"agent": {"runtime": "gemini-cli"}, "toolConfig": {
+            "internalTools": {"permissions": {"allow": allow, "deny": deny}},
+            "mcpServers": [{"name": "everything"}]}}));
+        let files = data(&plan(&tr, ProxyMode::Sidecar));
+        let problems = gemini_policy_problems(&files["gemini-policy.toml"]);
+        assert!(
+            problems.is_empty(),
+            "{allow} {deny}: {problems:?}\n{}",
+            files["gemini-policy.toml"]
+        );
+    }
+    // The check itself: the rule Gemini CLI refused in a run (no toolName).
+    let refused = "[[rule]]\nmcpName = \"orchestrator\"\ndecision = \"allow\"\npriority = 500\n";
+    assert_eq!(gemini_policy_problems(refused), ["rule 0: toolName"]);
 }
 
 #[test]

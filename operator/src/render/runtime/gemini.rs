@@ -136,9 +136,13 @@ pub fn render(input: &Input<'_>) -> Result<Launch, Vec<Problem>> {
 
 /// The admin policy's rules: the proxy's tools allowed (the proxy decides which exist), then
 /// each tool as the permission rules say. In headless mode Gemini CLI denies what no rule
-/// allows; a deny rule without arguments hides the tool from the model.
+/// allows; a deny rule without arguments hides the tool from the model. Gemini CLI skips a
+/// policy file it cannot validate as a whole (every rule needs `toolName`, a priority in
+/// 0..=999, `commandPrefix`/`commandRegex` only with the single tool `run_shell_command`):
+/// `config_tests` holds the rendered rules to that.
 fn policy_rules(allow_all: bool, tools: &BTreeMap<&'static str, Access>) -> Vec<Value> {
     let mut out = vec![json!({
+        "toolName": "*",
         "mcpName": PROXY_SERVER_NAME,
         "decision": "allow",
         "priority": ALLOW,

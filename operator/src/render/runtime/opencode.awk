@@ -1,9 +1,9 @@
 # The `--format json` events of OpenCode, one object a line: the last text part is the answer, each
 # step_finish is a turn whose tokens and cost add up, and an error event makes the run an error.
+# (Its events carry the time they were written, not when their step ran: no duration.)
 {
   if (!parse($0)) next
   t = V["type"]
-  if (whole(V["timestamp"]) != "") { if (first == "") first = V["timestamp"]; last = V["timestamp"] }
   if (sid == "" && isstr(V["sessionID"])) sid = V["sessionID"]
   if (t == "\"text\"" && isstr(V["part" SUBSEP "text"])) answer = V["part" SUBSEP "text"]
   else if (t == "\"step_finish\"") {
@@ -32,7 +32,6 @@ END {
   add("cacheReadInputTokens", number(read))
   add("cacheCreationInputTokens", number(written))
   if (priced) { c = sprintf("%.9f", cost); sub(/0+$/, "", c); sub(/\.$/, "", c); add("costUsd", c) }
-  if (first != "" && last - first >= 0) add("durationMs", number(last - first))
   if (sid != "") add("sessionId", clip(sid, 256))
   finish(answer)
 }

@@ -14,7 +14,7 @@
 //! - `autoupdate: false`, `share: "disabled"`.
 //!
 //! The report: the last text part, the summed tokens and cost of each `step_finish` (one turn
-//! each), the time from the first event to the last.
+//! each).
 
 use std::collections::BTreeMap;
 

@@ -9,6 +9,8 @@ tl=${ORCHESTRATOR_TERMINATION_LOG:-/dev/termination-log}
 work=$(mktemp -d "${TMPDIR:-/tmp}/agent.XXXXXX") || exit 1
 out=$work/out
 : > "$out"
+# The runtime's own temporary files (and its commands') go there too.
+mkdir "$work/tmp" && export TMPDIR="$work/tmp"
 code=0 note=
 # Shared mode: the shared proxy serves this pod's token once the operator has bound the pod (its
 # uid and IP on the task's proxy config), a moment after the pod starts; wait for that (30 s at

@@ -383,7 +383,7 @@ fn opencode_gets_its_config_and_private_dirs_and_its_events_become_the_report() 
     // Three steps of 100 input and 7 output tokens, 0.000405 USD each.
     assert_eq!(counts(&r), [Some(3), Some(300), Some(21), Some(0), Some(0)]);
     assert_eq!(r.cost_usd.as_deref(), Some("0.001215"));
-    assert_eq!(r.duration_ms, Some(1796000390072 - 1796000386796));
+    assert_eq!(r.duration_ms, None);
     assert_eq!(
         r.session_id.as_deref(),
         Some("ses_dd60901d9ffe6G2fFOhMPJ16qp")
