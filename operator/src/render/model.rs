@@ -29,11 +29,14 @@ pub const MODEL_CA_FILE: &str = "ca.pem";
 pub const MODEL_KEY_HELPER_FILE: &str = "model-key.sh";
 
 /// Agent env that brings a model key (or another endpoint) into the agent's container: the
-/// older way, before the gateway (Claude Code's variables), and each runtime's own.
+/// older way, before the gateway (Claude Code's variables).
 const AGENT_MODEL_ENV: &[&str] = &[
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_BASE_URL",
+];
+/// The same for the other runtimes, which reach their model only through the gateway.
+const RUNTIME_MODEL_ENV: &[&str] = &[
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "CODEX_API_KEY",
@@ -52,15 +55,17 @@ pub fn choose<'a>(
     settings: &'a RenderSettings,
 ) -> Result<Option<&'a ModelSpec>, Problem> {
     let runtime = tr.spec.runtime();
+    let legacy = matches!(runtime, AgentRuntime::ClaudeCode | AgentRuntime::Custom);
     let agent_env: Vec<&str> = tr
         .spec
         .agent
         .iter()
         .flat_map(|a| a.env.iter())
         .map(|e| e.name.as_str())
-        .filter(|name| AGENT_MODEL_ENV.contains(name))
+        .filter(|name| {
+            AGENT_MODEL_ENV.contains(name) || (!legacy && RUNTIME_MODEL_ENV.contains(name))
+        })
         .collect();
-    let legacy = matches!(runtime, AgentRuntime::ClaudeCode | AgentRuntime::Custom);
     match (&tr.spec.model, agent_env.first()) {
         (Some(_), Some(name)) => Err(Problem {
             reason: "ModelKeyInAgent",

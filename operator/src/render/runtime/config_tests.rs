@@ -760,6 +760,16 @@ fn a_runtime_without_a_credential_for_its_api_is_refused() {
         "{}",
         problems[0].message
     );
+    // Claude Code keeps the default credential beside another API's key in its env (a tool of
+    // its own may use it).
+    let tr = taskrun(
+        json!({"agent": {"env": [{"name": "OPENAI_API_KEY", "value": "sk-x"}]}, "model": null}),
+    );
+    let plan = plan(&tr, ProxyMode::Sidecar);
+    assert!(
+        env(&plan).contains_key("ANTHROPIC_BASE_URL"),
+        "the gateway serves it"
+    );
 }
 
 #[test]

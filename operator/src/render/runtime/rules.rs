@@ -266,7 +266,9 @@ pub fn map(
             _ => problems.push(Problem {
                 reason: NOT_SUPPORTED,
                 message: format!(
-                    "spec.toolConfig.internalTools.permissions: {runtime}'s {tool} tool does the work                      of Claude Code's {} together, and the rules treat them differently ({}): allow or                      deny them together (docs/api.md, \"Built-in tools per runtime\")",
+                    "spec.toolConfig.internalTools.permissions: {runtime}'s {tool} tool does the work \
+                     of Claude Code's {} together, and the rules treat them differently ({}): \
+                     allow or deny them together (docs/api.md, \"Built-in tools per runtime\")",
                     claude.join(" and "),
                     claude
                         .iter()
