@@ -306,6 +306,7 @@ fn gemini_gets_the_policy_the_model_and_the_key_and_its_json_becomes_the_report(
         format!("ORCHESTRATOR_MCP_TOKEN={TOKEN}"),
         "GEMINI_CLI_SYSTEM_SETTINGS_PATH=".to_string(),
         "GEMINI_CLI_HOME=".to_string(),
+        "GEMINI_CLI_NO_RELAUNCH=true".to_string(),
     ] {
         assert!(run.env.contains(&var), "{var} in {}", run.env);
     }
@@ -370,6 +371,9 @@ fn opencode_gets_its_config_and_private_dirs_and_its_events_become_the_report() 
         "OPENCODE_DISABLE_DEFAULT_PLUGINS=1".into(),
         "OPENCODE_DISABLE_MODELS_FETCH=1".into(),
         "OPENCODE_DISABLE_AUTOUPDATE=1".into(),
+        "OPENCODE_DISABLE_EXTERNAL_SKILLS=1".into(),
+        "OPENCODE_DISABLE_LSP_DOWNLOAD=1".into(),
+        "OPENCODE_DISABLE_SHARE=1".into(),
         "XDG_CONFIG_HOME=".into(),
         "XDG_DATA_HOME=".into(),
     ] {
