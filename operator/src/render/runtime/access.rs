@@ -51,11 +51,6 @@ impl ProxyAccess {
         }
     }
 
-    /// Whether the agent proves itself with the pod's projected token (shared mode).
-    pub fn is_shared(&self) -> bool {
-        self.shared
-    }
-
     /// Claude Code's `headersHelper`: a shell command printing `{"Authorization":"Bearer ..."}`.
     /// Claude Code runs it when it connects and reconnects, so a token the kubelet renewed in
     /// the file is the one sent after a reconnect.

@@ -819,8 +819,18 @@ fn a_runtime_and_a_command_of_its_own_do_not_go_together() {
         "{}",
         problems[0].message
     );
+    let tr = taskrun(json!({"agent": {"runtime": "custom", "args": ["--flag"]}}));
+    assert_eq!(reasons(&self::problems(&tr)), ["InvalidAgentRuntime"]);
     let tr = taskrun(json!({"agent": {"runtime": "codex", "model": "gpt 5; rm -rf /"}}));
     assert_eq!(reasons(&self::problems(&tr)), ["InvalidAgentRuntime"]);
+    // Unset with args alone: the image's entrypoint with them, as before runtimes existed.
+    let tr = taskrun(json!({"agent": {"args": ["--flag"]}}));
+    let plan = plan(&tr, ProxyMode::Sidecar);
+    let c = agent(&plan);
+    assert_eq!(
+        (c.command, c.args),
+        (None, Some(vec!["--flag".to_string()]))
+    );
 }
 
 fn sample(yaml: &str) -> TaskRun {

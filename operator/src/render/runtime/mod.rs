@@ -61,7 +61,8 @@ pub fn check(tr: &TaskRun, model: Option<&ModelSpec>) -> Vec<Problem> {
             ),
         });
     }
-    if runtime == AgentRuntime::Custom && agent.command.is_none() && agent.args.is_none() {
+    // Unset with `args` alone runs the image's entrypoint with them, as before runtimes existed.
+    if agent.runtime == Some(AgentRuntime::Custom) && agent.command.is_none() {
         problems.push(Problem {
             reason: INVALID_RUNTIME,
             message: "spec.agent.runtime: custom runs spec.agent.command, which is unset: set \
