@@ -17,6 +17,8 @@
 //! - [`history`]: `status.contextHistory`, one entry per `contextVersion`, and who asked.
 //! - [`result`]: `status.result` (the agent's report, read from its termination message) and
 //!   `status.cancellation`, and the cancel annotation.
+//! - [`runtime`]: `spec.agent.runtime` and `spec.agent.model`: the agent CLI, its model API and
+//!   default model.
 //! - `status`: [`TaskRunStatus`], [`Phase`] and the [`conditions`] the operator writes.
 //! - `tests`: the CRD's names, printer columns and status subresource.
 
@@ -37,6 +39,7 @@ pub use crate::{
 };
 pub use history::ContextChange;
 pub use result::{CancelRequest, Cancellation, TaskResult};
+pub use runtime::AgentRuntime;
 pub use status::{Phase, TaskRunStatus, conditions};
 pub use tool_config::{
     EffectiveTools, InternalTools, McpServer, Permissions, SecretEnvRef, ToolConfig, ToolPatterns,
@@ -47,6 +50,7 @@ pub mod limits;
 pub mod model;
 pub mod permission_rules;
 pub mod result;
+pub mod runtime;
 mod status;
 mod tool_config;
 
@@ -271,13 +275,27 @@ impl KeyRef {
 /// The agent container.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = runtime::cel()))]
 pub struct AgentSpec {
-    /// Container image; the operator's `--agent-image` when unset.
+    /// The agent CLI (see [`runtime::AgentRuntime`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<runtime::AgentRuntime>,
+    /// The model the runtime asks for (`gpt-5.5`, `gemini-2.5-pro`, `claude-sonnet-4-5`).
+    /// Unset: the runtime's default (Claude Code picks its own). Must match `spec.model.models`
+    /// when that lists globs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = runtime::MODEL_CHARS))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": runtime::MODEL_RULE, "message": runtime::MODEL_MESSAGE}
+    ]))]
+    pub model: Option<String>,
+    /// Container image; the operator's image for the runtime when unset (`--agent-image`,
+    /// `--agent-image-codex`, `--agent-image-gemini-cli`, `--agent-image-opencode`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub image: Option<String>,
-    /// Entrypoint. When neither `command` nor `args` is set the operator runs Claude Code with
-    /// the rendered MCP config (`--strict-mcp-config`) and permission settings.
+    /// Entrypoint, for `runtime: custom`. When neither `command` nor `args` is set the operator
+    /// runs the runtime's default command with the config it renders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), inner(length(max = limits::COMMAND_ITEM_CHARS)))]
     pub command: Option<Vec<String>>,
@@ -294,6 +312,40 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = limits::resources)]
     pub resources: Option<ResourceRequirements>,
+}
+
+impl TaskRunSpec {
+    /// The runtime that runs the task: `spec.agent`'s, else Claude Code.
+    pub fn runtime(&self) -> runtime::AgentRuntime {
+        self.agent
+            .as_ref()
+            .map_or(runtime::AgentRuntime::ClaudeCode, AgentSpec::runtime)
+    }
+
+    /// The model the runtime asks for: `spec.agent.model`, else the runtime's default.
+    pub fn agent_model(&self) -> Option<&str> {
+        match &self.agent {
+            Some(agent) => agent.model(),
+            None => runtime::AgentRuntime::ClaudeCode.default_model(),
+        }
+    }
+}
+
+impl AgentSpec {
+    /// The runtime that runs the task (see [`runtime::AgentRuntime::effective`]).
+    pub fn runtime(&self) -> runtime::AgentRuntime {
+        runtime::AgentRuntime::effective(
+            self.runtime,
+            self.command.is_some() || self.args.is_some(),
+        )
+    }
+
+    /// The model the runtime asks for: `model`, else the runtime's default.
+    pub fn model(&self) -> Option<&str> {
+        self.model
+            .as_deref()
+            .or_else(|| self.runtime().default_model())
+    }
 }
 
 /// The task's MCP proxy: where it runs, and the sidecar container's size.

@@ -47,9 +47,31 @@ pub struct Settings {
     #[arg(long, env = "ORCH_SIDECAR_PORT", default_value_t = DEFAULT_SIDECAR_PORT,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub sidecar_port: u16,
-    /// Agent image for TaskRuns that name none.
+    /// Agent image for TaskRuns that name none: Claude Code's (runtime claude-code, and a
+    /// custom command's).
     #[arg(long, env = "ORCH_AGENT_IMAGE", default_value = "claude-code:latest")]
     pub agent_image: String,
+    /// Agent image for TaskRuns with runtime codex that name none (`codex` on its PATH).
+    #[arg(
+        long,
+        env = "ORCH_AGENT_IMAGE_CODEX",
+        default_value = "orchestrator-agent-codex:latest"
+    )]
+    pub agent_image_codex: String,
+    /// Agent image for TaskRuns with runtime gemini-cli that name none (`gemini` on its PATH).
+    #[arg(
+        long,
+        env = "ORCH_AGENT_IMAGE_GEMINI_CLI",
+        default_value = "orchestrator-agent-gemini-cli:latest"
+    )]
+    pub agent_image_gemini_cli: String,
+    /// Agent image for TaskRuns with runtime opencode that name none (`opencode` on its PATH).
+    #[arg(
+        long,
+        env = "ORCH_AGENT_IMAGE_OPENCODE",
+        default_value = "orchestrator-agent-opencode:latest"
+    )]
+    pub agent_image_opencode: String,
     /// OTLP (gRPC) endpoint for the operator's traces; off when unset.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -183,6 +205,11 @@ impl Settings {
         RenderSettings {
             sidecar_image: self.sidecar_image.clone(),
             agent_image: self.agent_image.clone(),
+            runtime_images: crate::render::RuntimeImages {
+                codex: self.agent_image_codex.clone(),
+                gemini_cli: self.agent_image_gemini_cli.clone(),
+                opencode: self.agent_image_opencode.clone(),
+            },
             sidecar_otlp_endpoint: self
                 .sidecar_otlp_endpoint
                 .clone()

@@ -170,6 +170,7 @@ mod tests {
         let settings = RenderSettings {
             sidecar_image: "proxy".into(),
             agent_image: "agent".into(),
+            runtime_images: Default::default(),
             sidecar_otlp_endpoint: None,
             sidecar_port: DEFAULT_SIDECAR_PORT,
             sidecar_api_watch: true,

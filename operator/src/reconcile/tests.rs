@@ -323,6 +323,7 @@ impl Harness {
             render: RenderSettings {
                 sidecar_image: "orchestrator-mcp-proxy:test".into(),
                 agent_image: "claude-code:test".into(),
+                runtime_images: Default::default(),
                 sidecar_otlp_endpoint: None,
                 sidecar_port: DEFAULT_SIDECAR_PORT,
                 sidecar_api_watch: true,

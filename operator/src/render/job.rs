@@ -33,8 +33,7 @@ use kube::ResourceExt;
 use orchestrator_crds::shared::{TOKEN_DIR, TOKEN_FILE};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::agent::DEFAULT_AGENT_SCRIPT;
-use super::files::{MCP_CONFIG_FILE, SETTINGS_FILE, TASK_FILE};
+use super::files::TASK_FILE;
 use super::names::config_map_name;
 use super::placement::Wiring;
 use super::pod::{
@@ -43,6 +42,7 @@ use super::pod::{
 };
 pub use super::proxy_volumes::{AUDITOR_DIR, MASK_DIR};
 use super::resolve::Resolved;
+use super::runtime::Launch;
 use super::settings::RenderSettings;
 pub use super::sidecar::{METRICS_PORT_NAME, PROXY_CONTAINER, PROXY_SERVICE_NAME};
 
@@ -68,6 +68,8 @@ pub struct JobInput<'a> {
     pub wiring: &'a Wiring<'a>,
     /// The model credential the task's proxy holds (see [`super::model`]).
     pub model: Option<&'a orchestrator_crds::taskrun::model::ModelSpec>,
+    /// What the agent's runtime gives its container: env and script (see [`super::runtime`]).
+    pub launch: &'a Launch,
 }
 
 impl JobInput<'_> {
@@ -155,14 +157,6 @@ fn agent_container(input: &JobInput<'_>) -> Container {
         env("ORCHESTRATOR_SERVICE", &tr.spec.service_name),
         env("ORCHESTRATOR_TASK_FILE", &format!("{TASK_DIR}/{TASK_FILE}")),
         env("ORCHESTRATOR_MCP_URL", &input.wiring.mcp_url()),
-        env(
-            "ORCHESTRATOR_MCP_CONFIG",
-            &format!("{TOOLS_DIR}/{MCP_CONFIG_FILE}"),
-        ),
-        env(
-            "ORCHESTRATOR_SETTINGS",
-            &format!("{TOOLS_DIR}/{SETTINGS_FILE}"),
-        ),
     ];
     let mut mounts = vec![
         mount(TOOLS_VOLUME, TOOLS_DIR, true),
@@ -179,26 +173,23 @@ fn agent_container(input: &JobInput<'_>) -> Container {
     let (credential_env, credential_mount) = input.wiring.agent_credential();
     vars.extend(credential_env);
     mounts.push(credential_mount);
-    if input.model.is_some() {
-        vars.extend(super::model::agent_env(&input.wiring.model_base_url()));
-    }
+    // The runtime's: its files' paths, its model endpoint, its model.
+    vars.extend(input.launch.env.iter().cloned());
     // The user's env comes last and replaces ours of the same name.
     vars.retain(|e| !agent.env.iter().any(|u| u.name == e.name));
     vars.extend(agent.env.iter().cloned());
-    let (command, args) = match (&agent.command, &agent.args) {
-        (None, None) => (
-            Some(vec!["sh".into(), "-c".into(), DEFAULT_AGENT_SCRIPT.into()]),
-            None,
-        ),
-        (command, args) => (command.clone(), args.clone()),
+    let (command, args) = match &input.launch.script {
+        Some(script) => (Some(vec!["sh".into(), "-c".into(), script.clone()]), None),
+        None => (agent.command.clone(), agent.args.clone()),
     };
     Container {
         name: AGENT_CONTAINER.into(),
-        image: Some(
-            agent
-                .image
-                .unwrap_or_else(|| input.settings.agent_image.clone()),
-        ),
+        image: Some(agent.image.unwrap_or_else(|| {
+            input
+                .settings
+                .agent_image_for(tr.spec.runtime())
+                .to_string()
+        })),
         command,
         args,
         working_dir: Some(WORKSPACE_DIR.into()),

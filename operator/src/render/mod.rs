@@ -5,15 +5,16 @@
 //! - [`names`]: the names, labels, annotations and digests every part shares; [`settings`]:
 //!   what the operator's flags decide ([`RenderSettings`], the [`SharedProxy`]).
 //! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems;
-//!   [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap;
-//!   [`agent`]: the default agent's script (Claude Code; its result as the termination message).
+//!   [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
 //! - [`pod`]: the containers' building blocks (uids, security context, mounts) and what they are
 //!   rendered from; [`proxy_volumes`]: the volumes only the proxy's container mounts.
 //! - [`zone`]: a stdio server's container (its name, its socket or port, the container);
 //!   [`model`]: the model gateway in the task's proxy (`spec.model` or the default credential:
-//!   the proxy's `gateway`, its key volume, the agent's base URL and key helper).
-//! - [`files`]: the ConfigMap's files (`proxy.yaml` for the sidecar, the agent's MCP config and
-//!   permission settings, the task text).
+//!   the proxy's `gateway` for the runtime's API, its key volume, the agent's key helper).
+//! - [`runtime`]: the agent's runtime (`spec.agent.runtime`: Claude Code, Codex CLI, Gemini CLI,
+//!   OpenCode, custom): its files, env and default script, and what it refuses.
+//! - [`files`]: the ConfigMap's files (`proxy.yaml` for the sidecar, the runtime's files, the
+//!   credential helpers, the task text).
 //! - [`shared`]: shared-service mode only (docs/design/shared-mode.md): the task's ConfigMap in
 //!   the shared proxy's namespace, the agent's token for it, what such a task cannot have;
 //!   [`sidecar`]: sidecar mode only: the proxy's container in the pod and the pod's volumes.
@@ -24,7 +25,6 @@
 //! - `tests` (the render's own, and helpers for the next ones), `credential_tests`, `shared_tests`,
 //!   `model_tests`.
 
-pub mod agent;
 pub mod files;
 pub mod identity;
 pub mod job;
@@ -34,6 +34,7 @@ pub mod placement;
 pub mod pod;
 pub mod proxy_volumes;
 pub mod resolve;
+pub mod runtime;
 pub mod settings;
 pub mod shared;
 pub mod sidecar;
@@ -56,7 +57,7 @@ pub use names::{
 pub use placement::Placement;
 use placement::Wiring;
 pub use resolve::{Problem, SecretBinding};
-pub use settings::{DEFAULT_SIDECAR_PORT, RenderSettings, SharedProxy};
+pub use settings::{DEFAULT_SIDECAR_PORT, RenderSettings, RuntimeImages, SharedProxy};
 
 /// Everything rendered for one TaskRun, before the context version is known.
 #[derive(Clone, Debug)]
@@ -202,15 +203,20 @@ pub fn render_mode(
     let wiring = Wiring::resolve(mode, settings, &resolved)?;
     let labels = labels(tr);
 
+    // The model gateway runs in the task's proxy: its own container, or the shared proxy.
+    let model = model::choose(tr, settings).map_err(|p| vec![p])?;
+    let problems = runtime::check(tr, model);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let launch = runtime::render(tr, &wiring.agent_access(), model.is_some())?;
     let mut files = files::Files::render(
         tr,
         &namespace,
         &resolved,
         &settings.proxy_addr(),
-        wiring.agent_access(),
+        launch.files.clone(),
     );
-    // The model gateway runs in the task's proxy: its own container, or the shared proxy.
-    let model = model::choose(tr, settings).map_err(|p| vec![p])?;
     if let Some(model) = model {
         files.use_gateway(tr, model);
     }
@@ -249,6 +255,7 @@ pub fn render_mode(
         service_account_name: identity.service_account_name(),
         wiring: &wiring,
         model,
+        launch: &launch,
     });
     // Each stdio server has its container, in either mode.
     let zoned = zone::zones(&resolved)

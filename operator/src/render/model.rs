@@ -5,13 +5,14 @@
 //! pod's agent credential: in sidecar mode only to the proxy's uid).
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, EnvVar, KeyToPath, SecretVolumeSource, Volume, VolumeMount,
+    ConfigMapVolumeSource, KeyToPath, SecretVolumeSource, Volume, VolumeMount,
 };
 use orchestrator_crds::gateway::{GatewaySpec, ObjectKey, PATH_PREFIX};
 use orchestrator_crds::taskrun::TaskRun;
-use orchestrator_crds::taskrun::model::{DEFAULT_ENDPOINT, ModelSpec};
+use orchestrator_crds::taskrun::model::ModelSpec;
+use orchestrator_crds::taskrun::runtime::{AgentRuntime, default_endpoint};
 
-use super::pod::{env, mount};
+use super::pod::mount;
 use super::resolve::Problem;
 use super::settings::RenderSettings;
 
@@ -28,28 +29,42 @@ pub const MODEL_CA_FILE: &str = "ca.pem";
 pub const MODEL_KEY_HELPER_FILE: &str = "model-key.sh";
 
 /// Agent env that brings a model key (or another endpoint) into the agent's container: the
-/// older way, before the gateway.
+/// older way, before the gateway (Claude Code's variables).
 const AGENT_MODEL_ENV: &[&str] = &[
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_BASE_URL",
 ];
+/// The same for the other runtimes, which reach their model only through the gateway.
+const RUNTIME_MODEL_ENV: &[&str] = &[
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "CODEX_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_GEMINI_BASE_URL",
+];
 
 /// The task's model credential: its own `spec.model`; else the operator's default, unless the
 /// agent's env brings a key of its own (a TaskRun written before the gateway keeps working, and
-/// keeps its key in the agent's env). `spec.model` with such env is refused: the key would be
-/// in the agent's container after all.
+/// keeps its key in the agent's env: Claude Code and a custom command only). `spec.model` with
+/// such env is refused: the key would be in the agent's container after all; so is such env for
+/// a runtime that reaches its model only through the proxy.
 pub fn choose<'a>(
     tr: &'a TaskRun,
     settings: &'a RenderSettings,
 ) -> Result<Option<&'a ModelSpec>, Problem> {
+    let runtime = tr.spec.runtime();
+    let legacy = matches!(runtime, AgentRuntime::ClaudeCode | AgentRuntime::Custom);
     let agent_env: Vec<&str> = tr
         .spec
         .agent
         .iter()
         .flat_map(|a| a.env.iter())
         .map(|e| e.name.as_str())
-        .filter(|name| AGENT_MODEL_ENV.contains(name))
+        .filter(|name| {
+            AGENT_MODEL_ENV.contains(name) || (!legacy && RUNTIME_MODEL_ENV.contains(name))
+        })
         .collect();
     match (&tr.spec.model, agent_env.first()) {
         (Some(_), Some(name)) => Err(Problem {
@@ -60,19 +75,32 @@ pub fn choose<'a>(
                  the proxy, which holds the key; docs/api.md, \"The model\")"
             ),
         }),
+        (None, Some(name)) if !legacy => Err(Problem {
+            reason: "ModelKeyInAgent",
+            message: format!(
+                "spec.agent.env names {name}, and runtime {} reaches its model only through the \
+                 task's proxy: remove {name} from spec.agent.env and name the Secret key in \
+                 spec.model.secretKeyRef instead (only the proxy reads it; docs/api.md, \"The \
+                 model\")",
+                runtime.as_str()
+            ),
+        }),
         (Some(model), None) => Ok(Some(model)),
         (None, Some(_)) => Ok(None),
         (None, None) => Ok(settings.default_model.as_ref()),
     }
 }
 
-/// `proxy.yaml`'s `gateway` for `model`, with the TaskRun's budget.
+/// `proxy.yaml`'s `gateway` for `model`, with the TaskRun's budget: the API its runtime speaks,
+/// at `model.endpoint` or that API's default endpoint.
 pub fn gateway_spec(tr: &TaskRun, model: &ModelSpec) -> GatewaySpec {
+    let provider = tr.spec.runtime().provider();
     GatewaySpec {
+        provider,
         endpoint: model
             .endpoint
             .clone()
-            .unwrap_or_else(|| DEFAULT_ENDPOINT.into()),
+            .unwrap_or_else(|| default_endpoint(provider).into()),
         key_file: format!("{MODEL_KEY_DIR}/{MODEL_KEY_FILE}"),
         ca_file: model
             .ca_config_map_key_ref
@@ -166,14 +194,9 @@ pub fn volumes(model: &ModelSpec, default_credential: bool) -> Vec<Volume> {
     volumes
 }
 
-/// The agent's runtime talks to the model at its proxy, at `base_url` (the pod's proxy, or the
-/// shared proxy's [`shared_base_url`]; see `placement`).
-pub fn agent_env(base_url: &str) -> Vec<EnvVar> {
-    vec![env("ANTHROPIC_BASE_URL", base_url)]
-}
-
-/// Claude Code's `apiKeyHelper` (run with `sh`): the agent's credential, printed only when the
-/// proxy's port is held by the proxy's uid (the same check as the MCP headers helper: while
+/// The model key helper (run with `sh`; Claude Code's `apiKeyHelper`, Codex's model provider
+/// `auth.command`, the token the other runtimes' scripts export): the agent's credential,
+/// printed only when the proxy's port is held by the proxy's uid (the same check as the MCP headers helper: while
 /// the proxy restarts another container could bind the port).
 pub fn key_helper_script(headers_script: &str) -> String {
     let check = headers_script
@@ -182,8 +205,9 @@ pub fn key_helper_script(headers_script: &str) -> String {
     format!(
         "{}cat \"$token\"\n",
         check.replacen(
-            "# Claude Code's headersHelper (sidecar mode)",
-            "# Claude Code's apiKeyHelper (sidecar mode): the model gateway's key is",
+            "# Claude Code's headersHelper (sidecar mode):",
+            "# The model key helper (sidecar mode; Claude Code's apiKeyHelper, Codex's auth command, the\n\
+             # other runtimes' scripts):",
             1
         )
     )

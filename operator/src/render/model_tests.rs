@@ -221,7 +221,7 @@ fn the_key_helper_checks_the_port_like_the_headers_helper_and_prints_the_token()
     assert!(script.ends_with("cat \"$token\"\n"), "{script}");
     assert!(!script.contains("Authorization"), "{script}");
     assert!(
-        script.starts_with("# Claude Code's apiKeyHelper"),
+        script.starts_with("# The model key helper (sidecar mode; Claude Code's apiKeyHelper"),
         "{script}"
     );
 }

@@ -14,17 +14,17 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
-use orchestrator_crds::gateway::PATH_PREFIX;
 use orchestrator_crds::proxy::PROXY_CONFIG_FILE;
 use orchestrator_crds::shared::{LEASE_MODE_ANNOTATION, ProxyMode, TOKEN_DIR};
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::ModelSpec;
 
-use super::files::{Files, ProxyAccess};
+use super::files::Files;
 use super::identity::{ProxyRights, SharedAccount};
 use super::pod::{PodInput, env, mount};
 use super::proxy_volumes::AGENT_CREDENTIAL_VOLUME;
 use super::resolve::{Problem, Resolved};
+use super::runtime::ProxyAccess;
 use super::shared::{self, SharedConfig, TOKEN_VOLUME};
 use super::zone::{self, Zone, ZoneLink, zone_container, zones};
 use super::{RenderSettings, SharedProxy, sidecar};
@@ -61,21 +61,14 @@ impl<'a> Wiring<'a> {
         }
     }
 
-    /// How the agent's files reach the proxy: its MCP URL and the helpers printing its
-    /// credential.
+    /// How the agent's files reach the proxy: its MCP URL, the model API's base URL (at the
+    /// pod's proxy, or next to the shared proxy's `/mcp`) and the credential helpers.
     pub fn agent_access(&self) -> ProxyAccess {
         match self {
             Wiring::Sidecar { addr } => ProxyAccess::sidecar(addr),
-            Wiring::Shared(proxy) => ProxyAccess::shared(&proxy.url),
-        }
-    }
-
-    /// The model API's base URL for the agent's runtime: at the pod's proxy, or next to the
-    /// shared proxy's `/mcp`.
-    pub fn model_base_url(&self) -> String {
-        match self {
-            Wiring::Sidecar { addr } => format!("http://{addr}{PATH_PREFIX}"),
-            Wiring::Shared(proxy) => super::model::shared_base_url(&proxy.url),
+            Wiring::Shared(proxy) => {
+                ProxyAccess::shared(&proxy.url, &super::model::shared_base_url(&proxy.url))
+            }
         }
     }
 

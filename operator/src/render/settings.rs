@@ -1,6 +1,8 @@
 //! What the operator's flags decide about rendered objects ([`RenderSettings`]), and the shared
 //! proxy they name ([`SharedProxy`]).
 
+use orchestrator_crds::taskrun::AgentRuntime;
+
 /// The sidecar's default port (the proxy's own default listen address is 127.0.0.1:8080).
 pub const DEFAULT_SIDECAR_PORT: u16 = 8080;
 
@@ -9,8 +11,10 @@ pub const DEFAULT_SIDECAR_PORT: u16 = 8080;
 pub struct RenderSettings {
     /// Image of the MCP proxy sidecar.
     pub sidecar_image: String,
-    /// Agent image when the TaskRun names none.
+    /// Agent image when the TaskRun names none: Claude Code's (and a custom command's).
     pub agent_image: String,
+    /// The other runtimes' images when the TaskRun names none.
+    pub runtime_images: RuntimeImages,
     /// OTLP endpoint handed to every sidecar (`OTEL_EXPORTER_OTLP_ENDPOINT`), if any.
     pub sidecar_otlp_endpoint: Option<String>,
     /// The loopback port the sidecar serves MCP on (the agent and the probes use it).
@@ -41,7 +45,35 @@ pub struct SharedProxy {
     pub audience: String,
 }
 
+/// The agent images of the runtimes other than Claude Code (`--agent-image-codex`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeImages {
+    pub codex: String,
+    pub gemini_cli: String,
+    pub opencode: String,
+}
+
+impl Default for RuntimeImages {
+    fn default() -> Self {
+        Self {
+            codex: "orchestrator-agent-codex:latest".into(),
+            gemini_cli: "orchestrator-agent-gemini-cli:latest".into(),
+            opencode: "orchestrator-agent-opencode:latest".into(),
+        }
+    }
+}
+
 impl RenderSettings {
+    /// The agent image for `runtime` when the TaskRun names none.
+    pub fn agent_image_for(&self, runtime: AgentRuntime) -> &str {
+        match runtime {
+            AgentRuntime::ClaudeCode | AgentRuntime::Custom => &self.agent_image,
+            AgentRuntime::Codex => &self.runtime_images.codex,
+            AgentRuntime::GeminiCli => &self.runtime_images.gemini_cli,
+            AgentRuntime::Opencode => &self.runtime_images.opencode,
+        }
+    }
+
     /// Where the proxy listens inside the pod: loopback only, the agent is in the same pod.
     pub fn proxy_addr(&self) -> String {
         format!("127.0.0.1:{}", self.sidecar_port)

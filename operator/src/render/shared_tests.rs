@@ -43,6 +43,7 @@ fn settings(shared: Option<SharedProxy>) -> RenderSettings {
     RenderSettings {
         sidecar_image: "ghcr.io/example/orchestrator-mcp-proxy:0.1.0".into(),
         agent_image: "ghcr.io/example/claude-code:1".into(),
+        runtime_images: Default::default(),
         sidecar_otlp_endpoint: None,
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,

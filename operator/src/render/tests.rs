@@ -16,6 +16,7 @@ pub(super) fn settings() -> RenderSettings {
     RenderSettings {
         sidecar_image: "ghcr.io/example/orchestrator-mcp-proxy:0.1.0".into(),
         agent_image: "ghcr.io/example/claude-code:1".into(),
+        runtime_images: Default::default(),
         sidecar_otlp_endpoint: None,
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,
