@@ -23,8 +23,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Callable
+
+from scripted_model import Server
 
 VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MAX_BODY = 1 << 20
@@ -56,8 +58,7 @@ class ScriptedMCP:
         self._cond = threading.Condition()
         self._changed = False
         self._seq = itertools.count(1)
-        self._server = ThreadingHTTPServer((self.host, self.port), self._handler())
-        self._server.daemon_threads = True
+        self._server = Server((self.host, self.port), self._handler())
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-mcp", daemon=True)
 

@@ -250,6 +250,17 @@ Script = Callable[[Recorded], Generator[Reply, Recorded, None]]
 Events = Iterable[tuple[str | None, dict]]  # SSE events: (event name or None, data)
 
 
+class Server(ThreadingHTTPServer):
+    """Quiet about a client that hung up before reading its answer (an agent exiting); any other
+    error is printed as usual."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 @dataclass
 class ScriptedModel:
     """The stand-in. Thread-safe: the agent's requests are served on their own threads while the
@@ -276,13 +287,12 @@ class ScriptedModel:
         self._cond = threading.Condition()
         self._gen: Generator[Reply, Recorded, None] | None = None
         self._turn = threading.Lock()  # one conversation step at a time
-        self._server = ThreadingHTTPServer((self.host, self.port), self._handler())
+        self._server = Server((self.host, self.port), self._handler())
         if self.tls is not None:
             import ssl
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*self.tls)
             self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-model", daemon=True)
 
