@@ -4,6 +4,9 @@
 #   docker build --target mcp-proxy -t orchestrator-mcp-proxy:dev .
 #   docker build --target cli       -t orchestrator-cli:dev .
 #   docker build --target agent     -t orchestrator-agent:dev .   (Claude Code, linux/amd64)
+#   docker build --target agent-codex    -t orchestrator-agent-codex:dev .     (Codex CLI, linux/amd64)
+#   docker build --target agent-gemini   -t orchestrator-agent-gemini:dev .    (Gemini CLI)
+#   docker build --target agent-opencode -t orchestrator-agent-opencode:dev .  (OpenCode, linux/amd64)
 # (No container engine runs on our development machines; CI builds and tests the binaries
 # directly. These targets are for users and release automation.)
 
@@ -79,6 +82,52 @@ ENV HOME=/tmp DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
 WORKDIR /workspace
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/claude"]
+
+# The other agent runtimes (docs/design/agent-runtimes.md), each from the npm package its
+# e2e/images/agent-<runtime>/package.json pins (scripts/check-pins checks them), with only what
+# its CLI runs, on the same base as `agent`; the operator runs them with the files it renders.
+FROM node:22-bookworm-slim AS agent-npm-codex
+COPY e2e/images/agent-codex/ /tmp/agent/
+RUN cd /tmp/agent && npm ci --ignore-scripts --no-audit --no-fund
+FROM node:22-bookworm-slim AS agent-npm-gemini
+COPY e2e/images/agent-gemini/ /tmp/agent/
+RUN cd /tmp/agent && npm ci --ignore-scripts --no-audit --no-fund
+FROM node:22-bookworm-slim AS agent-npm-opencode
+COPY e2e/images/agent-opencode/ /tmp/agent/
+RUN cd /tmp/agent && npm ci --ignore-scripts --no-audit --no-fund
+
+FROM debian:bookworm-slim AS agent-runtime-base
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates git \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /workspace && chown 65532:65532 /workspace
+ENV HOME=/tmp
+WORKDIR /workspace
+
+# Codex CLI: its static musl binary (no Node at run time) and the rg it ships.
+FROM agent-runtime-base AS agent-codex
+COPY --from=agent-npm-codex /tmp/agent/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex /usr/local/bin/codex
+COPY --from=agent-npm-codex /tmp/agent/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-path/rg /usr/local/bin/rg
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/codex"]
+
+# Gemini CLI: its bundle on Node.js 22. It does not start itself a second time (its relaunch sizes
+# the heap from the host's memory, not the container's limit).
+FROM agent-runtime-base AS agent-gemini
+COPY --from=node:22-bookworm-slim /usr/local/bin/node /usr/local/bin/node
+COPY --from=agent-npm-gemini /tmp/agent/node_modules/@google/gemini-cli/package.json /opt/gemini-cli/package.json
+COPY --from=agent-npm-gemini /tmp/agent/node_modules/@google/gemini-cli/bundle/ /opt/gemini-cli/bundle/
+RUN ln -s /opt/gemini-cli/bundle/gemini.js /usr/local/bin/gemini
+ENV GEMINI_CLI_NO_RELAUNCH=true
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/gemini"]
+
+# OpenCode: its single linux-x64 binary. It does not update itself or fetch its model list.
+FROM agent-runtime-base AS agent-opencode
+COPY --from=agent-npm-opencode /tmp/agent/node_modules/opencode-linux-x64/bin/opencode /usr/local/bin/opencode
+ENV OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_SHARE=1
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/opencode"]
 
 # Default: the operator.
 FROM operator
