@@ -1,5 +1,6 @@
 //! The model gateway's part of the proxy config (`proxy.yaml`'s `gateway`): the task's proxy
-//! serves the model API to the agent at `/model` on the pod's loopback, forwards each request to
+//! serves the model API to the agent at `/model` on the pod's loopback (the Anthropic Messages
+//! API, the OpenAI Responses API or the Gemini API, as `provider` says), forwards each request to
 //! `endpoint` with the key it alone reads (`keyFile`, a Secret's key mounted in the proxy's
 //! container only), counts what every response used, and holds the task to its budget.
 //!
@@ -15,18 +16,21 @@ use serde::{Deserialize, Serialize};
 /// its base URL here (`http://127.0.0.1:8080/model`).
 pub const PATH_PREFIX: &str = "/model";
 
-/// The model API a gateway forwards.
+/// The model API a gateway forwards: the one the agent's runtime speaks.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub enum Provider {
-    /// The Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`).
+    /// The Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`):
+    /// Claude Code, and OpenCode with its `anthropic` provider.
     #[default]
     Anthropic,
-    /// The OpenAI Responses API (`POST /v1/responses`, `GET /v1/models`): Codex CLI.
+    /// The OpenAI Responses API (`POST /v1/responses`, `GET /v1/models`): Codex CLI. The key
+    /// goes to the endpoint as `Authorization: Bearer`.
     #[serde(rename = "openai")]
     OpenAi,
     /// The Gemini API (`POST /v1beta/models/{model}:generateContent`,
-    /// `:streamGenerateContent`, `:countTokens`): Gemini CLI.
+    /// `:streamGenerateContent`, `:countTokens`): Gemini CLI. The key goes to the endpoint as
+    /// `x-goog-api-key`, the header the agent's credential comes in too.
     Gemini,
 }
 
@@ -54,7 +58,9 @@ pub struct ObjectKey {
 pub struct GatewaySpec {
     #[serde(default)]
     pub provider: Provider,
-    /// The API's base URL (`https://api.anthropic.com`); `http` only to a loopback address.
+    /// The API's base URL without its version (`https://api.anthropic.com`,
+    /// `https://api.openai.com`, `https://generativelanguage.googleapis.com`): the gateway
+    /// appends the API's paths. `http` only to a loopback address.
     pub endpoint: String,
     /// The file holding the API key (sidecar mode: the proxy's mount of the task's model
     /// Secret). Exactly one of `keyFile` and `keySecret`.
@@ -71,7 +77,8 @@ pub struct GatewaySpec {
     /// (shared mode); at most one of `caFile` and `caConfigMap`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_config_map: Option<ObjectKey>,
-    /// Globs over the model names the agent may ask for; empty: any.
+    /// Globs over the model names the agent may ask for (the body's `model`; for Gemini the
+    /// path's model segment); empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,
     /// What the task may spend; unset fields have no limit.
@@ -84,9 +91,12 @@ pub struct GatewaySpec {
 }
 
 /// A task's budget. The gateway admits a request only when its worst case fits what is left
-/// (its body's bytes as input tokens, a token being at least one byte, and its `max_tokens` as
-/// output tokens), reserves that, and settles to the response's own count when it ends: parallel
-/// or streamed requests cannot take a task past a limit.
+/// (its body's bytes as input tokens, a token being at least one byte, and the output cap it
+/// sets as output tokens: `max_tokens`, `max_output_tokens` or
+/// `generationConfig.maxOutputTokens`, else the API's largest answer), reserves that, and
+/// settles to the response's own count when it ends: parallel or streamed requests cannot take
+/// a task past a limit. When less output is left than a request asks for, the gateway lowers
+/// the request's cap to what is left (or sets one).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Budget {
@@ -100,7 +110,7 @@ pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^[0-9]{1,10}(\.[0-9]{1,9})?$"), length(max = 20))]
     pub cost_usd: Option<String>,
-    /// Model requests (`count_tokens` is not one).
+    /// Model requests (counting tokens and listing models are not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
     /// Seconds of wall time, counted from when the task's gateway started (its proxy's first

@@ -4,7 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::{config::Limits, sync::lock};
+use crate::{
+    config::{Limits, PriceNanos},
+    sync::lock,
+};
 
 /// Token counts of one response (or of the task so far).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -34,6 +37,15 @@ impl Tokens {
             .cache_read_input_tokens
             .saturating_add(other.cache_read_input_tokens);
     }
+}
+
+/// What `tokens` cost at `price`, in nano-dollars.
+pub fn cost(tokens: &Tokens, price: PriceNanos) -> u64 {
+    let sum = u128::from(tokens.input_tokens) * u128::from(price.input)
+        + u128::from(tokens.cache_creation_input_tokens) * u128::from(price.cache_write)
+        + u128::from(tokens.cache_read_input_tokens) * u128::from(price.cache_read)
+        + u128::from(tokens.output_tokens) * u128::from(price.output);
+    u64::try_from(sum.div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// What a request asks to use at most: its input tokens, the output it asks for, what its

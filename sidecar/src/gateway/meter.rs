@@ -15,9 +15,8 @@ use futures::{Stream, StreamExt};
 
 use super::{
     Gateway,
-    anthropic::{Endpoint, Tally},
-    cost,
-    ledger::{Reservation, Tokens},
+    api::{Api, Call, Route, Tally},
+    ledger::{Reservation, Tokens, cost},
     sse::Scanner,
 };
 use crate::{
@@ -36,7 +35,8 @@ pub(super) struct Measure {
     pub gateway: Arc<Gateway>,
     pub config: Arc<Config>,
     pub gateway_config: Arc<GatewayConfig>,
-    pub endpoint: Endpoint,
+    pub api: &'static dyn Api,
+    pub route: Route,
     pub asked_model: String,
     pub streamed: bool,
     pub price: Option<PriceNanos>,
@@ -138,9 +138,13 @@ impl Watch {
         if !(200..300).contains(&self.status) {
             return;
         }
+        if self.measure.route.call != Call::Generate {
+            return;
+        }
         if self.event_stream {
-            let tally = &mut self.tally;
-            self.scanner.feed(chunk, |event| tally.event(&event.data));
+            let (tally, api) = (&mut self.tally, self.measure.api);
+            self.scanner
+                .feed(chunk, |event| api.event(tally, &event.data));
         } else if !self.over {
             if self.body.len() + chunk.len() > MAX_MEASURED {
                 self.over = true;
@@ -154,10 +158,9 @@ impl Watch {
     fn finish(mut self) {
         let ok_status = (200..300).contains(&self.status);
         if ok_status && !self.event_stream && !self.over && !self.failed {
+            let generate = self.measure.route.call == Call::Generate;
             match serde_json::from_slice::<serde_json::Value>(&self.body) {
-                Ok(message) if self.measure.endpoint == Endpoint::Messages => {
-                    self.tally.message(&message)
-                }
+                Ok(message) if generate => self.measure.api.message(&mut self.tally, &message),
                 _ => {}
             }
         }
@@ -170,7 +173,7 @@ impl Watch {
             .and_then(|name| m.gateway_config.price(name))
             .or(m.price);
         let tokens = self.tally.tokens;
-        let cost_nanos = price.map(|p| cost(&tokens, p.cache_write, p));
+        let cost_nanos = price.map(|p| cost(&tokens, p));
         match m.reservation.take() {
             Some(reservation) if known => reservation.settle(&tokens, cost_nanos.unwrap_or(0)),
             // An error status, or no answer: the API charges nothing.
@@ -182,7 +185,8 @@ impl Watch {
             None => {}
         }
         m.gateway.publish();
-        let outcome = match (ok_status, known || m.endpoint == Endpoint::CountTokens) {
+        let generate = m.route.call == Call::Generate;
+        let outcome = match (ok_status, known || !generate) {
             _ if self.failed || self.status == 0 => "failed",
             (false, _) => "api_error",
             (true, true) => "ok",
@@ -212,7 +216,7 @@ impl Watch {
             model: model
                 .clone()
                 .unwrap_or_else(|| crate::names::clip(&m.asked_model).into_owned()),
-            endpoint: m.endpoint.path(),
+            endpoint: m.route.endpoint,
             status: self.status,
             streamed: m.streamed,
             input_tokens: tokens.input_tokens,
@@ -224,7 +228,7 @@ impl Watch {
                 .map(orchestrator_crds::gateway::format_usd_nanos),
             stop_reason: self.tally.stop_reason.clone(),
             tool_use_id,
-            usage_unknown: ok_status && !known && m.endpoint == Endpoint::Messages,
+            usage_unknown: ok_status && !known && generate,
         };
         let config = &m.config;
         let outcome_of = if outcome == "ok" {
@@ -271,11 +275,14 @@ impl Watch {
                 .record(config.audit.path.as_ref(), &record);
         };
         base(RecordType::ModelRequest, "", fields(None), None, 0);
+        if self.tally.tool_uses_dropped > 0 {
+            tracing::warn!(
+                dropped = self.tally.tool_uses_dropped,
+                "an answer asked for more tool uses than are audited one by one"
+            );
+        }
+        // MCP tools are not among them: the proxy records those when the agent calls them.
         for tool_use in &self.tally.tool_uses {
-            // MCP tools are the proxy's own calls, recorded when the agent makes them.
-            if tool_use.name.starts_with("mcp__") {
-                continue;
-            }
             let arguments = tool_use
                 .input
                 .as_ref()

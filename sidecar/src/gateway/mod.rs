@@ -3,22 +3,29 @@
 //! and forwards each request to the configured endpoint with the key only the proxy reads
 //! (`gateway.keyFile`). Transparent: the body byte for byte, the API's own headers, the answer's
 //! status, headers and body as the endpoint sent them, a stream event by event as it arrives.
-//! Only the API's paths are forwarded ([`anthropic::Endpoint`]); the agent's credential is never
-//! passed on.
+//! Only the API's requests are forwarded; the agent's credential is never passed on.
+//!
+//! The task's `gateway.provider` chooses the API ([`api::Api`], one small part each:
+//! [`anthropic`] the Messages API, [`openai`] the Responses API, [`gemini`] the Gemini API);
+//! [`forward`] itself knows none of them.
 //!
 //! On the way it holds the task to its budget ([`ledger`]: a request is admitted only when its
 //! worst case fits) and measures every response from a copy of its bytes ([`sse`] for a
 //! stream): tokens, cost, latency and stop reason into the ledger, the metrics and a
-//! `model_request` audit line, and each `tool_use` of the agent's own tools into an
+//! `model_request` audit line, and each tool use of the agent's own tools into an
 //! `agent_tool_use` line.
 //!
-//! Modules, in the order they may import each other: [`ledger`] (usage and reservations),
-//! [`sse`] (events from a passing stream), [`anthropic`] (the Messages API: paths, headers,
-//! usage and tool uses), `meter` (the response passed on and measured).
+//! Modules, in the order they may import each other: [`ledger`] (usage, reservations, cost),
+//! [`sse`] (events from a passing stream), [`api`] (what a provider's part answers),
+//! [`anthropic`], [`openai`], [`gemini`] (each API: paths, headers, usage and tool uses), `meter`
+//! (the response passed on and measured).
 
 pub mod anthropic;
+pub mod api;
+pub mod gemini;
 pub mod ledger;
 mod meter;
+pub mod openai;
 pub mod sse;
 
 use std::{
@@ -29,21 +36,21 @@ use std::{
 
 use axum::{
     Router,
-    body::Body,
+    body::{Body, Bytes},
     extract::{Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures::{StreamExt, future::BoxFuture};
-use orchestrator_crds::gateway::ObjectKey;
+use orchestrator_crds::gateway::{ObjectKey, PATH_PREFIX, Provider};
 
 use crate::{
-    config::{CaSource, KeySource, PriceNanos},
+    config::{CaSource, GatewayConfig, KeySource},
     proxy::Proxy,
     sync::lock,
 };
-use anthropic::{Ask, Endpoint};
-use ledger::{Ledger, Tokens};
+use api::{Api, Ask, Call, Kind};
+use ledger::{Ledger, Reservation};
 
 /// The longest key file read.
 const MAX_KEY: u64 = 8 * 1024;
@@ -196,22 +203,74 @@ pub fn routes(gateway: Arc<Gateway>) -> Router {
         .with_state(gateway)
 }
 
-/// An answer in the API's own error shape (`{"type":"error","error":{...}}`), which the agent's
-/// runtime shows as it would the API's.
+/// The part of the gateway that speaks `provider`'s API.
+pub fn api(provider: Provider) -> &'static dyn Api {
+    match provider {
+        Provider::Anthropic => &anthropic::Anthropic,
+        Provider::OpenAi => &openai::OpenAi,
+        Provider::Gemini => &gemini::Gemini,
+    }
+}
+
+/// The API a request's path (under `/model`) belongs to, for a refusal made before the task's
+/// provider is known: its client then shows it as that API's error.
+pub fn api_of_path(path: &str) -> &'static dyn Api {
+    let path = path.strip_prefix(PATH_PREFIX).unwrap_or(path);
+    if path.starts_with("/v1beta/") || path.starts_with("/v1/models/") && path.contains(':') {
+        &gemini::Gemini
+    } else if path.starts_with("/v1/responses") || path == "/v1/models" {
+        &openai::OpenAi
+    } else {
+        &anthropic::Anthropic
+    }
+}
+
+/// A refusal made before the task's API is known (no config yet, the credential, the body's
+/// size), answered in the Messages API's shape until [`reshape`] knows the request's API.
+#[derive(Clone, Debug)]
+struct Unshaped {
+    kind: Kind,
+    message: String,
+}
+
+/// An answer in the Messages API's error shape (`{"type":"error","error":{...}}`, `kind` one of
+/// its error types), which [`reshape`] turns into the shape of the API the request was for.
 pub fn refuse(status: StatusCode, kind: &str, message: &str) -> Response {
-    let mut response = (
-        status,
-        axum::Json(anthropic::error_body(
-            kind,
-            &format!("orchestrator gateway: {message}"),
-        )),
-    )
-        .into_response();
+    let kind = Kind::from_anthropic(kind);
+    let message = format!("orchestrator gateway: {message}");
+    let mut response = refusal(&anthropic::Anthropic, status, kind, &message);
+    response.extensions_mut().insert(Unshaped { kind, message });
+    response
+}
+
+/// An answer in `api`'s error shape, which the agent's runtime shows as it would the API's.
+fn refusal(api: &dyn Api, status: StatusCode, kind: Kind, message: &str) -> Response {
+    let mut response = (status, axum::Json(api.error_body(status, kind, message))).into_response();
     response.headers_mut().insert(
         "x-orchestrator-gateway",
         HeaderValue::from_static("refused"),
     );
     response
+}
+
+/// `response` in the error shape of the API `path` (under `/model`) belongs to, when it is a
+/// refusal of [`refuse`]; any other answer as it is.
+pub fn reshape(path: &str, response: Response) -> Response {
+    let Some(unshaped) = response.extensions().get::<Unshaped>().cloned() else {
+        return response;
+    };
+    let api = api_of_path(path);
+    if api.provider() == Provider::Anthropic {
+        return response;
+    }
+    let status = response.status();
+    let mut reshaped = refusal(api, status, unshaped.kind, &unshaped.message);
+    for (name, value) in response.headers() {
+        if !reshaped.headers().contains_key(name) && name != header::CONTENT_LENGTH {
+            reshaped.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    reshaped
 }
 
 async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
@@ -230,172 +289,119 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
             "this task has no model gateway (its TaskRun names no model credential: spec.model)",
         );
     };
+    let api = api(config.provider);
+    let no = |status, kind, message: &str| {
+        refusal(
+            api,
+            status,
+            kind,
+            &format!("orchestrator gateway: {message}"),
+        )
+    };
     let (parts, body) = request.into_parts();
     let path = parts
         .uri
         .path()
-        .strip_prefix(orchestrator_crds::gateway::PATH_PREFIX)
+        .strip_prefix(PATH_PREFIX)
         .unwrap_or_default();
-    let endpoint = Endpoint::route(path).filter(|_| parts.method == http::Method::POST);
-    let Some(endpoint) = endpoint else {
-        return refuse(
+    let Some(route) = api.route(&parts.method, path) else {
+        return no(
             StatusCode::NOT_FOUND,
-            "not_found_error",
+            Kind::NotFound,
             &format!(
-                "{} {} is not forwarded: only POST {p}/v1/messages and POST \
-                 {p}/v1/messages/count_tokens are",
+                "{} {} is not forwarded: this task's model API is {}, and only {} are",
                 parts.method,
                 crate::names::clip(parts.uri.path()),
-                p = orchestrator_crds::gateway::PATH_PREFIX
+                api.provider().as_str(),
+                api.forwarded(),
             ),
         );
     };
     let query = parts.uri.query().unwrap_or_default();
-    if !anthropic::query_allowed(query) {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "the only query forwarded is ?beta=true",
-        );
+    if let Err(why) = api.query(&route, query) {
+        return no(StatusCode::BAD_REQUEST, Kind::InvalidRequest, why);
     }
     // `server::limits::read_body` has read and bounded the body before this.
-    let body = match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(body) => body,
-        Err(_) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "the body could not be read",
-            );
+    let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+        return no(
+            StatusCode::BAD_REQUEST,
+            Kind::InvalidRequest,
+            "the body could not be read",
+        );
+    };
+    let ask = if route.call == Call::Catalog {
+        None
+    } else {
+        match api.ask(&route, &body) {
+            Ok(ask) => Some(ask),
+            Err(why) => return no(StatusCode::BAD_REQUEST, Kind::InvalidRequest, &why),
         }
     };
-    let ask: Ask = match serde_json::from_slice(&body) {
-        Ok(ask) => ask,
-        Err(e) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                &format!("the body is not a Messages request: {e}"),
-            );
-        }
-    };
-    if !config.allows_model(&ask.model) {
-        return refuse(
+    if let Some(ask) = &ask
+        && !config.allows_model(&ask.model)
+    {
+        return no(
             StatusCode::FORBIDDEN,
-            "permission_error",
+            Kind::Permission,
             &format!(
                 "model {:?} is not allowed for this task (its model credential's models)",
                 crate::names::clip(&ask.model)
             ),
         );
     }
-    let price = config.price(&ask.model);
-    let reservation = if endpoint == Endpoint::Messages {
-        if price.is_none() && config.limits.cost_nanos.is_some() {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                &format!(
-                    "model {:?} has no price, and this task has a cost budget: add the model to \
-                     the gateway's prices",
-                    crate::names::clip(&ask.model)
-                ),
-            );
-        }
-        let input = body.len() as u64;
-        let ask_most = ledger::Ask {
-            input,
-            output: ask.max_tokens.unwrap_or(0),
-            // Every byte an input token written to the cache (the dearer kind).
-            input_cost: price.map_or(0, |p| {
-                let per_mtok = u128::from(p.cache_write.max(p.input));
-                u64::try_from((u128::from(input) * per_mtok).div_ceil(1_000_000))
-                    .unwrap_or(u64::MAX)
-            }),
-            output_price: price.map_or(0, |p| p.output),
-        };
-        match gateway.ledger.admit(&config.limits, ask_most) {
-            Ok(reservation) => Some(reservation),
-            Err(over) => {
-                gateway.publish();
-                let metrics = &gateway.proxy.metrics;
-                metrics.model.refused(&metrics.model_task(), over.limit);
-                tracing::warn!(
-                    limit = over.limit,
-                    used = over.used,
-                    reserved = over.reserved,
-                    wanted = over.wanted,
-                    allowed = over.allowed,
-                    "a model request is over the task's budget: refused"
-                );
-                let why = if over.limit == "wallTimeSeconds" {
-                    format!(
-                        "budget exceeded: {} s of wall time have passed since the task started, \
-                         of {} allowed; a person can raise the TaskRun's \
-                         spec.budget.wallTimeSeconds",
-                        over.used, over.allowed
-                    )
-                } else {
-                    format!(
-                        "budget exceeded: {} would be {} of {} ({} used, {} reserved by requests \
-                         in flight); a person can raise the TaskRun's spec.budget.{}",
-                        over.limit,
-                        over.used + over.reserved + over.wanted,
-                        over.allowed,
-                        over.used,
-                        over.reserved,
-                        over.limit
-                    )
-                };
-                return refuse(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", &why);
+    let price = ask.as_ref().and_then(|ask| config.price(&ask.model));
+    let (reservation, body) = match &ask {
+        Some(ask) if route.call == Call::Generate => {
+            match admit(&gateway, &config, api, ask, body) {
+                Ok((reservation, body)) => (Some(reservation), body),
+                Err(refused) => return *refused,
             }
         }
-    } else {
-        None
-    };
-    // What is left of the budget is less than the request asks for: it asks for that instead
-    // (the one change the gateway makes to a body).
-    let body = match (&reservation, ask.max_tokens) {
-        (Some(r), Some(asked)) if r.output() < asked => match clamp(&body, r.output()) {
-            Some(clamped) => clamped,
-            None => body,
-        },
-        _ => body,
+        _ => (None, body),
     };
     let key = match gateway.key(&config.key).await {
         Ok(key) => key,
         Err(why) => {
             tracing::error!(error = %why, "the model gateway has no API key");
-            return refuse(StatusCode::SERVICE_UNAVAILABLE, "api_error", &why);
+            return no(StatusCode::SERVICE_UNAVAILABLE, Kind::Api, &why);
         }
+    };
+    let key = match api.key_header(&key) {
+        Ok(key) => key,
+        Err(why) => return no(StatusCode::SERVICE_UNAVAILABLE, Kind::Api, &why),
     };
     let client = match gateway.client(config.ca.as_ref()).await {
         Ok(client) => client,
         Err(why) => {
             tracing::error!(error = %why, "the model gateway cannot reach its endpoint");
-            return refuse(StatusCode::SERVICE_UNAVAILABLE, "api_error", &why);
+            return no(StatusCode::SERVICE_UNAVAILABLE, Kind::Api, &why);
         }
     };
-    let mut url = format!("{}{}", config.endpoint, endpoint.path());
+    let mut url = format!("{}{}", config.endpoint, route.path);
     if !query.is_empty() {
         url.push('?');
         url.push_str(query);
     }
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
-        if anthropic::forwards_header(name.as_str()) {
+        if api.forwards_header(name.as_str()) {
             headers.append(name.clone(), value.clone());
         }
     }
-    headers.insert(anthropic::KEY_HEADER, key);
-    let sent = client.post(&url).headers(headers).body(body).send().await;
+    headers.insert(key.0, key.1);
+    let mut outgoing = client.request(route.method.clone(), &url).headers(headers);
+    if route.method == http::Method::POST {
+        outgoing = outgoing.body(body);
+    }
+    let sent = outgoing.send().await;
     let measure = meter::Measure {
         gateway: gateway.clone(),
         config: snap.config.clone(),
         gateway_config: config.clone(),
-        endpoint,
-        asked_model: ask.model,
-        streamed: ask.stream.unwrap_or(false),
+        api,
+        asked_model: ask.as_ref().map_or("-", |a| a.model.as_str()).to_string(),
+        streamed: ask.as_ref().is_some_and(|a| a.stream),
+        route,
         price,
         reservation,
         started,
@@ -406,7 +412,7 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
             let why = format!("the model endpoint did not answer: {}", error_chain(&e));
             tracing::warn!(error = %why, "model request failed");
             measure.failed();
-            return refuse(StatusCode::BAD_GATEWAY, "api_error", &why);
+            return no(StatusCode::BAD_GATEWAY, Kind::Api, &why);
         }
     };
     let status = upstream.status();
@@ -433,28 +439,104 @@ async fn forward(State(gateway): State<Arc<Gateway>>, request: Request) -> Respo
     response
         .body(Body::from_stream(metered))
         .unwrap_or_else(|_| {
-            refuse(
+            no(
                 StatusCode::BAD_GATEWAY,
-                "api_error",
+                Kind::Api,
                 "the endpoint's answer could not be passed on",
             )
         })
 }
 
-/// `body` asking for at most `max_tokens`.
-fn clamp(body: &axum::body::Bytes, max_tokens: u64) -> Option<axum::body::Bytes> {
-    let mut value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    *value.get_mut("max_tokens")? = max_tokens.into();
-    serde_json::to_vec(&value).ok().map(Into::into)
-}
-
-/// What `tokens` cost at `price` (cache writes at `cache_write`), in nano-dollars.
-fn cost(tokens: &Tokens, cache_write: u64, price: PriceNanos) -> u64 {
-    let sum = u128::from(tokens.input_tokens) * u128::from(price.input)
-        + u128::from(tokens.cache_creation_input_tokens) * u128::from(cache_write)
-        + u128::from(tokens.cache_read_input_tokens) * u128::from(price.cache_read)
-        + u128::from(tokens.output_tokens) * u128::from(price.output);
-    u64::try_from(sum.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+/// Admits a model request under the task's budget, reserving its worst case: its body's bytes
+/// as input tokens and the output it asks for (the API's largest when it asks for no cap). When
+/// less is left than that, the body asks for what is left instead (the one change the gateway
+/// makes to a body). Refused: the answer in the API's shape.
+fn admit(
+    gateway: &Gateway,
+    config: &GatewayConfig,
+    api: &'static dyn Api,
+    ask: &Ask,
+    body: Bytes,
+) -> Result<(Reservation, Bytes), Box<Response>> {
+    let no = |status, kind, message: &str| {
+        Box::new(refusal(
+            api,
+            status,
+            kind,
+            &format!("orchestrator gateway: {message}"),
+        ))
+    };
+    let price = config.price(&ask.model);
+    if price.is_none() && config.limits.cost_nanos.is_some() {
+        return Err(no(
+            StatusCode::BAD_REQUEST,
+            Kind::InvalidRequest,
+            &format!(
+                "model {:?} has no price, and this task has a cost budget: add the model to the \
+                 gateway's prices",
+                crate::names::clip(&ask.model)
+            ),
+        ));
+    }
+    let input = body.len() as u64;
+    let asked = ask.max_output.unwrap_or(api.output_ceiling());
+    let ask_most = ledger::Ask {
+        input,
+        output: asked,
+        // Every byte an input token written to the cache (the dearer kind).
+        input_cost: price.map_or(0, |p| {
+            let per_mtok = u128::from(p.cache_write.max(p.input));
+            u64::try_from((u128::from(input) * per_mtok).div_ceil(1_000_000)).unwrap_or(u64::MAX)
+        }),
+        output_price: price.map_or(0, |p| p.output),
+    };
+    let reservation = match gateway.ledger.admit(&config.limits, ask_most) {
+        Ok(reservation) => reservation,
+        Err(over) => {
+            gateway.publish();
+            let metrics = &gateway.proxy.metrics;
+            metrics.model.refused(&metrics.model_task(), over.limit);
+            tracing::warn!(
+                limit = over.limit,
+                used = over.used,
+                reserved = over.reserved,
+                wanted = over.wanted,
+                allowed = over.allowed,
+                "a model request is over the task's budget: refused"
+            );
+            let why = if over.limit == "wallTimeSeconds" {
+                format!(
+                    "budget exceeded: {} s of wall time have passed since the task started, of \
+                     {} allowed; a person can raise the TaskRun's spec.budget.wallTimeSeconds",
+                    over.used, over.allowed
+                )
+            } else {
+                format!(
+                    "budget exceeded: {} would be {} of {} ({} used, {} reserved by requests in \
+                     flight); a person can raise the TaskRun's spec.budget.{}",
+                    over.limit,
+                    over.used + over.reserved + over.wanted,
+                    over.allowed,
+                    over.used,
+                    over.reserved,
+                    over.limit
+                )
+            };
+            return Err(no(StatusCode::TOO_MANY_REQUESTS, Kind::Budget, &why));
+        }
+    };
+    if reservation.output() >= asked {
+        return Ok((reservation, body));
+    }
+    match api.clamp(&body, reservation.output()) {
+        Some(clamped) => Ok((reservation, clamped.into())),
+        // Never sent asking for more than was reserved.
+        None => Err(no(
+            StatusCode::BAD_REQUEST,
+            Kind::InvalidRequest,
+            "the request's output cap cannot be lowered to what is left of the budget",
+        )),
+    }
 }
 
 /// Response headers passed back: all but a hop's own and the length (the body is re-framed).

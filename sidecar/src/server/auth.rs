@@ -38,8 +38,9 @@ pub enum Access {
     Call,
     /// `GET /tools`, `GET /audit`, `GET /metrics`: the agent or an auditor.
     Read,
-    /// `/model` (the model gateway): the agent only, its token sent as the API key
-    /// (`x-api-key`, as an API key helper's output is sent) or as a bearer token.
+    /// `/model` (the model gateway): the agent only, its token sent as the API key the way
+    /// its runtime sends one: `Authorization: Bearer` (Codex), `x-api-key` (Claude Code's key
+    /// helper, OpenCode) or `x-goog-api-key` (Gemini CLI). Only here: never for `/mcp`.
     Model,
 }
 
@@ -166,9 +167,20 @@ fn bearer(request: &Request) -> Option<&[u8]> {
         .then(|| bytes[7..].trim_ascii())
 }
 
-/// The `x-api-key` of a request (one such header only).
+/// The API key of a request as the model APIs send it (`x-api-key`, or Gemini's
+/// `x-goog-api-key`; one such header only).
 fn api_key(request: &Request) -> Option<&[u8]> {
-    only_header(request, "x-api-key").map(<[u8]>::trim_ascii)
+    only_header(request, crate::gateway::anthropic::KEY_HEADER)
+        .or_else(|| only_header(request, crate::gateway::gemini::KEY_HEADER))
+        .map(<[u8]>::trim_ascii)
+}
+
+/// The credential a request presents for `access`.
+fn presented(request: &Request, access: Access) -> Option<&[u8]> {
+    match access {
+        Access::Model => bearer(request).or_else(|| api_key(request)),
+        Access::Call | Access::Read => bearer(request),
+    }
 }
 
 /// The value of header `name` when the request has exactly one.
@@ -185,11 +197,12 @@ pub async fn require(
     request: Request,
     next: Next,
 ) -> Response {
-    let presented = match access {
-        Access::Model => bearer(&request).or_else(|| api_key(&request)),
-        _ => bearer(&request),
-    };
-    if auth.allows(presented, access) {
+    if auth.allows(presented(&request, access), access) {
+        if access == Access::Model {
+            // A refusal inside (the body's size) in the shape of the API the request is for.
+            let path = request.uri().path().to_string();
+            return crate::gateway::reshape(&path, next.run(request).await);
+        }
         return next.run(request).await;
     }
     let n = auth.refused.fetch_add(1, Ordering::Relaxed) + 1;
@@ -203,13 +216,14 @@ pub async fn require(
         );
     }
     if access == Access::Model {
-        return crate::gateway::refuse(
+        let refused = crate::gateway::refuse(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             "the model gateway serves only the task's agent: send the token in the file \
              ORCHESTRATOR_MCP_TOKEN_FILE names as the API key (no model key is needed: the \
              proxy holds it)",
         );
+        return crate::gateway::reshape(request.uri().path(), refused);
     }
     let why = match access {
         Access::Model => "",
@@ -339,5 +353,42 @@ mod tests {
         let auth = ClientAuth::default();
         assert!(auth.is_open());
         assert!(auth.allows(None, Access::Call));
+    }
+
+    #[test]
+    fn the_model_takes_the_token_as_any_runtime_sends_its_key_and_mcp_only_as_a_bearer() {
+        let with = |name: &str, value: &str| {
+            Request::builder()
+                .uri("/model/v1beta/models/gemini-2.5-pro:streamGenerateContent")
+                .header(name, value)
+                .body(axum::body::Body::empty())
+                .expect("request")
+        };
+        for (name, value) in [
+            ("authorization", "Bearer agent-token"),
+            ("x-api-key", "agent-token"),
+            ("x-goog-api-key", "agent-token"),
+        ] {
+            let r = with(name, value);
+            assert_eq!(
+                presented(&r, Access::Model),
+                Some(&b"agent-token"[..]),
+                "{name}"
+            );
+        }
+        // The API-key headers open the model only: /mcp and the reading endpoints want a bearer.
+        for name in ["x-api-key", "x-goog-api-key"] {
+            let r = with(name, "agent-token");
+            assert_eq!(presented(&r, Access::Call), None, "{name}");
+            assert_eq!(presented(&r, Access::Read), None, "{name}");
+        }
+        // Two keys of one kind: neither is taken.
+        let two = Request::builder()
+            .uri("/model/v1/x")
+            .header("x-goog-api-key", "nope")
+            .header("x-goog-api-key", "agent-token")
+            .body(axum::body::Body::empty())
+            .expect("request");
+        assert_eq!(presented(&two, Access::Model), None);
     }
 }

@@ -3,7 +3,8 @@
 //! task), checks the connection comes from that pod's IP, and hands the request to that tenant's
 //! own MCP service. A session id made under one tenant means nothing to another's session
 //! manager: 404 there. `/model/...` is the tenant's model gateway behind the same checks (the
-//! token may come as the API key, `x-api-key`; refusals in the API's error shape). `/healthz`
+//! token may come as the API key, `x-api-key` or `x-goog-api-key`, there only; refusals in the
+//! error shape of the API the request is for). `/healthz`
 //! and `/readyz` answer without a token; nothing else is served.
 //!
 //! Refusals: 401 with `WWW-Authenticate: Bearer error="invalid_token"` for a missing, malformed,
@@ -196,25 +197,30 @@ async fn mcp(State(front): State<Arc<Front>>, request: Request) -> Response {
     }
 }
 
-/// The model API at `/model/...`: the same token, pod and peer checks as `/mcp` (the token as
-/// `Authorization: Bearer`, or as the API key `x-api-key` the agent's runtime sends), then the
-/// task's own gateway. Refusals come in the API's error shape, which the agent's runtime shows.
-async fn model(State(front): State<Arc<Front>>, request: Request) -> Response {
-    let peer = request.extensions().get::<Peer>().map(|p| p.0.ip());
-    let headers = request.headers();
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
+/// The credential a model request presents, as a bearer `Authorization`: the bearer token, or
+/// the API key the agent's runtime sends (`x-api-key`; `x-goog-api-key` from Gemini CLI, which
+/// has no other way). Only `/model` takes an API key header: `/mcp` reads the bearer token only.
+fn model_credential(headers: &axum::http::HeaderMap) -> Option<String> {
+    let text = |name: &str| headers.get(name).and_then(|h| h.to_str().ok());
+    text(header::AUTHORIZATION.as_str())
         .map(str::to_string)
         .or_else(|| {
-            headers
-                .get(crate::gateway::anthropic::KEY_HEADER)
-                .and_then(|h| h.to_str().ok())
-                .map(|key| format!("Bearer {key}"))
-        });
+            text(crate::gateway::anthropic::KEY_HEADER)
+                .or_else(|| text(crate::gateway::gemini::KEY_HEADER))
+                .map(|key| format!("Bearer {}", key.trim()))
+        })
+}
+
+/// The model API at `/model/...`: the same token, pod and peer checks as `/mcp` (the token as
+/// the agent's runtime sends it, [`model_credential`]), then the task's own gateway. Refusals
+/// come in the error shape of the API the request is for, which the agent's runtime shows.
+async fn model(State(front): State<Arc<Front>>, request: Request) -> Response {
+    let peer = request.extensions().get::<Peer>().map(|p| p.0.ip());
+    let path = request.uri().path().to_string();
+    let authorization = model_credential(request.headers());
     match front.resolve(authorization.as_deref(), peer).await {
         Ok(tenant) => match tenant.model.clone().oneshot(request).await {
-            Ok(response) => response,
+            Ok(response) => crate::gateway::reshape(&path, response),
             Err(never) => match never {},
         },
         Err(refusal) => {
@@ -230,7 +236,7 @@ async fn model(State(front): State<Arc<Front>>, request: Request) -> Response {
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            response
+            crate::gateway::reshape(&path, response)
         }
     }
 }
@@ -386,5 +392,58 @@ mod tests {
                 .get(header::WWW_AUTHENTICATE)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_model_request_presents_its_token_as_any_runtime_sends_its_key() {
+        let headers = |pairs: &[(&str, &str)]| {
+            let mut map = axum::http::HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(
+                    axum::http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                    HeaderValue::from_str(value).expect("value"),
+                );
+            }
+            map
+        };
+        for pairs in [
+            &[("authorization", "Bearer jwt")][..],
+            &[("x-api-key", "jwt")],
+            &[("x-goog-api-key", "jwt")],
+            // The bearer token wins over a key header.
+            &[("authorization", "Bearer jwt"), ("x-goog-api-key", "other")],
+        ] {
+            assert_eq!(
+                model_credential(&headers(pairs)).as_deref(),
+                Some("Bearer jwt"),
+                "{pairs:?}"
+            );
+        }
+        assert_eq!(model_credential(&headers(&[("cookie", "jwt")])), None);
+    }
+
+    #[test]
+    fn a_refusal_before_the_task_is_known_is_in_the_shape_of_the_api_asked() {
+        let refused = |path: &str| {
+            let r = crate::gateway::reshape(
+                path,
+                crate::gateway::refuse(StatusCode::UNAUTHORIZED, "authentication_error", "who"),
+            );
+            let status = r.status();
+            let body = futures::executor::block_on(axum::body::to_bytes(r.into_body(), 1 << 16))
+                .expect("body");
+            let body: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            (status, body)
+        };
+        let (status, gemini) = refused("/model/v1beta/models/gemini-2.5-pro:streamGenerateContent");
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(gemini["error"]["status"], "UNAUTHENTICATED");
+        assert_eq!(gemini["error"]["code"], 401);
+        let (_, openai) = refused("/model/v1/responses");
+        assert_eq!(openai["error"]["code"], "invalid_api_key");
+        assert_eq!(openai["error"]["param"], serde_json::Value::Null);
+        let (_, anthropic) = refused("/model/v1/messages");
+        assert_eq!(anthropic["type"], "error");
+        assert_eq!(anthropic["error"]["type"], "authentication_error");
     }
 }
