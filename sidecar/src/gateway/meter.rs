@@ -290,7 +290,7 @@ impl Watch {
             base(
                 RecordType::AgentToolUse,
                 &tool_use.name,
-                fields(Some(tool_use.id.clone())),
+                fields(Some(tool_use.id.clone()).filter(|id| !id.is_empty())),
                 arguments,
                 tool_use.input_bytes,
             );

@@ -221,6 +221,10 @@ fn read_item(tally: &mut Tally, item: &Value) {
     if !kind.ends_with("_call") || kind == "function_call" && is_mcp(item) {
         return;
     }
+    if tally.tool_uses.len() >= api::MAX_TOOL_USES {
+        tally.tool_uses_dropped += 1;
+        return;
+    }
     let id = match text(item, "call_id") {
         "" => text(item, "id"),
         id => id,
