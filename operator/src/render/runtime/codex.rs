@@ -86,6 +86,9 @@ pub fn render(input: &Input<'_>) -> Result<Launch, Vec<Problem>> {
             PROXY_SERVER_NAME: {
                 "url": input.access.mcp_url,
                 "bearer_token_env_var": "ORCHESTRATOR_MCP_TOKEN",
+                // Under approval_policy "never" Codex refuses MCP calls it would ask about; the
+                // proxy decides on each call (its policy, approvals), so Codex runs them all.
+                "default_tools_approval_mode": "approve",
             }
         },
         "model_providers": {
