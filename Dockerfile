@@ -117,12 +117,7 @@ FROM agent-runtime-base AS agent-gemini
 COPY --from=node:22-bookworm-slim /usr/local/bin/node /usr/local/bin/node
 COPY --from=agent-npm-gemini /tmp/agent/node_modules/@google/gemini-cli/package.json /opt/gemini-cli/package.json
 COPY --from=agent-npm-gemini /tmp/agent/node_modules/@google/gemini-cli/bundle/ /opt/gemini-cli/bundle/
-# Gemini CLI reads system settings and policies only through root's directories that nobody else
-# can write: links to the files the operator renders into the task's ConfigMap.
-RUN ln -s /opt/gemini-cli/bundle/gemini.js /usr/local/bin/gemini \
- && mkdir -p -m 0755 /etc/gemini-cli/policies \
- && ln -s /etc/orchestrator/tools/gemini-settings.json /etc/gemini-cli/settings.json \
- && ln -s /etc/orchestrator/tools/gemini-policy.toml /etc/gemini-cli/policies/orchestrator.toml
+RUN ln -s /opt/gemini-cli/bundle/gemini.js /usr/local/bin/gemini
 ENV GEMINI_CLI_NO_RELAUNCH=true
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/gemini"]

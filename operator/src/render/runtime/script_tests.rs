@@ -106,16 +106,6 @@ fn setup(rt: Runtime, printed: &str, exit: i32, helper: Option<&str>) -> (PathBu
         std::fs::write(&file, format!("config of {var}\n")).expect("a config");
         command.env(var, file);
     }
-    // The agent-gemini image's links to the rendered settings and policy.
-    let etc = dir.join("gemini-etc");
-    std::fs::create_dir_all(etc.join("policies")).expect("the links' directory");
-    for (link, var) in [
-        ("settings.json", "ORCHESTRATOR_GEMINI_SETTINGS"),
-        ("policies/orchestrator.toml", "ORCHESTRATOR_GEMINI_POLICY"),
-    ] {
-        std::os::unix::fs::symlink(dir.join(var.to_lowercase()), etc.join(link)).expect("a link");
-    }
-    command.env("ORCHESTRATOR_GEMINI_ETC", &etc);
     if let Some(helper) = helper {
         std::fs::write(dir.join("helper.sh"), helper).expect("the helper");
         command.env("ORCHESTRATOR_CREDENTIAL_HELPER", dir.join("helper.sh"));
@@ -306,10 +296,10 @@ fn gemini_gets_the_policy_the_model_and_the_key_and_its_json_becomes_the_report(
         &run.args[2..7],
         ["-m", "model-x", "-o", "json", "--admin-policy"]
     );
-    // The policy through the image's link (Gemini CLI skips settings and policies in a directory
-    // another uid can write, as a ConfigMap's mount is).
+    // A copy of the rendered policy in a directory only the agent's uid writes (Gemini CLI skips
+    // settings and policies in a group-writable one, as a ConfigMap's mount is).
     assert!(
-        run.args[7].ends_with("/gemini-etc/policies/orchestrator.toml"),
+        run.args[7].ends_with("/gemini-etc/policy.toml"),
         "{:?}",
         run.args
     );
