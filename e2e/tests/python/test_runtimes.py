@@ -37,7 +37,7 @@ import pytest
 from scripted_gemini import ScriptedGemini
 from scripted_model import ScriptedModel, text, tls_pair, tool_result_text, tool_use
 from scripted_responses import ScriptedResponses
-from story import MODEL_PORT, NODE_SOCK, REAL_NODE, REPO, Story, check, expected_tools, wait_until
+from story import MODEL_PORT, NODE_SOCK, REAL_NODE, REPO, Story, StoryError, check, expected_tools, wait_until
 
 PORT = MODEL_PORT + 8  # the pods reach MODEL_PORT .. +9 (e2e/node/node); one runtime at a time
 OFFERED_WITHIN_S = 30  # add-context -> the model offered the new tool, at most (the figure is printed)
@@ -135,7 +135,19 @@ class Script:
         yield text("Done: 2 + 3 = 5, and echo answered.")
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES, ids=[r.name for r in RUNTIMES])
+# Gemini CLI 0.61.0 reads system settings and admin policies only through paths whose every
+# directory, the link target's included, is root's and writable by no other uid; the task's
+# ConfigMap mount (/etc/orchestrator/tools) is group-writable (mode 2777 under the pod's fsGroup),
+# so it skips the rendered settings and fails "Invalid auth method selected" (seen on the real node
+# with the files read in place, copied under $TMPDIR, and linked from a root-owned /etc/gemini-cli).
+# Issue 43 stays open for it; strict: the day it passes, this mark must go.
+GEMINI_SETTINGS_UNREAD = pytest.mark.xfail(
+    strict=True, reason="Gemini CLI skips settings under the ConfigMap's group-writable mount (issue 43)")
+CASES = [pytest.param(r, id=r.name, marks=GEMINI_SETTINGS_UNREAD if r.name == "gemini-cli" else ())
+         for r in RUNTIMES]
+
+
+@pytest.mark.parametrize("runtime", CASES)
 def test_the_runtime_gets_exactly_its_tools_through_the_proxy_and_its_key_stays_in_the_proxy(story: Story, runtime: Runtime):
     name = f"rt-{runtime.name}"
     key = f"sk-{runtime.name}-stand-in-{secrets.token_hex(12)}"
@@ -190,9 +202,19 @@ def test_the_runtime_gets_exactly_its_tools_through_the_proxy_and_its_key_stays_
             return "\n".join(out)
 
         the_pod = wait_until(f"the pod of {name}", pod, timeout=120)
+
+        def asked_or_ended():
+            if model.conversation():
+                return True
+            p = story.json("get", "pod", the_pod["metadata"]["name"], "-n", story.work_ns)
+            agent = next((c for c in p["status"].get("containerStatuses", []) if c["name"] == "agent"), {})
+            return "terminated" in agent.get("state", {})
+
         try:
-            first = model.wait_for(lambda r: True, timeout=180, what=f"{runtime.name}'s first model request")
-        except TimeoutError as e:
+            # The agent's container ending before it asked the model is a failure, now.
+            wait_until(f"{runtime.name}'s first model request, or its end", asked_or_ended, timeout=180, interval=0.5)
+            first = model.wait_for(lambda r: True, timeout=1, what=f"{runtime.name}'s first model request")
+        except (TimeoutError, StoryError) as e:
             raise AssertionError(f"{e}\n{logs()}") from None
         # Exactly the allowed MCP tools; none of the disabled server; the denied shell not offered.
         check(first.mcp_tools() == script.want_before,

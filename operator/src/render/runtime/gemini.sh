@@ -4,17 +4,12 @@
 # reads its key and the MCP token from the environment once, at start: both are the agent's
 # credential, which the model gateway accepts as the API key.
 # GEMINI_CLI_NO_RELAUNCH: one process, which gets the SIGTERM (no child Node.js it relaunches).
-# It reads system settings and policies only from a directory no other uid can write (the
-# ConfigMap's mount is group-writable under the pod's fsGroup): a copy of each, in ours.
-etc="$work/gemini-etc"
-export GEMINI_CLI_HOME="$work/gemini" GEMINI_CLI_SYSTEM_SETTINGS_PATH="$etc/settings.json" \
+export GEMINI_CLI_HOME="$work/gemini" GEMINI_CLI_SYSTEM_SETTINGS_PATH="$ORCHESTRATOR_GEMINI_SETTINGS" \
   GEMINI_CLI_NO_RELAUNCH=true
-if mkdir "$GEMINI_CLI_HOME" && mkdir -m 0755 "$etc" \
-  && cp "$ORCHESTRATOR_GEMINI_SETTINGS" "$etc/settings.json" && cp "$ORCHESTRATOR_GEMINI_POLICY" "$etc/policy.toml" \
-  && chmod 0644 "$etc/settings.json" "$etc/policy.toml" && ORCHESTRATOR_MCP_TOKEN=$(credential); then
+if mkdir "$GEMINI_CLI_HOME" && ORCHESTRATOR_MCP_TOKEN=$(credential); then
   export ORCHESTRATOR_MCP_TOKEN GEMINI_API_KEY="$ORCHESTRATOR_MCP_TOKEN"
   run "$ORCHESTRATOR_TASK_FILE" gemini -p "Carry out the task above." -m "$ORCHESTRATOR_MODEL" \
-    -o json --admin-policy "$etc/policy.toml"
+    -o json --admin-policy "$ORCHESTRATOR_GEMINI_POLICY"
 else
-  code=1 note="Gemini CLI did not start: its settings, its policy or the agent's credential for the proxy could not be read (see the log)"
+  code=1 note="Gemini CLI did not start: the agent's credential for the proxy could not be read (see the log)"
 fi

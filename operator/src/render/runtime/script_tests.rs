@@ -296,10 +296,8 @@ fn gemini_gets_the_policy_the_model_and_the_key_and_its_json_becomes_the_report(
         &run.args[2..7],
         ["-m", "model-x", "-o", "json", "--admin-policy"]
     );
-    // A copy of the rendered policy in a directory only the agent's uid writes (Gemini CLI skips
-    // settings and policies in a group-writable one, as a ConfigMap's mount is).
     assert!(
-        run.args[7].ends_with("/gemini-etc/policy.toml"),
+        run.args[7].ends_with("orchestrator_gemini_policy"),
         "{:?}",
         run.args
     );
