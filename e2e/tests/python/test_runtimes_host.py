@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,12 +62,21 @@ class Dirs:
     config: Path
 
 
+# Gemini CLI reads a system settings file only through directories that are root's and writable by
+# nobody else: not below $TMPDIR (./test's is mode 1777, as /tmp is). The config directory is made
+# under the tools' cache instead (root's, 0755), and removed after the test.
+SECURE_BASE = TOOLS.parents[1]
+
+
 @pytest.fixture
 def dirs(work):
-    d = Dirs(work / "home", work / "home/tmp", work / "workspace", work / "config")
-    for p in (d.home, d.tmp, d.workspace, d.config):
+    config = Path(tempfile.mkdtemp(prefix="runtimes-host-config-", dir=SECURE_BASE))
+    os.chmod(config, 0o755)
+    d = Dirs(work / "home", work / "home/tmp", work / "workspace", config)
+    for p in (d.home, d.tmp, d.workspace):
         p.mkdir(parents=True)
-    return d
+    yield d
+    shutil.rmtree(config, ignore_errors=True)
 
 
 @pytest.fixture

@@ -112,9 +112,11 @@ impl Stream for Metered {
 
 impl Drop for Metered {
     fn drop(&mut self) {
-        // The agent went away before the end: what was cut is not known.
+        // The agent went away before the body's end. After the stream's last event (its usage
+        // read: a client may close as soon as it has it, as Codex does) the answer was whole;
+        // before it, what was cut is not known.
         if let Some(mut watch) = self.watch.take() {
-            watch.failed = true;
+            watch.failed = !(watch.event_stream && watch.tally.complete && watch.tally.usage_seen);
             watch.finish();
         }
     }
