@@ -74,16 +74,7 @@ impl Api for Anthropic {
     }
 
     fn ask(&self, _: &Route, body: &[u8]) -> Result<Ask, String> {
-        let map = api::object(body, "a Messages request")?;
-        let model = match map.get("model") {
-            Some(Value::String(model)) => model.clone(),
-            _ => return Err("the body is not a Messages request: no model".into()),
-        };
-        Ok(Ask {
-            model,
-            stream: map.get("stream").and_then(Value::as_bool).unwrap_or(false),
-            max_output: api::optional_count(&map, "max_tokens")?,
-        })
+        api::top_level_ask(body, "a Messages request", "max_tokens")
     }
 
     /// `max_tokens` is required: a request without it is the API's to refuse.

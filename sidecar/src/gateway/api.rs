@@ -231,6 +231,21 @@ pub fn object(body: &[u8], what: &str) -> Result<serde_json::Map<String, Value>,
     }
 }
 
+/// What a body that names its model, `stream` and output cap (`cap`) at its top level asks
+/// (Messages, Responses); `what` names the request in errors.
+pub fn top_level_ask(body: &[u8], what: &str, cap: &str) -> Result<Ask, String> {
+    let map = object(body, what)?;
+    let model = match map.get("model") {
+        Some(Value::String(model)) => model.clone(),
+        _ => return Err(format!("the body is not {what}: no model")),
+    };
+    Ok(Ask {
+        model,
+        stream: map.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        max_output: optional_count(&map, cap)?,
+    })
+}
+
 /// An optional count at `key` of `map`; a value of another type is an error naming the field.
 pub fn optional_count(
     map: &serde_json::Map<String, Value>,

@@ -102,16 +102,7 @@ impl Api for OpenAi {
     }
 
     fn ask(&self, _: &Route, body: &[u8]) -> Result<Ask, String> {
-        let map = api::object(body, "a Responses request")?;
-        let model = match map.get("model") {
-            Some(Value::String(model)) => model.clone(),
-            _ => return Err("the body is not a Responses request: no model".into()),
-        };
-        Ok(Ask {
-            model,
-            stream: map.get("stream").and_then(Value::as_bool).unwrap_or(false),
-            max_output: api::optional_count(&map, "max_output_tokens")?,
-        })
+        api::top_level_ask(body, "a Responses request", "max_output_tokens")
     }
 
     fn output_ceiling(&self) -> u64 {
