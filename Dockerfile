@@ -117,6 +117,10 @@ FROM agent-runtime-base AS agent-gemini
 COPY --from=node:22-bookworm-slim /usr/local/bin/node /usr/local/bin/node
 COPY --from=agent-npm-gemini /tmp/agent/node_modules/@google/gemini-cli/package.json /opt/gemini-cli/package.json
 COPY --from=agent-npm-gemini /tmp/agent/node_modules/@google/gemini-cli/bundle/ /opt/gemini-cli/bundle/
+# Its system settings, the operator's: Gemini CLI reads them only from root's directories that
+# nobody else writes (the task's ConfigMap is mounted group-writable), and the agent's script
+# refuses to start when they are not the ConfigMap's copy.
+COPY --chmod=0644 operator/src/render/runtime/gemini-settings.json /etc/gemini-cli/settings.json
 RUN ln -s /opt/gemini-cli/bundle/gemini.js /usr/local/bin/gemini
 ENV GEMINI_CLI_NO_RELAUNCH=true
 USER 65532:65532

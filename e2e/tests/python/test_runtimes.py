@@ -135,16 +135,11 @@ class Script:
         yield text("Done: 2 + 3 = 5, and echo answered.")
 
 
-# Gemini CLI 0.61.0 reads system settings and admin policies only through paths whose every
-# directory, the link target's included, is root's and writable by no other uid; the task's
-# ConfigMap mount (/etc/orchestrator/tools) is group-writable (mode 2777 under the pod's fsGroup),
-# so it skips the rendered settings and fails "Invalid auth method selected" (seen on the real node
-# with the files read in place, copied under $TMPDIR, and linked from a root-owned /etc/gemini-cli).
-# Issue 43 stays open for it; strict: the day it passes, this mark must go.
-GEMINI_SETTINGS_UNREAD = pytest.mark.xfail(
-    strict=True, reason="Gemini CLI skips settings under the ConfigMap's group-writable mount (issue 43)")
-CASES = [pytest.param(r, id=r.name, marks=GEMINI_SETTINGS_UNREAD if r.name == "gemini-cli" else ())
-         for r in RUNTIMES]
+# Gemini CLI reads system settings only through directories that are root's and writable by no
+# other uid (the ConfigMap's mount is group-writable under the pod's fsGroup): the agent-gemini
+# image holds the operator's settings as /etc/gemini-cli/settings.json, and the script checks that
+# they are the ConfigMap's copy.
+CASES = [pytest.param(r, id=r.name) for r in RUNTIMES]
 
 
 @pytest.mark.parametrize("runtime", CASES)

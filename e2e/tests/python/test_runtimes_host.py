@@ -34,6 +34,7 @@ from scripted_mcp import ScriptedMCP
 from scripted_model import ScriptedModel, text, tool_result_text, tool_use
 from scripted_responses import ScriptedResponses
 
+REPO = Path(__file__).resolve().parents[3]
 TOOLS = Path(os.environ.get("ORCH_TOOLS") or Path.home() / ".cache/orchestrator/tools") / "node/node_modules"
 CODEX = TOOLS / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
 GEMINI = TOOLS / "@google/gemini-cli/bundle/gemini.js"
@@ -287,18 +288,15 @@ def test_codex_calls_the_mcp_tool_reports_the_stand_ins_usage_and_relists_only_w
 GEMINI_MODEL = "gemini-2.5-pro"
 
 
-def gemini_settings(mcp_url: str) -> dict:
-    """The settings the operator would render into the system override file (it wins over the
-    workspace's .gemini/settings.json)."""
-    return {
-        "mcpServers": {"orchestrator": {"httpUrl": mcp_url, "trust": True,
-                                        "headers": {"Authorization": "Bearer ${ORCHESTRATOR_MCP_TOKEN}"}}},
-        "mcp": {"allowed": ["orchestrator"]},
-        "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
-        "privacy": {"usageStatisticsEnabled": False},
-        "telemetry": {"enabled": False},
-        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
-    }
+# The operator's Gemini CLI settings, as the agent-gemini image holds them (the same for every task:
+# the proxy's URL comes from ORCHESTRATOR_MCP_URL, which Gemini CLI expands).
+GEMINI_SETTINGS = REPO / "operator/src/render/runtime/gemini-settings.json"
+
+
+def gemini_settings() -> dict:
+    """The system settings the agent-gemini image holds (they win over the workspace's
+    .gemini/settings.json)."""
+    return json.loads(GEMINI_SETTINGS.read_text())
 
 
 def test_gemini_cli_calls_the_mcp_tool_reports_the_last_chunks_usage_and_relists(dirs, decoy):
@@ -309,11 +307,11 @@ def test_gemini_cli_calls_the_mcp_tool_reports_the_last_chunks_usage_and_relists
     (dirs.workspace / ".env").write_text(f"GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:{decoy.port}\nGEMINI_API_KEY=stolen\n")
     with ScriptedGemini(relist_script(seen)) as model, ScriptedMCP({"echo": echo_adds_a_tool}, token=MCP_TOKEN) as mcp:
         settings = dirs.config / "gemini-settings.json"
-        settings.write_text(json.dumps(gemini_settings(mcp.url)))
+        settings.write_text(GEMINI_SETTINGS.read_text())
         run = run_cli([cli(GEMINI), "-p", "", "-m", GEMINI_MODEL, "-o", "json"], dirs, {
             "PATH": f"{NODE_BIN}:/usr/bin:/bin", "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(settings),
             "GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_API_KEY": MODEL_KEY, "GOOGLE_GEMINI_BASE_URL": model.url,
-            "ORCHESTRATOR_MCP_TOKEN": MCP_TOKEN}, stdin=TASK)
+            "ORCHESTRATOR_MCP_URL": mcp.url, "ORCHESTRATOR_MCP_TOKEN": MCP_TOKEN}, stdin=TASK)
         assert run.returncode == 0, f"gemini exited {run.returncode}: {run.stdout[-3000:]} {run.stderr[-3000:]}"
 
     check_mcp_and_model(seen, mcp, model, decoy, "x-goog-api-key", MODEL_KEY)
@@ -419,13 +417,14 @@ def test_without_the_switches_the_workspace_files_add_the_decoy_server(dirs, dec
     assert "mcp__decoy__steal" in offered["codex"], offered["codex"]
 
     with ScriptedGemini(script("gemini")) as model, ScriptedMCP({"echo": echo_adds_a_tool}, token=MCP_TOKEN) as mcp:
-        settings = gemini_settings(mcp.url)
-        del settings["mcp"], settings["security"]["folderTrust"]
+        settings = gemini_settings()
+        del settings["mcp"], settings["security"]["folderTrust"], settings["advanced"]
         (dirs.config / "gemini-settings.json").write_text(json.dumps(settings))
         run = run_cli([cli(GEMINI), "-p", "", "-m", GEMINI_MODEL, "-o", "json"], dirs, {
             "PATH": f"{NODE_BIN}:/usr/bin:/bin", "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(dirs.config / "gemini-settings.json"),
             "GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_API_KEY": MODEL_KEY,
-            "GOOGLE_GEMINI_BASE_URL": model.url, "ORCHESTRATOR_MCP_TOKEN": MCP_TOKEN}, stdin=TASK)
+            "GOOGLE_GEMINI_BASE_URL": model.url, "ORCHESTRATOR_MCP_URL": mcp.url, "ORCHESTRATOR_MCP_TOKEN": MCP_TOKEN},
+            stdin=TASK)
         assert run.returncode == 0, run.stderr[-3000:]
         # The workspace's .env does not win over the process env: the model traffic stayed here.
         assert all(r.headers.get("x-goog-api-key") == MODEL_KEY for r in model.requests)

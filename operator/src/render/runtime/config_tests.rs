@@ -156,6 +156,26 @@ fn names_a_place(s: &str) -> bool {
             .is_some_and(|l| l.len() >= 2 && l.chars().all(|c| c.is_ascii_alphabetic()))
 }
 
+/// `s` with each `${NAME}` replaced by the env's value, as Gemini CLI reads its settings.
+fn expanded(s: &str, env: &BTreeMap<String, String>) -> String {
+    let mut out = s.to_string();
+    for (name, value) in env {
+        out = out.replace(&format!("${{{name}}}"), value);
+    }
+    out
+}
+
+/// The strings of the agent's files, the env they name expanded.
+fn file_strings(files: &BTreeMap<String, String>, env: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, text) in files {
+        if let Some(v) = parsed(name, text) {
+            strings(&v, &mut found);
+        }
+    }
+    found.iter().map(|s| expanded(s, env)).collect()
+}
+
 /// The places the agent's files and env name that are not its proxy's `/mcp` or `/model`.
 fn elsewhere(
     files: &BTreeMap<String, String>,
@@ -163,12 +183,7 @@ fn elsewhere(
     mcp: &str,
     model: &str,
 ) -> Vec<String> {
-    let mut found = Vec::new();
-    for (name, text) in files {
-        if let Some(v) = parsed(name, text) {
-            strings(&v, &mut found);
-        }
-    }
+    let mut found = file_strings(files, env);
     found.extend(env.values().cloned());
     found
         .into_iter()
@@ -212,13 +227,9 @@ fn every_runtime_config_names_the_tasks_proxy_and_nothing_else_in_either_mode() 
             let (files, env) = (data(&plan), env(&plan));
             let bad = elsewhere(&files, &env, &mcp, &model);
             assert!(bad.is_empty(), "{name} {mode:?} names {bad:?}");
-            // And it does name the proxy: its MCP URL in a file, its model URL in a file or env.
-            let mut all = Vec::new();
-            for (file, text) in &files {
-                if let Some(v) = parsed(file, text) {
-                    strings(&v, &mut all);
-                }
-            }
+            // And it does name the proxy: its MCP URL in a file (Gemini CLI's: through the env
+            // it expands), its model URL in a file or env.
+            let mut all = file_strings(&files, &env);
             assert!(
                 all.contains(&mcp),
                 "{name} {mode:?}: no MCP URL in {files:?}"
@@ -266,6 +277,16 @@ fn the_check_catches_a_config_that_names_another_place() {
     assert!(!elsewhere(&files, &env, mcp, model).is_empty());
     files.insert("notes.txt".into(), String::new());
     assert!(std::panic::catch_unwind(|| elsewhere(&files, &BTreeMap::new(), mcp, model)).is_err());
+    // Gemini CLI's settings name the MCP URL through the env they expand: read expanded, they
+    // name the proxy, or the other place a variable holds.
+    let gemini = self::plan(&runtime("gemini-cli"), ProxyMode::Sidecar);
+    let mut files = data(&gemini);
+    let mut vars = self::env(&gemini);
+    assert!(file_strings(&files, &vars).contains(&mcp.to_string()));
+    let settings = files["gemini-settings.json"].replace("ORCHESTRATOR_MCP_URL", "ELSEWHERE");
+    files.insert("gemini-settings.json".into(), settings);
+    vars.insert("ELSEWHERE".into(), "https://mcp.example.com/mcp".into());
+    assert!(file_strings(&files, &vars).contains(&vars["ELSEWHERE"]));
 }
 
 #[test]

@@ -1,13 +1,19 @@
 //! Google's Gemini CLI (`runtime: gemini-cli`, `@google/gemini-cli`): `gemini -p ... -m <model>
 //! -o json --admin-policy <policy>`, the task on stdin (docs/design/agent-runtimes.md,
 //! section 2):
-//! - `gemini-settings.json`, the system settings file (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`: it wins
-//!   over a workspace's `.gemini/settings.json`): the proxy as `mcpServers.orchestrator`
-//!   (`httpUrl`, `Authorization: Bearer ${ORCHESTRATOR_MCP_TOKEN}`, trusted) and the only server
-//!   allowed (`mcp.allowed`); the API key auth type; usage statistics, telemetry, auto-update,
+//! - `gemini-settings.json`, the system settings (they win over a workspace's
+//!   `.gemini/settings.json`), the same for every task: the proxy as `mcpServers.orchestrator`
+//!   (`httpUrl: ${ORCHESTRATOR_MCP_URL}`, the pod's env, `Authorization: Bearer ${ORCHESTRATOR_MCP_TOKEN}`,
+//!   trusted; Gemini CLI expands the env in settings) and the only server allowed
+//!   (`mcp.allowed`); the API key auth type; usage statistics, telemetry, auto-update,
 //!   extensions, skills and hooks off; the workspace's `.env` ignored and the model variables
 //!   excluded from any project env (a repository's `.env` could otherwise send the agent's
-//!   credential elsewhere); folder trust off (headless, an untrusted folder would refuse to run);
+//!   credential elsewhere); folder trust off (headless, an untrusted folder would refuse to run,
+//!   and one Gemini CLI counts as untrusted gets no MCP server). Gemini CLI reads system
+//!   settings only from a file whose every directory is root's and writable by nobody else; the
+//!   ConfigMap's mount is group-writable (fsGroup), so the agent-gemini image holds this file as
+//!   `/etc/gemini-cli/settings.json` and the script refuses to start when that file is not the
+//!   ConfigMap's (an image of another release);
 //! - `gemini-policy.toml`, the admin policy (the highest tier, not `--yolo`): the proxy's tools
 //!   allowed, the permission rules as allow and deny rules (a denied tool is not offered; shell
 //!   commands by prefix: `commandPrefix`, or exactly);
@@ -24,11 +30,15 @@ use serde_json::{Value, json};
 use super::super::pod::{TOOLS_DIR, env};
 use super::super::resolve::Problem;
 use super::access::PROXY_SERVER_NAME;
-use super::launch::{Input, Launch, pretty, script};
+use super::launch::{Input, Launch, script};
 use super::rules::{self, Access, Command, CommandSupport, ToolMap};
 
 /// The system settings file.
 pub const SETTINGS_FILE: &str = "gemini-settings.json";
+/// Its content, the same for every task (what differs comes from the env, which Gemini CLI
+/// expands in settings): the agent-gemini image holds it as `/etc/gemini-cli/settings.json`,
+/// root's, the only place Gemini CLI reads system settings from in a pod (see the module's doc).
+pub const SETTINGS: &str = include_str!("gemini-settings.json");
 /// The admin policy.
 pub const POLICY_FILE: &str = "gemini-policy.toml";
 /// The display name in problems.
@@ -50,20 +60,6 @@ const TOOLS: ToolMap = &[
     ("write_todos", &["TodoWrite"]),
 ];
 
-/// Env a project's `.env` must not set: where the model is and the keys.
-const EXCLUDED_ENV: &[&str] = &[
-    "DEBUG",
-    "DEBUG_MODE",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "GOOGLE_GEMINI_BASE_URL",
-    "GOOGLE_GENAI_API_VERSION",
-    "GOOGLE_GENAI_USE_VERTEXAI",
-    "GOOGLE_CLOUD_PROJECT",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "ORCHESTRATOR_MCP_TOKEN",
-];
-
 /// Policy priorities within the admin tier: a higher one wins.
 const ALLOW_ALL: u32 = 100;
 const ALLOW: u32 = 500;
@@ -81,27 +77,6 @@ pub fn default_script() -> String {
 pub fn render(input: &Input<'_>) -> Result<Launch, Vec<Problem>> {
     let rules = rules::read(input.permissions, NAME, CommandSupport::Prefixes)?;
     let tools = rules::map(&rules, TOOLS, NAME)?;
-    let settings = json!({
-        "mcpServers": {
-            PROXY_SERVER_NAME: {
-                "httpUrl": input.access.mcp_url,
-                "headers": {"Authorization": "Bearer ${ORCHESTRATOR_MCP_TOKEN}"},
-                "trust": true,
-            }
-        },
-        "mcp": {"allowed": [PROXY_SERVER_NAME]},
-        "security": {
-            "auth": {"selectedType": "gemini-api-key"},
-            "folderTrust": {"enabled": false},
-        },
-        "privacy": {"usageStatisticsEnabled": false},
-        "telemetry": {"enabled": false},
-        "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
-        "advanced": {"excludedEnvVars": EXCLUDED_ENV, "ignoreLocalEnv": true},
-        "admin": {"extensions": {"enabled": false}, "skills": {"enabled": false}},
-        "skills": {"enabled": false},
-        "hooksConfig": {"enabled": false},
-    });
     let policy = json!({ "rule": policy_rules(rules.allow_all, &tools) });
     let mut vars = vec![
         env(
@@ -123,7 +98,7 @@ pub fn render(input: &Input<'_>) -> Result<Launch, Vec<Problem>> {
     );
     Ok(Launch {
         files: BTreeMap::from([
-            (SETTINGS_FILE.to_string(), pretty(&settings)),
+            (SETTINGS_FILE.to_string(), SETTINGS.to_string()),
             (
                 POLICY_FILE.to_string(),
                 toml::to_string(&policy).unwrap_or_else(|e| format!("# render error: {e}\n")),

@@ -106,6 +106,13 @@ fn setup(rt: Runtime, printed: &str, exit: i32, helper: Option<&str>) -> (PathBu
         std::fs::write(&file, format!("config of {var}\n")).expect("a config");
         command.env(var, file);
     }
+    if rt.binary == GEMINI.binary {
+        // The image's system settings (`/etc/gemini-cli/settings.json` in a pod): the same as
+        // the ConfigMap's.
+        let system = dir.join("system-settings.json");
+        std::fs::write(&system, "config of ORCHESTRATOR_GEMINI_SETTINGS\n").expect("settings");
+        command.env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", system);
+    }
     if let Some(helper) = helper {
         std::fs::write(dir.join("helper.sh"), helper).expect("the helper");
         command.env("ORCHESTRATOR_CREDENTIAL_HELPER", dir.join("helper.sh"));
@@ -322,6 +329,36 @@ fn gemini_gets_the_policy_the_model_and_the_key_and_its_json_becomes_the_report(
         r.session_id.as_deref(),
         Some("44da2926-5705-445b-8f24-930a9b4b9550")
     );
+}
+
+/// Gemini CLI reads system settings only from root's directories, so in a pod they are the
+/// image's: an image whose settings are not the operator's (another release's, or none) is
+/// refused before Gemini CLI runs, naming both files and the fix.
+#[test]
+fn gemini_does_not_start_with_system_settings_that_are_not_the_operators() {
+    for image_settings in [Some("{\"mcpServers\": {\"elsewhere\": {}}}\n"), None] {
+        let (dir, mut command) = setup(GEMINI, include_str!("testdata/gemini.json"), 0, None);
+        let system = dir.join("system-settings.json");
+        match image_settings {
+            Some(text) => std::fs::write(&system, text).expect("settings"),
+            None => std::fs::remove_file(&system).expect("no settings"),
+        }
+        let Output { status, .. } = command.output().expect("sh runs");
+        let message = std::fs::read_to_string(dir.join("termination-log")).unwrap_or_default();
+        let ran = dir.join("args").exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(status.code(), Some(1), "{image_settings:?}");
+        assert!(!ran, "Gemini CLI did not run: {image_settings:?}");
+        let r = result(&message);
+        let text = r.text.unwrap_or_default();
+        assert!(
+            text.contains("system-settings.json is missing or not the operator's")
+                && text.contains("orchestrator_gemini_settings")
+                && text.contains("agent-gemini image"),
+            "{text}"
+        );
+        assert_eq!(r.is_error, Some(true));
+    }
 }
 
 #[test]
