@@ -5,6 +5,7 @@
 //! - [`catalog`]: the known MCP servers and how to start them.
 //! - [`tools`]: the allow/deny glob semantics of a server's tools, shared by all binaries.
 //! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
+//! - [`condition`]: CEL conditions on tool calls (the rules, their checks).
 //! - [`approval`]: human approval of held calls (requests, decisions, verdicts, call digests).
 //! - [`gateway`]: the model gateway's config (endpoint, key file, models, budget, prices).
 //! - [`digest`]: hashes over canonical JSON (definition pins, call digests).
@@ -12,6 +13,7 @@
 
 pub mod approval;
 pub mod catalog;
+pub mod condition;
 pub mod digest;
 pub mod gateway;
 pub mod policy;

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, fmt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{approval::RequireApproval, tools::Risk};
+use crate::{approval::RequireApproval, condition::CallCondition, tools::Risk};
 
 /// Rules the proxy holds every MCP tool call to.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
@@ -38,6 +38,17 @@ pub struct ToolPolicy {
     /// class and/or `server/glob` pattern, with how long they wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_approval: Option<RequireApproval>,
+    /// CEL conditions on calls: each names the calls it applies to (`server/glob`), an
+    /// expression over the call (`args`, `tool`, `server`, `task`, `time`) and what a true one
+    /// does (`deny` with its message, or `requireApproval`). Checked in order after the
+    /// arguments; the first `deny` that holds refuses the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["name"]
+    ))]
+    pub conditions: Vec<CallCondition>,
 }
 
 impl ToolPolicy {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::{
     approval::RequireApproval,
+    condition::{CallCondition, ConditionEffect},
     policy::{OnChange, RateLimit, RateLimits, ToolMode},
     tools::Risk,
 };
@@ -75,6 +76,9 @@ pub struct TaskRef {
     /// admission policy makes the creator's identity): the proxy writes it in every audit record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
+    /// The TaskRun's labels: conditions read them (`task.labels`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// How the proxy names the tools it exposes.
@@ -125,6 +129,9 @@ pub struct PolicySpec {
     /// ConfigMap (see `crate::approval`); unset: none wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_approval: Option<RequireApproval>,
+    /// CEL conditions on calls (see `crate::condition`), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<CallCondition>,
 }
 
 impl Default for PolicySpec {
@@ -135,6 +142,7 @@ impl Default for PolicySpec {
             validate_arguments: true,
             on_change: OnChange::default(),
             require_approval: None,
+            conditions: Vec::new(),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! `scripts/check-module-cycles` holds the code to this list):
 //! - foundations, which use no other module: [`names`] (newtypes for server, tool and exposed
 //!   names), `sync` (a lock helper), [`filter`] (allow/deny globs to a verdict naming the
-//!   deciding rule), [`probe`] (the exec probes' HTTP GET).
+//!   deciding rule), [`probe`] (the exec probes' HTTP GET), [`conditions`] (CEL conditions on
+//!   calls: compiled, evaluated within a budget).
 //! - built on them: [`telemetry`] (logs, spans, the OTLP resource), [`error`] (protocol, transport and internal failures, each with its `PROXY.*`
 //!   code), [`config`] (strict parse, validation with stable codes, normalized
 //!   [`config::Config`]), [`metrics`] (Prometheus), [`audit`] (one JSON line per call, the
@@ -37,6 +38,7 @@ pub mod apply;
 pub mod approval;
 pub mod audit;
 pub mod cli;
+pub mod conditions;
 pub mod config;
 pub mod error;
 pub mod filter;

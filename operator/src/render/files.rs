@@ -104,6 +104,11 @@ impl Files {
                     .annotations()
                     .get(CREATED_BY_ANNOTATION)
                     .and_then(|v| created_by(v)),
+                // Read by conditions only (`task.labels`): a config without them is unchanged.
+                labels: match tr.spec.tool_config.policy.conditions.is_empty() {
+                    true => Default::default(),
+                    false => tr.labels().clone(),
+                },
             },
             listen: proxy_addr.to_string(),
             tool_prefix: ToolPrefix::Server,
@@ -118,6 +123,7 @@ impl Files {
                     validate_arguments: policy.validate_arguments.unwrap_or(true),
                     on_change: policy.on_change.unwrap_or_default(),
                     require_approval: policy.require_approval.clone(),
+                    conditions: policy.conditions.clone(),
                 }
             },
             servers,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::EnvVar;
 use orchestrator_crds::catalog::{Catalog, CatalogServer};
+use orchestrator_crds::condition;
 use orchestrator_crds::taskrun::{McpServer, TaskRunSpec, ToolPolicy, permission_rules};
 use orchestrator_crds::tools::ToolFilter;
 
@@ -172,6 +173,17 @@ pub fn resolve<'a>(
                 message: format!("spec.toolConfig.internalTools.permissions.{field}: {problem}"),
             });
         }
+    }
+    // CEL has no admission-time parser in the API server: the operator checks each condition
+    // (the CLI's `validate` runs the same check).
+    for (at, message) in condition::problems(
+        &spec.tool_config.policy.conditions,
+        "spec.toolConfig.policy.conditions",
+    ) {
+        problems.push(Problem {
+            reason: "InvalidCondition",
+            message: format!("{at}: {message}"),
+        });
     }
     if problems.is_empty() {
         Ok(Resolved {

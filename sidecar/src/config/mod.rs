@@ -24,7 +24,7 @@ pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::{filter::ToolFilter, names::ServerName};
+use crate::{conditions::Conditions, filter::ToolFilter, names::ServerName};
 
 /// Default per-call timeout when `callTimeoutSeconds` is not set.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -37,6 +37,8 @@ pub struct Config {
     pub task_namespace: String,
     /// Who created the TaskRun (`task.createdBy`), for the audit records.
     pub task_created_by: Option<String>,
+    /// The TaskRun's labels (`task.labels`), for conditions.
+    pub task_labels: BTreeMap<String, String>,
     pub listen: SocketAddr,
     pub tool_prefix: ToolPrefix,
     /// Extra accepted `Host` header values besides the loopback names.
@@ -53,6 +55,8 @@ pub struct Config {
     pub on_change: OnChange,
     /// `policy.requireApproval`: calls that wait for a person's decision (none when unset).
     pub require_approval: Option<ApprovalPolicy>,
+    /// `policy.conditions`: CEL conditions on calls, compiled.
+    pub conditions: Arc<Conditions>,
     /// In file order; names are unique.
     pub servers: Vec<Arc<Server>>,
     /// `gateway`: the model API served at `/model` (none when unset).

@@ -13,6 +13,7 @@ use super::{
     Problem, Problems, Server, SpecHash, StdioTransport, Transport, zone,
 };
 use crate::{
+    conditions::Conditions,
     filter::ToolFilter,
     names::{ServerName, clip},
 };
@@ -129,6 +130,15 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         .require_approval
         .as_ref()
         .map(|wire| ApprovalPolicy::normalize(wire, &mut problems));
+    let conditions = match Conditions::compile(&wire.policy.conditions) {
+        Ok(conditions) => conditions,
+        Err(found) => {
+            for (at, message) in found {
+                problems.push(Problem::new(Code::BadCondition, at, message));
+            }
+            Conditions::default()
+        }
+    };
     let gateway = (wire.gateway.as_ref())
         .and_then(|wire| super::GatewayConfig::normalize(wire, &mut problems).map(Arc::new));
 
@@ -150,6 +160,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         task_name: wire.task.name.clone(),
         task_namespace: wire.task.namespace.clone(),
         task_created_by: wire.task.created_by.clone(),
+        task_labels: wire.task.labels.clone(),
         listen,
         tool_prefix: wire.tool_prefix,
         allowed_hosts: wire.allowed_hosts.clone(),
@@ -163,6 +174,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         validate_arguments: wire.policy.validate_arguments,
         on_change: wire.policy.on_change,
         require_approval,
+        conditions: Arc::new(conditions),
         servers: servers.into_iter().map(|(_, s)| s).collect(),
         gateway,
     };

@@ -26,6 +26,9 @@ pub enum Code {
     NameCollision,
     /// A glob pattern that does not compile, or is empty.
     BadPattern,
+    /// A `policy.conditions` entry that does not compile (its CEL expression, its patterns, a
+    /// duplicate name).
+    BadCondition,
     /// Warning: no server is enabled with any tool allowed: the task is offered no MCP tool.
     NothingEnabled,
     /// A server with neither `stdio` nor `http`.
@@ -71,6 +74,7 @@ impl Code {
             Code::BadName => "PROXY.BAD_NAME",
             Code::NameCollision => "PROXY.NAME_COLLISION",
             Code::BadPattern => "PROXY.BAD_PATTERN",
+            Code::BadCondition => "PROXY.BAD_CONDITION",
             Code::NothingEnabled => "PROXY.NOTHING_ENABLED",
             Code::NoTransport => "PROXY.NO_TRANSPORT",
             Code::TwoTransports => "PROXY.TWO_TRANSPORTS",
@@ -108,6 +112,7 @@ impl Code {
         Code::BadName,
         Code::NameCollision,
         Code::BadPattern,
+        Code::BadCondition,
         Code::NothingEnabled,
         Code::NoTransport,
         Code::TwoTransports,

@@ -425,6 +425,7 @@ fn what_the_operator_renders_round_trips() {
             namespace: "ns".into(),
             uid: Some("0d1c1d2e-0000-4000-8000-000000000009".into()),
             created_by: Some("alice".into()),
+            labels: [("team".to_string(), "a".to_string())].into(),
         },
         listen: "127.0.0.1:18080".into(),
         tool_prefix: ToolPrefix::Server,
@@ -437,6 +438,13 @@ fn what_the_operator_renders_round_trips() {
             validate_arguments: false,
             on_change: OnChange::Alert,
             require_approval: None,
+            conditions: vec![orchestrator_crds::proxy::CallCondition {
+                name: "under-src".into(),
+                tools: vec!["fs/write_*".into()],
+                when: "!args.path.startsWith('/workspace/src/')".into(),
+                effect: orchestrator_crds::proxy::ConditionEffect::Deny,
+                message: Some("writes go under src".into()),
+            }],
         },
         servers: vec![
             ServerSpec {

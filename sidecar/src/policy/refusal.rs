@@ -34,6 +34,15 @@ pub enum Reason {
     },
     /// The arguments do not match the tool's `inputSchema`; the call did not leave the proxy.
     InvalidArguments { problems: Vec<String> },
+    /// A `deny` condition of `policy.conditions` holds for the call (the refusal's `rule` names
+    /// it); `message` is the condition's.
+    ConditionDenied {
+        name: String,
+        message: Option<String>,
+    },
+    /// A condition could not be evaluated on the call (a missing argument, a value of another
+    /// type, its budget): refused, as a condition that cannot say yes.
+    ConditionFailed { name: String, error: String },
     /// `policy.requireApproval` holds this call, but as many calls as may wait already do.
     ApprovalBusy { limit: usize },
     /// A person rejected the held call; it never reached the upstream.
@@ -179,7 +188,9 @@ impl Refusal {
     /// The audit record's `decision`.
     pub fn decision(&self) -> &'static str {
         match &self.reason {
-            Reason::Denied => "denied",
+            Reason::Denied | Reason::ConditionDenied { .. } | Reason::ConditionFailed { .. } => {
+                "denied"
+            }
             Reason::Unknown | Reason::Failed(_) => "unknown",
             Reason::RateLimited { .. } => "rate_limited",
             Reason::InvalidArguments { .. } | Reason::IntentArguments { .. } => "invalid_arguments",
@@ -233,6 +244,8 @@ impl Refusal {
     pub fn code(&self) -> &'static str {
         match &self.reason {
             Reason::Denied => "PROXY.TOOL_DENIED",
+            Reason::ConditionDenied { .. } => "PROXY.CONDITION_DENIED",
+            Reason::ConditionFailed { .. } => "PROXY.CONDITION_FAILED",
             Reason::Unknown => "PROXY.UNKNOWN_TOOL",
             Reason::RateLimited { .. } => "PROXY.RATE_LIMITED",
             Reason::InvalidArguments { .. } | Reason::IntentArguments { .. } => {
@@ -257,6 +270,16 @@ impl Refusal {
         match &self.reason {
             Reason::Denied => format!("tool {tool:?} is not allowed: denied by {rule}"),
             Reason::Unknown => format!("unknown tool {tool:?}"),
+            Reason::ConditionDenied { name, message } => format!(
+                "tool {tool:?} is not allowed for this call: condition {name:?} ({rule}) holds{}; the call was not made",
+                message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+            Reason::ConditionFailed { name, error } => format!(
+                "tool {tool:?} is not allowed for this call: condition {name:?} ({rule}) could not be evaluated on it ({error}), and a condition that cannot say is a refusal; the call was not made"
+            ),
             Reason::RateLimited {
                 limit,
                 rate,
@@ -349,6 +372,20 @@ impl Refusal {
             Reason::InvalidArguments { problems } => {
                 data["server"] = json!(server);
                 data["problems"] = json!(problems);
+            }
+            Reason::ConditionDenied { name, message } => {
+                data["server"] = json!(server);
+                data["rule"] = json!(self.rule);
+                data["condition"] = json!(name);
+                if let Some(message) = message {
+                    data["message"] = json!(message);
+                }
+            }
+            Reason::ConditionFailed { name, error } => {
+                data["server"] = json!(server);
+                data["rule"] = json!(self.rule);
+                data["condition"] = json!(name);
+                data["error"] = json!(error);
             }
             Reason::ApprovalBusy { limit } => {
                 data["server"] = json!(server);

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use orchestrator_crds::approval::{ApprovalRequest, Decision, MAX_PENDING};
+use orchestrator_crds::approval::{
+    ApprovalRequest, DEFAULT_TIMEOUT_SECONDS, Decision, MAX_PENDING,
+};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use tokio_util::sync::CancellationToken;
 
@@ -70,7 +72,8 @@ pub(super) struct Gate<'a> {
 }
 
 impl Gate<'_> {
-    /// Holds `req` when `policy.requireApproval` names it. `Ok(None)`: it need not wait;
+    /// Holds `req` when `policy.requireApproval` names it, or a condition asked for it
+    /// (`by_condition`: that condition, as a config path). `Ok(None)`: it need not wait;
     /// `Ok(Some(note))`: a person approved it, forward it; `Err`: rejected, expired, withdrawn
     /// (cancelled, shutdown), decided under another digest, or it could not be held.
     pub async fn approval(
@@ -78,10 +81,12 @@ impl Gate<'_> {
         snap: &Snapshot,
         route: &Route,
         req: &mut CallRequest,
+        by_condition: Option<String>,
     ) -> Result<Option<ApprovalNote>, Refusal> {
-        let Some(policy) = &snap.config.require_approval else {
+        let policy = snap.config.require_approval.as_ref();
+        if policy.is_none() && by_condition.is_none() {
             return Ok(None);
-        };
+        }
         // The retry of a call the proxy parked (see `bridge`) goes on with the call approved
         // before; its arguments are not sent again.
         if req
@@ -92,9 +97,22 @@ impl Gate<'_> {
             return Ok(None);
         }
         let server = &route.server.name;
-        let Some(rule) = policy.rule_for(server.as_str(), route.tool.as_str(), route.risk) else {
-            return Ok(None);
+        let rule = match by_condition {
+            Some(rule) => rule,
+            None => {
+                let by_policy = policy
+                    .and_then(|p| p.rule_for(server.as_str(), route.tool.as_str(), route.risk));
+                let Some(rule) = by_policy else {
+                    return Ok(None);
+                };
+                rule
+            }
         };
+        // The wait `policy.requireApproval` sets, or its default for a condition's call.
+        let timeout = policy.map_or(
+            Duration::from_secs(u64::from(DEFAULT_TIMEOUT_SECONDS)),
+            |p| p.timeout,
+        );
         let refused = |reason: Reason, note: Option<ApprovalNote>| {
             Refusal::of(reason, route.target(), rule.clone()).held(note)
         };
@@ -118,7 +136,7 @@ impl Gate<'_> {
             }
             None => {
                 let held = match self.approvals.masker().await {
-                    Ok(masker) => self.approvals.hold_masked(call, &masker, policy.timeout),
+                    Ok(masker) => self.approvals.hold_masked(call, &masker, timeout),
                     Err(unreadable) => Err(unreadable),
                 };
                 let mut held = match held {
@@ -201,7 +219,7 @@ impl Gate<'_> {
                 tracing::info!(approval = %id, %server, tool = %route.tool, "approval expired");
                 let expired = Reason::ApprovalExpired {
                     id: id.clone(),
-                    timeout: policy.timeout,
+                    timeout,
                 };
                 Err(refused(expired, Some(note(None))))
             }

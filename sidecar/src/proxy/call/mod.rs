@@ -86,26 +86,31 @@ impl Proxy {
         intent::second_key(&route, &call.req)?;
         // 5. The arguments against the tool's inputSchema.
         steps::arguments(&self.validators, &call.snap, &route, &call.req).await?;
-        // 6. A person's approval, when policy.requireApproval names the call.
+        // 6. The policy's CEL conditions on the call (on arguments that fit the schema): a deny
+        //    that holds refuses here, before a person is asked; one may ask for approval.
+        let asked = steps::conditions(&call.snap, &route, &call.req)?;
+        // 7. A person's approval, when policy.requireApproval names the call or a condition
+        //    asked for it.
         let approved = self
             .gate()
-            .approval(&call.snap, &route, &mut call.req)
+            .approval(&call.snap, &route, &mut call.req, asked)
             .await?;
         let held = |refusal: Refusal| refusal.held(approved.clone());
-        // 7. After an approval (the wait may have been long): still on offer, as approved, and
-        //    still the very call approved (its digest).
+        // 8. After an approval (the wait may have been long): still on offer, as approved,
+        //    still the very call approved (its digest), and no condition in force now denies it.
         let route = match &approved {
             Some(note) => {
                 call.snap = self.snapshot().ok_or(Error::NotReady)?;
                 let route = steps::still_offered(&call.snap, &call.req, route).map_err(held)?;
                 self.gate().unchanged(note, &route, &call.req)?;
+                steps::conditions(&call.snap, &route, &call.req).map_err(held)?;
                 route
             }
             None => route,
         };
-        // 8. Rate limits (after any wait: a call that waits or is refused takes no token).
+        // 9. Rate limits (after any wait: a call that waits or is refused takes no token).
         steps::rate_limits(&self.limiters, &route).map_err(held)?;
-        // 9. Forward (`forward_call`).
+        // 10. Forward (`forward_call`).
         Ok(Decided::Forward { route, approved })
     }
 

@@ -2,6 +2,7 @@
 //! function `-> Result<_, Refusal>`, applied in the order `super::decide` lists.
 
 use crate::{
+    conditions::{Facts, TaskFacts, Verdict},
     error::Error,
     filter::{Risk, Rule, RuleDisplay},
     names::{ServerName, ToolName},
@@ -86,6 +87,60 @@ pub(super) async fn arguments(
     let problems = refused.problems();
     let reason = Reason::InvalidArguments { problems };
     Err(Refusal::of(reason, route.target(), rule))
+}
+
+/// Step: the policy's CEL conditions (`policy.conditions`), in order. A `deny` one that holds,
+/// or one that cannot be evaluated on the call, refuses it; `Ok(Some(rule))`: a
+/// `requireApproval` one holds, and the call waits for a person (the next step).
+pub(super) fn conditions(
+    snap: &Snapshot,
+    route: &Route,
+    req: &CallRequest,
+) -> Result<Option<String>, Refusal> {
+    let config = &snap.config;
+    if config.conditions.is_empty() {
+        return Ok(None);
+    }
+    let mut annotations = serde_json::Map::new();
+    for (key, hint) in [
+        ("readOnlyHint", route.hints.read_only),
+        ("destructiveHint", route.hints.destructive),
+    ] {
+        if let Some(hint) = hint {
+            annotations.insert(key.into(), hint.into());
+        }
+    }
+    let facts = Facts {
+        server: route.server.name.as_str(),
+        tool: route.tool.as_str(),
+        class: Some(route.risk.as_str()),
+        annotations: annotations.into(),
+        args: req.arguments.as_ref(),
+        task: TaskFacts {
+            name: &config.task_name,
+            namespace: &config.task_namespace,
+            labels: &config.task_labels,
+            context_version: config.context_version,
+        },
+        now: chrono::Utc::now(),
+    };
+    match config.conditions.decide(&facts) {
+        Verdict::Pass { approval } => Ok(approval),
+        Verdict::Denied {
+            rule,
+            name,
+            message,
+        } => Err(Refusal::of(
+            Reason::ConditionDenied { name, message },
+            route.target(),
+            rule,
+        )),
+        Verdict::Failed { rule, name, error } => Err(Refusal::of(
+            Reason::ConditionFailed { name, error },
+            route.target(),
+            rule,
+        )),
+    }
 }
 
 /// Step (after a wait for approval, which may have been long): the call goes on only if its
