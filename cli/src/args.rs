@@ -288,7 +288,7 @@ pub struct AddContextArgs {
     #[arg(
         long,
         value_name = "SERVER:TOOL,...",
-        required_unless_present_any = ["disable_tools", "budget"]
+        required_unless_present_any = ["disable_tools", "budget", "conditions"]
     )]
     pub enable_tools: Vec<String>,
 
@@ -302,6 +302,12 @@ pub struct AddContextArgs {
     /// A task the gateway stopped (BudgetExceeded) goes on once its budget allows.
     #[arg(long, value_name = "FIELD=VALUE", value_parser = crate::budget::parse)]
     pub budget: Vec<(String, serde_json::Value)>,
+
+    /// Replace the task's CEL conditions on calls (spec.toolConfig.policy.conditions) with the
+    /// YAML or JSON list in FILE (`-`: stdin; `[]` removes them). Each is checked as the operator
+    /// checks it; nothing is written when one is wrong. The next call is held to the new list.
+    #[arg(long, value_name = "FILE")]
+    pub conditions: Option<std::path::PathBuf>,
 
     /// Wait until the change is live: rendered by the operator (status.contextVersion) and, for
     /// a running task whose proxy reports, served by that proxy (status.servedContextVersion).

@@ -1,7 +1,8 @@
 //! `orchestrator-cli`: submit tasks as TaskRuns, change their tools while they run
 //! (add-context), inspect them, and browse the catalog of MCP servers.
 //!
-//! Modules: [`args`] and [`args_ops`] (the command line), [`connect`] (kubeconfig handling like kubectl),
+//! Modules: [`args`] and [`args_ops`] (the command line), [`budget`] and [`conditions`]
+//! (add-context's `--budget` and `--conditions`), [`connect`] (kubeconfig handling like kubectl),
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
 //! (the markdown reference), [`discover`] (a server's real tools against the catalog), [`task`]
@@ -18,6 +19,7 @@ pub mod budget;
 pub mod catalog;
 pub mod catalog_docs;
 pub mod catalog_write;
+pub mod conditions;
 pub mod connect;
 pub mod console;
 pub mod discover;

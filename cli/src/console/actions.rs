@@ -224,9 +224,12 @@ pub async fn context(
     let mut notes = add_context::check_request(&catalog, &request)?;
     // Who the API server said the caller is, asked once when the console started.
     let user = console.user.as_deref();
-    let report =
-        add_context::update_with_budget(&cluster, &name, &request, &budget, &catalog, false, user)
-            .await?;
+    let change = add_context::Change {
+        request: &request,
+        budget: &budget,
+        conditions: None,
+    };
+    let report = add_context::update_all(&cluster, &name, &change, &catalog, false, user).await?;
     notes.extend(report.notes.iter().cloned());
     let budget = report
         .budget

@@ -24,12 +24,14 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::condition::CallCondition;
 use orchestrator_crds::taskrun::{McpServer, TaskRun};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::args::{AddContextArgs, Global};
 use crate::catalog;
+use crate::conditions::{CONDITIONS, conditions_ops, read_conditions};
 use crate::connect::{Cluster, connect};
 use crate::effective::{ServerChange, ServerTools, diff};
 use crate::error::{Error, Result, is_not_found};
@@ -64,6 +66,9 @@ pub struct Report {
     /// With --budget: `spec.budget` before and after (null: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetChange>,
+    /// With --conditions: `spec.toolConfig.policy.conditions` before and after (null: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<BudgetChange>,
     /// With --wait-synced: the context version the operator rendered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_version: Option<i64>,
@@ -76,7 +81,7 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// `spec.budget` before and after an add-context.
+/// A field (`spec.budget`, the conditions) before and after an add-context.
 #[derive(Clone, Debug, Serialize)]
 pub struct BudgetChange {
     pub before: Value,
@@ -89,9 +94,19 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
         enable: parse_specs("--enable-tools", &args.enable_tools)?,
         disable: parse_specs("--disable-tools", &args.disable_tools)?,
     };
-    if request.enable.is_empty() && request.disable.is_empty() && args.budget.is_empty() {
+    let conditions = args
+        .conditions
+        .as_deref()
+        .map(read_conditions)
+        .transpose()?;
+    if request.enable.is_empty()
+        && request.disable.is_empty()
+        && args.budget.is_empty()
+        && conditions.is_none()
+    {
         return Err(Error::Usage(
-            "nothing to change: give --enable-tools, --disable-tools and/or --budget".into(),
+            "nothing to change: give --enable-tools, --disable-tools, --budget and/or --conditions"
+                .into(),
         ));
     }
     merge::check_contradictions(&request)?;
@@ -123,11 +138,15 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
         true => None,
         false => identity::whoami(&cluster.client).await,
     };
-    let mut report = update_with_budget(
+    let change = Change {
+        request: &request,
+        budget: &args.budget,
+        conditions: conditions.as_deref(),
+    };
+    let mut report = update_all(
         &cluster,
         &name,
-        &request,
-        &args.budget,
+        &change,
         &catalog,
         args.dry_run,
         user.as_deref(),
@@ -178,20 +197,34 @@ pub async fn update(
     dry_run: bool,
     user: Option<&str>,
 ) -> Result<Report> {
-    update_with_budget(cluster, name, request, &[], catalog, dry_run, user).await
+    let change = Change {
+        request,
+        budget: &[],
+        conditions: None,
+    };
+    update_all(cluster, name, &change, catalog, dry_run, user).await
 }
 
-/// [`update`], also changing `spec.budget` (`--budget`, [`crate::budget::parse`]), tested the
-/// same way as the server list.
-pub async fn update_with_budget(
+/// What one add-context changes: the tools, `spec.budget` (`--budget`,
+/// [`crate::budget::parse`]) and the conditions, each tested as the server list is.
+pub struct Change<'a> {
+    pub request: &'a Request,
+    /// `--budget`.
+    pub budget: &'a [(String, Value)],
+    /// `--conditions`: the new list, checked.
+    pub conditions: Option<&'a [CallCondition]>,
+}
+
+/// [`update`] with every change one add-context may make.
+pub async fn update_all(
     cluster: &Cluster,
     name: &str,
-    request: &Request,
-    budget: &[(String, Value)],
+    change: &Change<'_>,
     catalog: &Catalog,
     dry_run: bool,
     user: Option<&str>,
 ) -> Result<Report> {
+    let (request, budget) = (change.request, change.budget);
     let resource = ApiResource::erase::<TaskRun>(&());
     let api: Api<DynamicObject> =
         Api::namespaced_with(cluster.client.clone(), &cluster.namespace, &resource);
@@ -227,7 +260,14 @@ pub async fn update_with_budget(
             .unwrap_or(Value::Null);
         let budget_after = crate::budget::apply(raw.data.pointer("/spec/budget"), budget);
         let budget_changed = !budget.is_empty() && budget_after != budget_before;
-        let changed = tools_changed || budget_changed;
+        let conditions_before = raw.data.pointer(CONDITIONS).cloned().unwrap_or(Value::Null);
+        let conditions_after = match change.conditions {
+            Some([]) => Value::Null,
+            Some(list) => serde_json::to_value(list).unwrap_or(Value::Null),
+            None => conditions_before.clone(),
+        };
+        let conditions_changed = conditions_after != conditions_before;
+        let changed = tools_changed || budget_changed || conditions_changed;
         if tools_changed {
             check_servers_in_pod(&current, &outcome.config.mcp_servers, catalog)?;
             if merge::nothing_enabled(&outcome.config) {
@@ -242,6 +282,13 @@ pub async fn update_with_budget(
             let mut patch = guarded_patch(&raw, &outcome.config.mcp_servers, user);
             if budget_changed {
                 patch.0.extend(budget_ops(&budget_before, &budget_after));
+            }
+            if conditions_changed {
+                patch.0.extend(conditions_ops(
+                    &raw.data,
+                    &conditions_before,
+                    &conditions_after,
+                ));
             }
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.to_string()),
@@ -277,6 +324,10 @@ pub async fn update_with_budget(
             budget: (!budget.is_empty()).then_some(BudgetChange {
                 before: budget_before,
                 after: budget_after,
+            }),
+            conditions: change.conditions.map(|_| BudgetChange {
+                before: conditions_before,
+                after: conditions_after,
             }),
             context_version: None,
             served_context_version: None,
@@ -390,12 +441,21 @@ async fn lost_race(
     }
 }
 
-/// What the patch tests: the server list, the budget, the generation, whether there are
-/// annotations.
-fn tested(obj: &DynamicObject) -> (Option<&Value>, Option<&Value>, Option<i64>, bool) {
+/// What the patch tests: the server list, the budget, the conditions, the generation, whether
+/// there are annotations.
+fn tested(
+    obj: &DynamicObject,
+) -> (
+    Option<&Value>,
+    Option<&Value>,
+    Option<&Value>,
+    Option<i64>,
+    bool,
+) {
     (
         obj.data.pointer("/spec/toolConfig/mcpServers"),
         obj.data.pointer("/spec/budget"),
+        obj.data.pointer(CONDITIONS),
         obj.metadata.generation,
         obj.metadata.annotations.is_some(),
     )
@@ -494,6 +554,12 @@ pub fn render_report(r: &Report) -> String {
             };
             out.push_str(&format!("  {mark} {tool}\n"));
         }
+    }
+    if let Some(c) = &r.conditions {
+        out.push_str(&format!(
+            "conditions: {}\n",
+            crate::conditions::describe(&c.before, &c.after)
+        ));
     }
     if let Some(b) = &r.budget {
         out.push_str(&format!(

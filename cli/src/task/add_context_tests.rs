@@ -157,6 +157,7 @@ fn report_marks_added_removed_and_kept_tools() {
         generation: Some(2),
         attempts: 2,
         budget: None,
+        conditions: None,
         servers: diff(&before, &after, Some(&catalog)),
         context_version: Some(3),
         served_context_version: Some(3),
@@ -234,4 +235,63 @@ fn the_budget_is_tested_as_read_and_replaced_or_removed() {
         let e = parse(bad).expect_err(bad);
         assert!(e.contains(says), "{bad}: {e}");
     }
+}
+
+#[test]
+fn conditions_are_read_checked_and_written_guarded() {
+    use crate::conditions::{conditions_ops, read_conditions};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "- name: under-src\n  tools: [\"filesystem/write_*\"]\n  when: '!args.path.startsWith(\"/workspace/src/\")'\n  message: writes go under src\n",
+    )
+    .expect("write");
+    let list = read_conditions(&good).expect("reads");
+    assert_eq!(list[0].name, "under-src");
+    // A bad expression: nothing is written, the message names the entry and the position.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "- {name: a, when: 'args.path =='}\n- {name: a, when: 'argz'}\n",
+    )
+    .expect("write");
+    let e = read_conditions(&bad).expect_err("refused").to_string();
+    assert!(
+        e.contains("nothing was changed")
+            && e.contains("--conditions[0].when: condition \"a\": at 1:")
+            && e.contains("--conditions[1].name")
+            && e.contains("unknown variable `argz`"),
+        "{e}"
+    );
+    let e = read_conditions(&dir.path().join("missing.yaml")).expect_err("no file");
+    assert!(e.to_string().contains("--conditions"), "{e}");
+
+    // A TaskRun with a policy: test the list, then replace it (or remove it for []).
+    let after = serde_json::to_value(&list).expect("json");
+    let read = json!({"spec": {"toolConfig": {"policy": {"maxRisk": "write"}}}});
+    let ops = serde_json::to_value(conditions_ops(&read, &Value::Null, &after)).expect("json");
+    assert_eq!(
+        ops,
+        json!([
+            {"op": "test", "path": "/spec/toolConfig/policy/conditions", "value": null},
+            {"op": "add", "path": "/spec/toolConfig/policy/conditions", "value": after},
+        ])
+    );
+    let read = json!({"spec": {"toolConfig": {"policy": {"conditions": after.clone()}}}});
+    let ops = serde_json::to_value(conditions_ops(&read, &after, &Value::Null)).expect("json");
+    assert_eq!(
+        ops[1],
+        json!({"op": "remove", "path": "/spec/toolConfig/policy/conditions"})
+    );
+    // No policy yet: it is made, after testing there was none.
+    let read = json!({"spec": {"toolConfig": {"mcpServers": []}}});
+    let ops = serde_json::to_value(conditions_ops(&read, &Value::Null, &after)).expect("json");
+    assert_eq!(
+        ops,
+        json!([
+            {"op": "test", "path": "/spec/toolConfig/policy", "value": null},
+            {"op": "add", "path": "/spec/toolConfig/policy", "value": {"conditions": after}},
+        ])
+    );
 }

@@ -322,3 +322,70 @@ def test_task_submit_runs_on_the_charts_default_credential(story: Story):
         timeout=30)
     assert (usage["inputTokens"], usage["outputTokens"]) == (count["input_tokens"], count["output_tokens"])
     assert tr["status"]["result"]["text"] == "done on the default credential", tr["status"]["result"]
+
+
+CONDITION_PORT = MODEL_PORT + 9
+
+
+def test_claude_code_gets_a_conditions_refusal_as_the_tools_error_and_add_context_changes_it(story: Story, tmp_path: Path):
+    """Issue 44 on the real node: a TaskRun's CEL condition refuses Claude Code's MCP call (the
+    model reads the condition's name and message as the tool's error, and the server never gets
+    the call); a call the condition lets through is answered; `add-context --conditions`
+    replaces the list while the task runs and the next call is held to the new one."""
+    model_secret(story, "model-conditions")
+    seen: dict = {}
+    changed = threading.Event()
+
+    def script(first):
+        echo = first.mcp_name("everything__echo")
+        r = yield tool_use(echo, {"message": "the secret plan"})
+        seen["refused"] = tool_result_text(r)
+        r = yield tool_use(echo, {"message": "hello"})
+        seen["allowed"] = tool_result_text(r)
+        seen["changed"] = changed.wait(timeout=120)
+        r = yield tool_use(echo, {"message": "hello again"})
+        seen["after"] = tool_result_text(r)
+        yield text("done with conditions")
+
+    condition = {"name": "no-secrets", "tools": ["everything/echo"],
+                 "when": 'args.message.contains("secret")', "message": "echo must not carry secrets"}
+    taskrun = {
+        "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": "conditions"},
+        "spec": {
+            "taskId": 4205, "serviceName": "gateway", "task": {"prompt": "echo things"},
+            "model": {"secretKeyRef": {"name": "model-conditions", "key": "api-key"},
+                      "endpoint": f"https://127.0.0.1:{CONDITION_PORT}",
+                      "caConfigMapKeyRef": {"name": "model-ca", "key": "ca.crt"}},
+            "podTemplate": PLACEMENT,
+            "toolConfig": {"mcpServers": [{"name": "everything", "tools": {"allow": ["echo"]}}],
+                           "policy": {"conditions": [condition]}},
+        },
+    }
+    with ScriptedModel(script, port=CONDITION_PORT, tls=story.tls[1:]) as model:
+        story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
+        model.wait_for(lambda r: "allowed" in seen, timeout=240, what="the allowed echo's result")
+        # A person replaces the condition: now "hello" is what echo may not carry.
+        changed_list = tmp_path / "conditions.yaml"
+        changed_list.write_text(json.dumps([{**condition, "name": "no-hello",
+                                             "when": 'args.message.startsWith("hello")',
+                                             "message": "no greetings"}]))
+        out = story.cli("task", "add-context", "conditions", "--conditions", str(changed_list), "--wait-synced")
+        assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+        assert "conditions: no-secrets → no-hello" in out.stdout, out.stdout
+        changed.set()
+        final = wait_until("the task to finish", lambda: (
+            s if (s := status(story, "conditions")).get("phase") in ("Succeeded", "Failed") else None), timeout=240)
+    assert seen["changed"], "add-context did not come back in time"
+    # What the model read: the refusal, as Claude Code passes a tool error on.
+    assert seen["refused"].startswith("ERROR:"), seen["refused"]
+    assert 'condition "no-secrets"' in seen["refused"] and "echo must not carry secrets" in seen["refused"], seen
+    assert not seen["allowed"].startswith("ERROR:") and "hello" in seen["allowed"], seen
+    assert seen["after"].startswith("ERROR:") and 'condition "no-hello"' in seen["after"], seen
+    assert final["phase"] == "Succeeded", final
+    assert final["result"]["text"] == "done with conditions", final["result"]
+    # The proxy's audit: both refusals name the rule; only "hello" reached the server.
+    pod = story.json("get", "pods", "-n", story.work_ns, "-l", "job-name=conditions")["items"][0]
+    calls = [r for r in story.audit_stream(pod) if r["recordType"] == "tool_call"]
+    assert [r["decision"] for r in calls] == ["denied", "allowed", "denied"], calls
+    assert [calls[0].get("rule"), calls[2].get("rule")] == [
+        'policy.conditions[0] "no-secrets"', 'policy.conditions[0] "no-hello"'], calls

@@ -622,6 +622,51 @@ fn a_permission_rule_the_agent_would_skip_is_refused_not_rendered() {
     );
 }
 
+/// Conditions reach the proxy as written, with the TaskRun's labels (which they read); a
+/// condition the proxy could not hold calls to is refused naming the entry, and nothing renders.
+#[test]
+fn conditions_are_rendered_with_the_labels_and_a_bad_one_is_refused() {
+    let mut tr = task_1001();
+    let labels = |tr: &TaskRun| {
+        let data = plan(tr).config_map(1).data.expect("data");
+        let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
+        (parsed.task.labels, parsed.policy.conditions)
+    };
+    tr.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+    // Without conditions the config carries no labels (it is as before conditions existed).
+    assert_eq!(labels(&tr), (Default::default(), Vec::new()));
+    tr.spec.tool_config.policy.conditions = serde_json::from_value(serde_json::json!([
+        {"name": "under-src", "tools": ["filesystem/write_*"],
+         "when": "!args.path.startsWith('/workspace/src/')", "message": "writes go under src"},
+    ]))
+    .expect("conditions");
+    let (rendered_labels, conditions) = labels(&tr);
+    assert_eq!(rendered_labels.get("team").map(String::as_str), Some("a"));
+    assert_eq!(conditions, tr.spec.tool_config.policy.conditions);
+
+    tr.spec.tool_config.policy.conditions[0].when = "args.path.startsWith(".into();
+    tr.spec.tool_config.policy.conditions[0].tools = vec!["write_*".into()];
+    let problems = render(&tr, &catalog(), &settings()).expect_err("refused");
+    let messages: Vec<_> = problems
+        .iter()
+        .map(|p| (p.reason, p.message.as_str()))
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages.iter().all(|(r, _)| *r == "InvalidCondition"));
+    assert!(
+        messages[0]
+            .1
+            .starts_with("spec.toolConfig.policy.conditions[0].tools[0]: \"write_*\" has no '/'"),
+        "{messages:?}"
+    );
+    assert!(
+        messages[1].1.starts_with(
+            "spec.toolConfig.policy.conditions[0].when: condition \"under-src\": at 1:"
+        ),
+        "{messages:?}"
+    );
+}
+
 /// Revoking every tool (every server disabled or denying `**`) renders: the proxy serves the
 /// empty set. Refusing it would leave a running task's older, broader tools on offer.
 #[test]

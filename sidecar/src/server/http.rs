@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Front,
     auth::{self, Access, ClientAuth},
-    hosts, limits, sessions,
+    hosts, limits, priming, sessions,
 };
 use crate::{proxy::Proxy, router::KnownTool};
 
@@ -125,6 +125,7 @@ pub fn mcp(proxy: Arc<Proxy>, settings: &Settings, cancel: CancellationToken) ->
     let mcp = StreamableHttpService::new(move || Ok(Front::new(proxy.clone())), sessions, config);
     Router::new()
         .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn(priming::old_clients_unprimed))
         .layer(middleware::from_fn(session_delete_status))
         .layer(middleware::from_fn_with_state(cap, sessions::session_cap))
         .layer(middleware::from_fn(limits::read_body))

@@ -10,6 +10,7 @@ pub mod hosts;
 pub mod http;
 pub mod limits;
 pub mod listener;
+pub mod priming;
 pub mod sessions;
 
 use std::sync::{
