@@ -6,6 +6,7 @@
 //! - [`tools`]: the allow/deny glob semantics of a server's tools, shared by all binaries.
 //! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
 //! - [`condition`]: CEL conditions on tool calls (the rules, their checks).
+//! - [`decision`]: the external decision point (Open Policy Agent's data API) the proxy asks.
 //! - [`approval`]: human approval of held calls (requests, decisions, verdicts, call digests).
 //! - [`gateway`]: the model gateway's config (endpoint, key file, models, budget, prices).
 //! - [`digest`]: hashes over canonical JSON (definition pins, call digests).
@@ -14,6 +15,7 @@
 pub mod approval;
 pub mod catalog;
 pub mod condition;
+pub mod decision;
 pub mod digest;
 pub mod gateway;
 pub mod policy;

@@ -7,7 +7,9 @@ use std::{collections::BTreeMap, fmt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{approval::RequireApproval, condition::CallCondition, tools::Risk};
+use crate::{
+    approval::RequireApproval, condition::CallCondition, decision::DecisionPoint, tools::Risk,
+};
 
 /// Rules the proxy holds every MCP tool call to.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
@@ -49,6 +51,12 @@ pub struct ToolPolicy {
         "x-kubernetes-list-map-keys" = ["name"]
     ))]
     pub conditions: Vec<CallCondition>,
+    /// A policy service the proxy asks about each call (Open Policy Agent's data API), after
+    /// the conditions: only an explicit allow lets the call go; a timeout, an error or an
+    /// unreachable service refuses it. The chart's (`policy.decisionPoint`), when set, is asked
+    /// too, first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_point: Option<DecisionPoint>,
 }
 
 impl ToolPolicy {

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::{
     approval::RequireApproval,
     condition::{CallCondition, ConditionEffect},
+    decision::{DecisionCache, DecisionPoint},
     policy::{OnChange, RateLimit, RateLimits, ToolMode},
     tools::Risk,
 };
@@ -132,6 +133,10 @@ pub struct PolicySpec {
     /// CEL conditions on calls (see `crate::condition`), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<CallCondition>,
+    /// Policy services asked about each call (see `crate::decision`), in order (the chart's,
+    /// then the TaskRun's): every one must allow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decision_points: Vec<DecisionPoint>,
 }
 
 impl Default for PolicySpec {
@@ -143,6 +148,7 @@ impl Default for PolicySpec {
             on_change: OnChange::default(),
             require_approval: None,
             conditions: Vec::new(),
+            decision_points: Vec::new(),
         }
     }
 }

@@ -5,7 +5,8 @@
 //! - foundations, which use no other module: [`names`] (newtypes for server, tool and exposed
 //!   names), `sync` (a lock helper), [`filter`] (allow/deny globs to a verdict naming the
 //!   deciding rule), [`probe`] (the exec probes' HTTP GET), [`conditions`] (CEL conditions on
-//!   calls: compiled, evaluated within a budget).
+//!   calls: compiled, evaluated within a budget), [`decision`] (the external decision points:
+//!   Open Policy Agent's data API asked about each call, failing closed).
 //! - built on them: [`telemetry`] (logs, spans, the OTLP resource), [`error`] (protocol, transport and internal failures, each with its `PROXY.*`
 //!   code), [`config`] (strict parse, validation with stable codes, normalized
 //!   [`config::Config`]), [`metrics`] (Prometheus), [`audit`] (one JSON line per call, the
@@ -40,6 +41,7 @@ pub mod audit;
 pub mod cli;
 pub mod conditions;
 pub mod config;
+pub mod decision;
 pub mod error;
 pub mod filter;
 pub mod gateway;

@@ -124,6 +124,7 @@ impl Files {
                     on_change: policy.on_change.unwrap_or_default(),
                     require_approval: policy.require_approval.clone(),
                     conditions: policy.conditions.clone(),
+                    decision_points: policy.decision_point.iter().cloned().collect(),
                 }
             },
             servers,

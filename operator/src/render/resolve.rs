@@ -185,6 +185,14 @@ pub fn resolve<'a>(
             message: format!("{at}: {message}"),
         });
     }
+    if let Some(point) = &spec.tool_config.policy.decision_point {
+        for (at, message) in point.problems("spec.toolConfig.policy.decisionPoint") {
+            problems.push(Problem {
+                reason: "InvalidDecisionPoint",
+                message: format!("{at}: {message}"),
+            });
+        }
+    }
     if problems.is_empty() {
         Ok(Resolved {
             servers,

@@ -24,7 +24,9 @@ pub use problem::{Code, Problem, Problems, Severity};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::{conditions::Conditions, filter::ToolFilter, names::ServerName};
+use crate::{
+    conditions::Conditions, decision::DecisionPoints, filter::ToolFilter, names::ServerName,
+};
 
 /// Default per-call timeout when `callTimeoutSeconds` is not set.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -57,6 +59,8 @@ pub struct Config {
     pub require_approval: Option<ApprovalPolicy>,
     /// `policy.conditions`: CEL conditions on calls, compiled.
     pub conditions: Arc<Conditions>,
+    /// `policy.decisionPoints`: the policy services asked about each call.
+    pub decision_points: Arc<DecisionPoints>,
     /// In file order; names are unique.
     pub servers: Vec<Arc<Server>>,
     /// `gateway`: the model API served at `/model` (none when unset).

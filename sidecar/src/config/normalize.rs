@@ -14,6 +14,7 @@ use super::{
 };
 use crate::{
     conditions::Conditions,
+    decision::DecisionPoints,
     filter::ToolFilter,
     names::{ServerName, clip},
 };
@@ -139,6 +140,15 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
             Conditions::default()
         }
     };
+    let decision_points = match DecisionPoints::compile(&wire.policy.decision_points) {
+        Ok(points) => points,
+        Err(found) => {
+            for (at, message) in found {
+                problems.push(Problem::new(Code::BadDecisionPoint, at, message));
+            }
+            DecisionPoints::default()
+        }
+    };
     let gateway = (wire.gateway.as_ref())
         .and_then(|wire| super::GatewayConfig::normalize(wire, &mut problems).map(Arc::new));
 
@@ -175,6 +185,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         on_change: wire.policy.on_change,
         require_approval,
         conditions: Arc::new(conditions),
+        decision_points: Arc::new(decision_points),
         servers: servers.into_iter().map(|(_, s)| s).collect(),
         gateway,
     };

@@ -29,6 +29,8 @@ pub enum Code {
     /// A `policy.conditions` entry that does not compile (its CEL expression, its patterns, a
     /// duplicate name).
     BadCondition,
+    /// A `policy.decisionPoints` entry that cannot be asked (its URL, timeout or cache).
+    BadDecisionPoint,
     /// Warning: no server is enabled with any tool allowed: the task is offered no MCP tool.
     NothingEnabled,
     /// A server with neither `stdio` nor `http`.
@@ -75,6 +77,7 @@ impl Code {
             Code::NameCollision => "PROXY.NAME_COLLISION",
             Code::BadPattern => "PROXY.BAD_PATTERN",
             Code::BadCondition => "PROXY.BAD_CONDITION",
+            Code::BadDecisionPoint => "PROXY.BAD_DECISION_POINT",
             Code::NothingEnabled => "PROXY.NOTHING_ENABLED",
             Code::NoTransport => "PROXY.NO_TRANSPORT",
             Code::TwoTransports => "PROXY.TWO_TRANSPORTS",
@@ -113,6 +116,7 @@ impl Code {
         Code::NameCollision,
         Code::BadPattern,
         Code::BadCondition,
+        Code::BadDecisionPoint,
         Code::NothingEnabled,
         Code::NoTransport,
         Code::TwoTransports,

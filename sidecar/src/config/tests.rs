@@ -445,6 +445,14 @@ fn what_the_operator_renders_round_trips() {
                 effect: orchestrator_crds::proxy::ConditionEffect::Deny,
                 message: Some("writes go under src".into()),
             }],
+            decision_points: vec![orchestrator_crds::proxy::DecisionPoint {
+                url: "http://opa.policy.svc:8181/v1/data/orchestrator/decision".into(),
+                timeout_milliseconds: Some(250),
+                cache: Some(orchestrator_crds::proxy::DecisionCache {
+                    entries: 100,
+                    ttl_seconds: None,
+                }),
+            }],
         },
         servers: vec![
             ServerSpec {

@@ -43,6 +43,10 @@ pub enum Reason {
     /// A condition could not be evaluated on the call (a missing argument, a value of another
     /// type, its budget): refused, as a condition that cannot say yes.
     ConditionFailed { name: String, error: String },
+    /// A decision point refused the call (the refusal's `rule` names it), with its reason.
+    DecisionDenied { reason: Option<String> },
+    /// A decision point gave no decision (unreachable, an error, too slow, no result): refused.
+    DecisionFailed { error: String },
     /// `policy.requireApproval` holds this call, but as many calls as may wait already do.
     ApprovalBusy { limit: usize },
     /// A person rejected the held call; it never reached the upstream.
@@ -188,9 +192,11 @@ impl Refusal {
     /// The audit record's `decision`.
     pub fn decision(&self) -> &'static str {
         match &self.reason {
-            Reason::Denied | Reason::ConditionDenied { .. } | Reason::ConditionFailed { .. } => {
-                "denied"
-            }
+            Reason::Denied
+            | Reason::ConditionDenied { .. }
+            | Reason::ConditionFailed { .. }
+            | Reason::DecisionDenied { .. }
+            | Reason::DecisionFailed { .. } => "denied",
             Reason::Unknown | Reason::Failed(_) => "unknown",
             Reason::RateLimited { .. } => "rate_limited",
             Reason::InvalidArguments { .. } | Reason::IntentArguments { .. } => "invalid_arguments",
@@ -246,6 +252,8 @@ impl Refusal {
             Reason::Denied => "PROXY.TOOL_DENIED",
             Reason::ConditionDenied { .. } => "PROXY.CONDITION_DENIED",
             Reason::ConditionFailed { .. } => "PROXY.CONDITION_FAILED",
+            Reason::DecisionDenied { .. } => "PROXY.DECISION_DENIED",
+            Reason::DecisionFailed { .. } => "PROXY.DECISION_FAILED",
             Reason::Unknown => "PROXY.UNKNOWN_TOOL",
             Reason::RateLimited { .. } => "PROXY.RATE_LIMITED",
             Reason::InvalidArguments { .. } | Reason::IntentArguments { .. } => {
@@ -279,6 +287,17 @@ impl Refusal {
             ),
             Reason::ConditionFailed { name, error } => format!(
                 "tool {tool:?} is not allowed for this call: condition {name:?} ({rule}) could not be evaluated on it ({error}), and a condition that cannot say is a refusal; the call was not made"
+            ),
+            Reason::DecisionDenied { reason } => format!(
+                "tool {tool:?} is not allowed for this call: the policy service ({rule}) refused it{}; the call was not made",
+                reason
+                    .as_deref()
+                    .filter(|r| !r.is_empty())
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+            Reason::DecisionFailed { error } => format!(
+                "tool {tool:?} is not allowed for this call: {error} ({rule}), and a call the policy service has not allowed is refused; the call was not made"
             ),
             Reason::RateLimited {
                 limit,
@@ -385,6 +404,18 @@ impl Refusal {
                 data["server"] = json!(server);
                 data["rule"] = json!(self.rule);
                 data["condition"] = json!(name);
+                data["error"] = json!(error);
+            }
+            Reason::DecisionDenied { reason } => {
+                data["server"] = json!(server);
+                data["rule"] = json!(self.rule);
+                if let Some(reason) = reason {
+                    data["reason"] = json!(reason);
+                }
+            }
+            Reason::DecisionFailed { error } => {
+                data["server"] = json!(server);
+                data["rule"] = json!(self.rule);
                 data["error"] = json!(error);
             }
             Reason::ApprovalBusy { limit } => {

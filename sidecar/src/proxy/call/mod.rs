@@ -89,15 +89,19 @@ impl Proxy {
         // 6. The policy's CEL conditions on the call (on arguments that fit the schema): a deny
         //    that holds refuses here, before a person is asked; one may ask for approval.
         let asked = steps::conditions(&call.snap, &route, &call.req)?;
-        // 7. A person's approval, when policy.requireApproval names the call or a condition
+        // 7. The policy services (decision points): only an explicit allow goes on; asked after
+        //    the local checks (a call they refuse costs no round trip) and before a person.
+        steps::decision(&call.snap, &route, &call.req).await?;
+        // 8. A person's approval, when policy.requireApproval names the call or a condition
         //    asked for it.
         let approved = self
             .gate()
             .approval(&call.snap, &route, &mut call.req, asked)
             .await?;
         let held = |refusal: Refusal| refusal.held(approved.clone());
-        // 8. After an approval (the wait may have been long): still on offer, as approved,
-        //    still the very call approved (its digest), and no condition in force now denies it.
+        // 9. After an approval (the wait may have been long): still on offer, as approved,
+        //    still the very call approved (its digest), and no condition in force now denies it
+        //    (the decision points were asked before; a person's approval stands for the wait).
         let route = match &approved {
             Some(note) => {
                 call.snap = self.snapshot().ok_or(Error::NotReady)?;
@@ -108,9 +112,9 @@ impl Proxy {
             }
             None => route,
         };
-        // 9. Rate limits (after any wait: a call that waits or is refused takes no token).
+        // 10. Rate limits (after any wait: a call that waits or is refused takes no token).
         steps::rate_limits(&self.limiters, &route).map_err(held)?;
-        // 10. Forward (`forward_call`).
+        // 11. Forward (`forward_call`).
         Ok(Decided::Forward { route, approved })
     }
 

@@ -3,6 +3,7 @@
 
 use crate::{
     conditions::{Facts, TaskFacts, Verdict},
+    decision,
     error::Error,
     filter::{Risk, Rule, RuleDisplay},
     names::{ServerName, ToolName},
@@ -101,20 +102,11 @@ pub(super) fn conditions(
     if config.conditions.is_empty() {
         return Ok(None);
     }
-    let mut annotations = serde_json::Map::new();
-    for (key, hint) in [
-        ("readOnlyHint", route.hints.read_only),
-        ("destructiveHint", route.hints.destructive),
-    ] {
-        if let Some(hint) = hint {
-            annotations.insert(key.into(), hint.into());
-        }
-    }
     let facts = Facts {
         server: route.server.name.as_str(),
         tool: route.tool.as_str(),
         class: Some(route.risk.as_str()),
-        annotations: annotations.into(),
+        annotations: annotations(route),
         args: req.arguments.as_ref(),
         task: TaskFacts {
             name: &config.task_name,
@@ -141,6 +133,65 @@ pub(super) fn conditions(
             rule,
         )),
     }
+}
+
+/// Step: the policy services of `policy.decisionPoints`, asked with the call's input (the
+/// conditions' facts as JSON, and the task's identity); only an explicit allow of each goes on.
+pub(super) async fn decision(
+    snap: &Snapshot,
+    route: &Route,
+    req: &CallRequest,
+) -> Result<(), Refusal> {
+    let config = &snap.config;
+    if config.decision_points.is_empty() {
+        return Ok(());
+    }
+    let input = serde_json::json!({
+        "tool": {
+            "name": route.tool.as_str(),
+            "server": route.server.name.as_str(),
+            "class": route.risk.as_str(),
+            "annotations": annotations(route),
+        },
+        "server": route.server.name.as_str(),
+        "args": req.arguments.clone().unwrap_or_default(),
+        "task": {
+            "name": config.task_name,
+            "namespace": config.task_namespace,
+            "createdBy": config.task_created_by,
+            "labels": config.task_labels,
+            "contextVersion": config.context_version,
+        },
+        "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    });
+    match config.decision_points.decide(&input).await {
+        decision::Verdict::Allow => Ok(()),
+        decision::Verdict::Denied { rule, reason } => Err(Refusal::of(
+            Reason::DecisionDenied { reason },
+            route.target(),
+            rule,
+        )),
+        decision::Verdict::Failed { rule, error } => Err(Refusal::of(
+            Reason::DecisionFailed { error },
+            route.target(),
+            rule,
+        )),
+    }
+}
+
+/// The tool's annotations the proxy knows (its server's hints), as conditions and decision
+/// points read them.
+fn annotations(route: &Route) -> serde_json::Value {
+    let mut annotations = serde_json::Map::new();
+    for (key, hint) in [
+        ("readOnlyHint", route.hints.read_only),
+        ("destructiveHint", route.hints.destructive),
+    ] {
+        if let Some(hint) = hint {
+            annotations.insert(key.into(), hint.into());
+        }
+    }
+    annotations.into()
 }
 
 /// Step (after a wait for approval, which may have been long): the call goes on only if its
