@@ -104,10 +104,14 @@ impl Files {
                     .annotations()
                     .get(CREATED_BY_ANNOTATION)
                     .and_then(|v| created_by(v)),
-                // Read by conditions only (`task.labels`): a config without them is unchanged.
-                labels: match tr.spec.tool_config.policy.conditions.is_empty() {
-                    true => Default::default(),
-                    false => tr.labels().clone(),
+                // Read by conditions and decision points only (`task.labels`): a config
+                // without either is unchanged.
+                labels: {
+                    let policy = &tr.spec.tool_config.policy;
+                    match policy.conditions.is_empty() && policy.decision_point.is_none() {
+                        true => Default::default(),
+                        false => tr.labels().clone(),
+                    }
                 },
             },
             listen: proxy_addr.to_string(),

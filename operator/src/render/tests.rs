@@ -667,6 +667,47 @@ fn conditions_are_rendered_with_the_labels_and_a_bad_one_is_refused() {
     );
 }
 
+/// A decision point reaches the proxy (with the labels its policy may read); one the proxy could
+/// not ask is refused naming the field.
+#[test]
+fn a_decision_point_is_rendered_and_a_bad_one_is_refused() {
+    let mut tr = task_1001();
+    tr.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+    tr.spec.tool_config.policy.decision_point = serde_json::from_value(serde_json::json!(
+        {"url": "http://opa.policy.svc:8181/v1/data/orchestrator/decision", "timeoutMilliseconds": 250}
+    ))
+    .expect("a point");
+    let data = plan(&tr).config_map(1).data.expect("data");
+    let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
+    assert_eq!(
+        parsed.policy.decision_points,
+        tr.spec
+            .tool_config
+            .policy
+            .decision_point
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        parsed.task.labels.get("team").map(String::as_str),
+        Some("a")
+    );
+    if let Some(point) = tr.spec.tool_config.policy.decision_point.as_mut() {
+        point.url = "opa:8181".into();
+    }
+    let problems = render(&tr, &catalog(), &settings()).expect_err("refused");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].reason, "InvalidDecisionPoint");
+    assert!(
+        problems[0].message.starts_with(
+            "spec.toolConfig.policy.decisionPoint.url: \"opa:8181\" is not an absolute http(s) URL"
+        ),
+        "{}",
+        problems[0].message
+    );
+}
+
 /// Revoking every tool (every server disabled or denying `**`) renders: the proxy serves the
 /// empty set. Refusing it would leave a running task's older, broader tools on offer.
 #[test]
