@@ -107,6 +107,15 @@ pub struct Settings {
     /// task's namespace (`NAME/KEY`) holding PEM certificates, trusted besides the system's.
     #[arg(long, env = "ORCH_MODEL_CA_CONFIGMAP", value_parser = orchestrator_crds::taskrun::KeyRef::parse_slash)]
     pub model_ca_config_map: Option<orchestrator_crds::taskrun::KeyRef>,
+    /// A policy service every task's proxy asks about each call (Open Policy Agent's data API,
+    /// e.g. `http://opa.policy.svc:8181/v1/data/orchestrator/decision`), before a TaskRun's own
+    /// `toolConfig.policy.decisionPoint`: only an explicit allow lets a call go. Unset: none.
+    #[arg(long, env = "ORCH_DECISION_POINT_URL", value_parser = decision_point_url)]
+    pub decision_point_url: Option<String>,
+    /// How long the proxies wait for its decision (10..=5000 ms); then the call is refused.
+    #[arg(long, env = "ORCH_DECISION_POINT_TIMEOUT_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(10..=5000))]
+    pub decision_point_timeout_ms: u32,
     /// Where a TaskRun's MCP proxy runs when neither its `spec.proxy.mode` nor the label
     /// `orchestrator.io/proxy-mode` on its Namespace says: `sidecar` (one proxy in each task
     /// pod) or `shared` (the chart's shared proxy Deployment, `--shared-proxy-url`).
@@ -227,6 +236,13 @@ impl Settings {
                     ca_config_map_key_ref: self.model_ca_config_map.clone(),
                 }
             }),
+            decision_point: self.decision_point_url.clone().map(|url| {
+                orchestrator_crds::decision::DecisionPoint {
+                    url,
+                    timeout_milliseconds: Some(self.decision_point_timeout_ms),
+                    cache: None,
+                }
+            }),
         }
     }
 
@@ -269,6 +285,19 @@ fn proxy_mode(value: &str) -> Result<ProxyMode, String> {
         .ok_or_else(|| format!("{value:?} is not a proxy mode (sidecar or shared)"))
 }
 
+/// A decision point's URL, held to what the proxy will take (an absolute http(s) URL).
+fn decision_point_url(value: &str) -> Result<String, String> {
+    let point = orchestrator_crds::decision::DecisionPoint {
+        url: value.trim().to_string(),
+        timeout_milliseconds: None,
+        cache: None,
+    };
+    match point.problems("--decision-point-url").first() {
+        Some((_, message)) => Err(message.clone()),
+        None => Ok(point.url),
+    }
+}
+
 /// A namespace's name (a DNS-1123 label), or empty (the chart's unset value: all namespaces).
 fn namespace_name(value: &str) -> Result<String, String> {
     let value = value.trim();
@@ -290,6 +319,28 @@ fn namespace_name(value: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_charts_decision_point_is_rendered_for_every_task_and_a_bad_url_refused() {
+        let s = parse(&[
+            "--decision-point-url",
+            "http://opa.policy.svc:8181/v1/data/orchestrator/decision",
+            "--decision-point-timeout-ms",
+            "250",
+        ])
+        .expect("parses");
+        let point = s.render().decision_point.expect("a point");
+        assert_eq!(
+            point.url,
+            "http://opa.policy.svc:8181/v1/data/orchestrator/decision"
+        );
+        assert_eq!(point.timeout_milliseconds, Some(250));
+        let e = parse(&["--decision-point-url", "opa:8181"])
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("is not an absolute http(s) URL"), "{e}");
+        assert!(parse(&["--decision-point-timeout-ms", "9"]).is_err());
+    }
 
     fn parse(args: &[&str]) -> Result<Settings, clap::Error> {
         Settings::from_args(std::iter::once("orchestrator-operator").chain(args.iter().copied()))

@@ -108,7 +108,7 @@ fn main() {
 fn opa() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let built = std::process::Command::new(repo.join("e2e/tools/opa")).output();
-    let Ok(built) = built.filter(|o| o.status.success()) else {
+    let Some(built) = built.ok().filter(|o| o.status.success()) else {
         println!("decision point: skipped (e2e/tools/opa could not build OPA)");
         return;
     };

@@ -38,8 +38,13 @@ struct Point {
 struct Cache {
     entries: usize,
     ttl: Duration,
-    kept: Mutex<(HashMap<[u8; 32], (Instant, Answer)>, VecDeque<[u8; 32]>)>,
+    kept: Mutex<Kept>,
 }
+
+/// A cache key: the hash of an input without its time.
+type Key = [u8; 32];
+/// The decisions kept, and their keys oldest first.
+type Kept = (HashMap<Key, (Instant, Answer)>, VecDeque<Key>);
 
 /// What a point said.
 #[derive(Clone, Debug, PartialEq, Eq)]

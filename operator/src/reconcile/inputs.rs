@@ -178,6 +178,7 @@ mod tests {
             sidecar_metrics_port: None,
             shared_proxy: None,
             default_model: None,
+            decision_point: None,
         };
         render(&tr, &catalog, &settings).expect("renders")
     }

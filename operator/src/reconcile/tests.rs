@@ -331,6 +331,7 @@ impl Harness {
                 sidecar_metrics_port: None,
                 shared_proxy,
                 default_model: None,
+                decision_point: None,
             },
             catalog: CatalogStore::with(catalog),
             metrics: Arc::new(Metrics::default()),

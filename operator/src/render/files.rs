@@ -37,6 +37,13 @@ pub struct Files {
 }
 
 impl Files {
+    /// The chart's decision point, asked before the TaskRun's own (a tenant cannot leave it
+    /// out), with the TaskRun's labels for its policy to read.
+    pub fn ask_first(&mut self, tr: &TaskRun, point: &orchestrator_crds::decision::DecisionPoint) {
+        self.proxy.policy.decision_points.insert(0, point.clone());
+        self.proxy.task.labels = tr.labels().clone();
+    }
+
     /// The proxy config for the task's servers, the runtime's files (`agent`) and the task text.
     pub fn render(
         tr: &TaskRun,

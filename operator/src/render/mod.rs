@@ -220,6 +220,9 @@ pub fn render_mode(
     if let Some(model) = model {
         files.use_gateway(tr, model);
     }
+    if let Some(point) = &settings.decision_point {
+        files.ask_first(tr, point);
+    }
     let placement = wiring.place(tr, &namespace, &files, &resolved, model);
     let config_hash = digest(&placement.hashed(&files));
 

@@ -30,6 +30,9 @@ pub struct RenderSettings {
     pub shared_proxy: Option<SharedProxy>,
     /// The model credential of a TaskRun that names none (`--model-secret`).
     pub default_model: Option<orchestrator_crds::taskrun::model::ModelSpec>,
+    /// The policy service every task's proxy asks about each call, before the TaskRun's own
+    /// (`--decision-point-url`).
+    pub decision_point: Option<orchestrator_crds::decision::DecisionPoint>,
 }
 
 /// The chart's shared proxy, as the operator's flags name it.

@@ -51,6 +51,7 @@ fn settings(shared: Option<SharedProxy>) -> RenderSettings {
         sidecar_metrics_port: None,
         shared_proxy: shared,
         default_model: None,
+        decision_point: None,
     }
 }
 

@@ -24,6 +24,7 @@ pub(super) fn settings() -> RenderSettings {
         sidecar_metrics_port: None,
         shared_proxy: None,
         default_model: None,
+        decision_point: None,
     }
 }
 
@@ -693,6 +694,20 @@ fn a_decision_point_is_rendered_and_a_bad_one_is_refused() {
         parsed.task.labels.get("team").map(String::as_str),
         Some("a")
     );
+    // The chart's is asked first, whatever the TaskRun says.
+    let chart: orchestrator_crds::decision::DecisionPoint = serde_json::from_value(
+        serde_json::json!({"url": "http://opa.platform.svc:8181/v1/data/platform/decision"}),
+    )
+    .expect("a point");
+    let with_chart = RenderSettings {
+        decision_point: Some(chart.clone()),
+        ..settings()
+    };
+    let rendered = render(&tr, &catalog(), &with_chart).unwrap_or_else(|p| panic!("{p:?}"));
+    let data = rendered.config_map(1).data.expect("data");
+    let parsed: ProxyConfig = serde_saphyr::from_str(&data["proxy.yaml"]).expect("parses");
+    assert_eq!(parsed.policy.decision_points.len(), 2);
+    assert_eq!(parsed.policy.decision_points[0], chart);
     if let Some(point) = tr.spec.tool_config.policy.decision_point.as_mut() {
         point.url = "opa:8181".into();
     }
@@ -1057,6 +1072,7 @@ fn only_the_proxy_container_gets_the_task_identitys_token() {
         sidecar_metrics_port: None,
         shared_proxy: None,
         default_model: None,
+        decision_point: None,
         ..settings()
     };
     let there = render(&task_1001(), &catalog(), &there).expect("renders");

@@ -3,6 +3,7 @@
 //! wire types of `orchestrator_crds::proxy`.
 
 mod approval;
+mod calls;
 mod gateway;
 mod normalize;
 mod problem;

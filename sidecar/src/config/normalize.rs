@@ -13,8 +13,6 @@ use super::{
     Problem, Problems, Server, SpecHash, StdioTransport, Transport, zone,
 };
 use crate::{
-    conditions::Conditions,
-    decision::DecisionPoints,
     filter::ToolFilter,
     names::{ServerName, clip},
 };
@@ -131,24 +129,7 @@ pub(super) fn normalize(top: Option<&ProxyConfig>, entries: &[Entry]) -> Loaded 
         .require_approval
         .as_ref()
         .map(|wire| ApprovalPolicy::normalize(wire, &mut problems));
-    let conditions = match Conditions::compile(&wire.policy.conditions) {
-        Ok(conditions) => conditions,
-        Err(found) => {
-            for (at, message) in found {
-                problems.push(Problem::new(Code::BadCondition, at, message));
-            }
-            Conditions::default()
-        }
-    };
-    let decision_points = match DecisionPoints::compile(&wire.policy.decision_points) {
-        Ok(points) => points,
-        Err(found) => {
-            for (at, message) in found {
-                problems.push(Problem::new(Code::BadDecisionPoint, at, message));
-            }
-            DecisionPoints::default()
-        }
-    };
+    let (conditions, decision_points) = super::calls::compile(&wire.policy, &mut problems);
     let gateway = (wire.gateway.as_ref())
         .and_then(|wire| super::GatewayConfig::normalize(wire, &mut problems).map(Arc::new));
 

@@ -39,6 +39,7 @@ fn settings(default_model: bool) -> RenderSettings {
             },
             ..ModelSpec::default()
         }),
+        decision_point: None,
     }
 }
 
