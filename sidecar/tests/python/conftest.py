@@ -514,6 +514,11 @@ def names(result) -> list[str]:
     return sorted(t.name for t in result.tools)
 
 
+def proxy_meta(result) -> dict:
+    """What the proxy says about a call it answered itself: `_meta["io.orchestrator/proxy"]`."""
+    return (result.meta or {}).get("io.orchestrator/proxy", {})
+
+
 def text_of(result) -> str:
     """The text of a tools/call result."""
     return "".join(getattr(c, "text", "") for c in result.content)

@@ -23,7 +23,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import await_for, recorded, recorded_calls, text_of, to_yaml, write_configmap
+from conftest import await_for, proxy_meta, recorded, recorded_calls, text_of, to_yaml, write_configmap
 from kubeapi import Kube
 
 pytestmark = pytest.mark.anyio
@@ -161,10 +161,6 @@ def start(make_proxy, kube, task: Task, config: dict, workdir, extra: list[str] 
     args = task.watch_args() if watch else task.lease_args()
     return make_proxy(config, env={"KUBECONFIG": str(kube.path)}, extra_args=[*args, *(extra or [])], workdir=workdir,
                       mask_secrets=mask if mask is not None else {})
-
-
-def proxy_meta(result) -> dict:
-    return (result.meta or {}).get("io.orchestrator/proxy", {})
 
 
 def reloads(proxy) -> list[float]:

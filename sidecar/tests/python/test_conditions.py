@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from mcp import Client
 
-from conftest import await_for, recorded, recorded_calls, text_of
+from conftest import await_for, proxy_meta, recorded, recorded_calls, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -22,10 +22,6 @@ BOTH = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def proxy_meta(result) -> dict:
-    return (result.meta or {}).get("io.orchestrator/proxy", {})
 
 
 def under(prefix: str, name: str = "writes-under-src") -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from conftest import SUPPORT, free_port, text_of, wait_for
+from conftest import SUPPORT, free_port, proxy_meta, text_of, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -26,10 +26,6 @@ POLICY = REPO / "config/policy/orchestrator.rego"
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def proxy_meta(result) -> dict:
-    return (result.meta or {}).get("io.orchestrator/proxy", {})
 
 
 @pytest.fixture(scope="module")

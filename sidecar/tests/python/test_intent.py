@@ -17,7 +17,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from conftest import SUPPORT, await_for, names, recorded, recorded_calls, text_of
+from conftest import SUPPORT, await_for, names, proxy_meta, recorded, recorded_calls, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -37,10 +37,6 @@ CALL_WITH = {
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def proxy_meta(result) -> dict:
-    return (result.meta or {}).get("io.orchestrator/proxy", {})
 
 
 def own(kit, calls: Path, **extra) -> dict:

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import SUPPORT, await_for, names, recorded, recorded_calls, text_of
+from conftest import SUPPORT, await_for, names, proxy_meta, recorded, recorded_calls, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -24,10 +24,6 @@ BOTH = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def proxy_meta(result) -> dict:
-    return (result.meta or {}).get("io.orchestrator/proxy", {})
 
 
 def rug_pull(tools, calls: Path, **extra) -> dict:
