@@ -6,7 +6,9 @@ use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
 
-pub use crate::args_ops::{CancelArgs, ConsoleArgs, DeleteArgs, LogContainer, LogsArgs, TaskRef};
+pub use crate::args_ops::{
+    CancelArgs, ConsoleArgs, DecideArgs, DeleteArgs, LogContainer, LogsArgs, TaskRef, ValidateArgs,
+};
 use crate::output::Format;
 
 const ROOT_AFTER_HELP: &str = "\
@@ -150,6 +152,7 @@ pub enum TaskCommand {
     Logs(LogsArgs),
     Cancel(CancelArgs),
     Delete(DeleteArgs),
+    Validate(ValidateArgs),
 }
 
 /// Create a TaskRun: the agent runs the task with only the listed tools.
@@ -469,48 +472,6 @@ impl ApprovalsArgs {
         TaskRef {
             name: self.name.clone(),
             task_id: self.task_id,
-        }
-    }
-}
-
-/// Approve (or reject) a tool call the task's proxy holds: the call then proceeds (or is
-/// refused with the reason).
-///
-/// Creates a ToolApproval that names you (as the API server knows you) and the digest of the
-/// call as the request lists it: the proxy forwards only the call with that digest, once. The
-/// first decision on a request is final. Needs RBAC to create toolapprovals, e.g. the chart's
-/// ClusterRole `orchestrator-approver` bound in the task's namespace.
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  orchestrator-cli task approvals task-1001 --show a1b2c3d4
-  orchestrator-cli task approve task-1001 a1b2c3d4 --digest sha256:3f2a9c81d0e4
-  orchestrator-cli task reject task-1001 a1b2c3d4 --reason 'not that branch'")]
-pub struct DecideArgs {
-    /// The TaskRun's name.
-    #[arg(value_name = "TASK")]
-    pub task_name: String,
-
-    /// The request's id (from `task approvals`).
-    #[arg(value_name = "ID")]
-    pub id: String,
-
-    /// Why (at most 512 characters); a rejection's reason is shown to the agent.
-    #[arg(long, value_name = "TEXT")]
-    pub reason: Option<String>,
-
-    /// The digest of the call you looked at (`task approvals TASK --show ID`): the whole value
-    /// or `sha256:` and at least 12 of its hex digits. Nothing is decided when the request
-    /// names another call.
-    #[arg(long, value_name = "DIGEST")]
-    pub digest: Option<String>,
-}
-
-impl DecideArgs {
-    pub fn task(&self) -> TaskRef {
-        TaskRef {
-            name: Some(self.task_name.clone()),
-            task_id: None,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The command line of the task lifecycle commands (`task logs`, `task cancel`, `task delete`)
+//! The command line of the task lifecycle commands (`task logs`, `task cancel`, `task delete`),
+//! of `task approve`/`reject`, `task validate` and `console`,
 //! and [`TaskRef`], which every task command uses (parsing only; no behaviour here).
 
 use std::time::Duration;
@@ -150,4 +151,71 @@ pub struct ConsoleArgs {
     /// its own name in the Host header; loopback names always work.
     #[arg(long, value_name = "NAME")]
     pub allow_host: Vec<String>,
+}
+
+/// Check TaskRun manifests before applying them, as the operator and the API server would.
+///
+/// Each TaskRun in the files (YAML, several documents allowed, or JSON) gets the operator's own
+/// checks against the catalog (servers, tool patterns, Secret env, permission rules, CEL
+/// conditions, the decision point: what would otherwise come back as the TaskRun's condition
+/// after it was applied) and the API server's dry run of its create (the CRD's schema and rules,
+/// the chart's admission policy for you: the Secrets you may use, your quota). Nothing is
+/// written. Exit 2 when any TaskRun has a problem, each one named by its field.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task validate taskrun.yaml
+  kustomize build overlays/prod | orchestrator-cli task validate - -o json
+  orchestrator-cli task validate --offline --catalog config/catalog.yaml taskrun.yaml")]
+pub struct ValidateArgs {
+    /// The manifests (- for stdin).
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<std::path::PathBuf>,
+
+    /// Connect to no cluster: no dry run, and the catalog from --catalog (without it, only the
+    /// checks that need no catalog: permission rules, conditions, the decision point).
+    #[arg(long)]
+    pub offline: bool,
+}
+
+/// Approve (or reject) a tool call the task's proxy holds: the call then proceeds (or is
+/// refused with the reason).
+///
+/// Creates a ToolApproval that names you (as the API server knows you) and the digest of the
+/// call as the request lists it: the proxy forwards only the call with that digest, once. The
+/// first decision on a request is final. Needs RBAC to create toolapprovals, e.g. the chart's
+/// ClusterRole `orchestrator-approver` bound in the task's namespace.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli task approvals task-1001 --show a1b2c3d4
+  orchestrator-cli task approve task-1001 a1b2c3d4 --digest sha256:3f2a9c81d0e4
+  orchestrator-cli task reject task-1001 a1b2c3d4 --reason 'not that branch'")]
+pub struct DecideArgs {
+    /// The TaskRun's name.
+    #[arg(value_name = "TASK")]
+    pub task_name: String,
+
+    /// The request's id (from `task approvals`).
+    #[arg(value_name = "ID")]
+    pub id: String,
+
+    /// Why (at most 512 characters); a rejection's reason is shown to the agent.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+
+    /// The digest of the call you looked at (`task approvals TASK --show ID`): the whole value
+    /// or `sha256:` and at least 12 of its hex digits. Nothing is decided when the request
+    /// names another call.
+    #[arg(long, value_name = "DIGEST")]
+    pub digest: Option<String>,
+}
+
+impl DecideArgs {
+    pub fn task(&self) -> TaskRef {
+        TaskRef {
+            name: Some(self.task_name.clone()),
+            task_id: None,
+        }
+    }
 }

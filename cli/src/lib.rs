@@ -90,5 +90,6 @@ async fn run_task(global: &args::Global, command: &TaskCommand) -> Result<()> {
         TaskCommand::Logs(a) => task::logs::run(global, a).await,
         TaskCommand::Cancel(a) => task::lifecycle::cancel(global, a).await,
         TaskCommand::Delete(a) => task::lifecycle::delete(global, a).await,
+        TaskCommand::Validate(a) => task::validate::run(global, a).await,
     }
 }

@@ -41,6 +41,7 @@ fn every_command_has_help_with_examples() {
         vec!["task", "get"],
         vec!["task", "list"],
         vec!["task", "describe"],
+        vec!["task", "validate"],
         vec!["catalog"],
         vec!["catalog", "list"],
         vec!["catalog", "show"],
@@ -412,5 +413,66 @@ fn dry_run_prints_the_taskrun_it_would_create() {
                 }
             }
         })
+    );
+}
+
+/// Every TaskRun the repository ships as a sample passes `task validate --offline` against the
+/// shipped catalog; a broken copy of one fails with exit 2, naming the field.
+#[test]
+fn the_shipped_samples_validate_offline_and_a_broken_one_does_not() {
+    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/samples");
+    let mut files: Vec<String> = std::fs::read_dir(&samples)
+        .expect("config/samples")
+        .filter_map(|e| Some(e.ok()?.path().to_str()?.to_string()))
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    let catalog = catalog();
+    let mut args = vec![
+        "task",
+        "validate",
+        "--offline",
+        "--catalog",
+        catalog.to_str().expect("utf-8"),
+    ];
+    args.extend(files.iter().map(String::as_str));
+    let out = run(&args);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let valid = stdout.lines().filter(|l| l.ends_with(": valid")).count();
+    assert!(valid >= 5, "{stdout}");
+    assert!(
+        stderr.contains("not TaskRuns, not checked:") && stderr.contains("Secret"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let broken = dir.path().join("broken.yaml");
+    let sample = std::fs::read_to_string(samples.join("taskrun.yaml")).expect("the sample");
+    std::fs::write(
+        &broken,
+        sample.replace(
+            "    mcpServers:\n",
+            "    policy:\n      conditions: [{name: r, when: 'args.x +'}]\n    mcpServers:\n",
+        ),
+    )
+    .expect("written");
+    let out = run(&[
+        "task",
+        "validate",
+        "--offline",
+        "--catalog",
+        catalog.to_str().expect("utf-8"),
+        broken.to_str().expect("utf-8"),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("InvalidCondition: spec.toolConfig.policy.conditions[0].when"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("1 of 1 TaskRuns would not be accepted"),
+        "{stderr}"
     );
 }

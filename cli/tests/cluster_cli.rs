@@ -11,8 +11,9 @@ use std::collections::BTreeSet;
 
 use anyhow::Result;
 use cluster_support::{create_catalog_configmap, run, run_async, servers, setup, taskruns};
-use orchestrator_crds::taskrun::McpServer;
-use orchestrator_e2e::kubeconfig_path;
+use kube::api::PostParams;
+use orchestrator_crds::taskrun::{McpServer, TaskRun};
+use orchestrator_e2e::{kubeconfig_path, repo_root};
 use serde_json::Value;
 
 #[tokio::test]
@@ -284,4 +285,104 @@ async fn catalog_commands_read_the_configmap_the_operator_reads() -> Result<()> 
         "{stderr}"
     );
     ns.delete().await
+}
+
+/// `task validate`: the operator's checks against the cluster's catalog and the API server's
+/// dry run (schema, strict fields) in one answer per TaskRun; nothing is created; a TaskRun
+/// that exists is checked as an update of it.
+#[tokio::test]
+#[ignore = "needs the e2e cluster (run ./test, or e2e/cluster up)"]
+async fn validate_reports_the_operators_and_the_api_servers_problems_and_writes_nothing()
+-> Result<()> {
+    let (client, ns) = setup("cli-validate").await?;
+    create_catalog_configmap(&client, &ns.name, "orchestrator-catalog").await?;
+    let sample = std::fs::read_to_string(repo_root().join("config/samples/taskrun.yaml"))?;
+    let renamed = |name: &str| sample.replace("name: task-1001", &format!("name: {name}"));
+    let docs = [
+        sample.clone(),
+        // Only the operator can judge CEL: the API server takes it.
+        renamed("bad-cel").replace(
+            "  toolConfig:\n",
+            "  toolConfig:\n    policy:\n      conditions:\n        - {name: no-secrets, when: 'args.message.contains('}\n",
+        ),
+        // Only the API server judges these: a misspelt field (strict validation names it
+        // instead of dropping the policy) and the schema's minimum.
+        renamed("misspelt").replace("  toolConfig:\n", "  toolConfig:\n    polcy: {}\n"),
+        renamed("negative").replace("taskId: 1001", "taskId: -5"),
+        // The catalog read from the cluster's ConfigMap.
+        renamed("unknown").replace("- name: memory", "- name: memroy"),
+    ];
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("tasks.yaml");
+    std::fs::write(&file, docs.join("---\n"))?;
+    let file = file.to_str().expect("utf-8");
+    let validate = |extra: &[&str]| {
+        let mut args = vec!["--catalog-namespace", &ns.name, "task", "validate", file];
+        args.extend_from_slice(extra);
+        cluster_support::run_without_catalog_file(&ns.name, &args)
+    };
+    let out = validate(&["-o", "json"]);
+    assert_eq!(out.code, Some(2), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("4 of 5 TaskRuns would not be accepted"),
+        "{}",
+        out.stderr
+    );
+    let reports: Vec<Value> = serde_json::from_str(&out.stdout)?;
+    let found: Vec<(&str, Vec<&str>)> = reports
+        .iter()
+        .map(|r| {
+            let reasons = r["problems"].as_array().expect("problems").iter();
+            (
+                r["name"].as_str().unwrap_or(""),
+                reasons.filter_map(|p| p["reason"].as_str()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("task-1001", vec![]),
+            ("bad-cel", vec!["InvalidCondition"]),
+            ("misspelt", vec!["BadRequest"]),
+            ("negative", vec!["Invalid"]),
+            ("unknown", vec!["UnknownServer"]),
+        ]
+    );
+    let message = |i: usize| reports[i]["problems"][0]["message"].as_str().unwrap_or("");
+    assert!(message(1).contains("no-secrets"), "{}", message(1));
+    assert!(
+        message(2).contains("spec.toolConfig.polcy"),
+        "{}",
+        message(2)
+    );
+    assert!(message(3).contains("spec.taskId"), "{}", message(3));
+    assert_eq!(
+        reports[0]["checked"],
+        serde_json::json!(["operator", "apiServer"])
+    );
+    // A dry run: nothing was created.
+    assert!(
+        taskruns(&client, &ns.name)
+            .list(&Default::default())
+            .await?
+            .items
+            .is_empty()
+    );
+
+    // The valid one, applied: the file is still valid, and says the TaskRun exists.
+    let tr: TaskRun = serde_saphyr::from_str(&sample)?;
+    taskruns(&client, &ns.name)
+        .create(&PostParams::default(), &tr)
+        .await?;
+    std::fs::write(file, &sample)?;
+    let out = validate(&[]);
+    let text = out.ok();
+    assert!(text.contains("TaskRun task-1001 in "), "{text}");
+    assert!(text.contains(": valid\n"), "{text}");
+    assert!(
+        text.contains("note: a TaskRun named task-1001 exists in namespace"),
+        "{text}"
+    );
+    Ok(())
 }

@@ -7,6 +7,8 @@
 //! - [`policy`]: the per-call policy (risk, argument validation, definition changes, rate limits).
 //! - [`condition`]: CEL conditions on tool calls (the rules, their checks).
 //! - [`decision`]: the external decision point (Open Policy Agent's data API) the proxy asks.
+//! - [`resolve`]: a TaskRun's `toolConfig` against the catalog (its servers, Secret env, and
+//!   every problem the operator reports as a condition; `task validate` runs it too).
 //! - [`approval`]: human approval of held calls (requests, decisions, verdicts, call digests).
 //! - [`gateway`]: the model gateway's config (endpoint, key file, models, budget, prices).
 //! - [`digest`]: hashes over canonical JSON (definition pins, call digests).
@@ -20,6 +22,7 @@ pub mod digest;
 pub mod gateway;
 pub mod policy;
 pub mod proxy;
+pub mod resolve;
 pub mod shared;
 pub mod taskrun;
 pub mod tools;

@@ -11,6 +11,7 @@ pub mod logs;
 pub mod result_view;
 pub mod show;
 pub mod submit;
+pub mod validate;
 
 #[cfg(test)]
 mod add_context_tests;
@@ -24,6 +25,8 @@ mod lifecycle_tests;
 mod race_tests;
 #[cfg(test)]
 mod show_tests;
+#[cfg(test)]
+mod validate_tests;
 
 use kube::Api;
 use kube::api::ListParams;

@@ -15,8 +15,8 @@ use orchestrator_crds::proxy::{
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::result::{CREATED_BY_ANNOTATION, created_by};
 
-use super::resolve::{Problem, Resolved};
 use super::zone::{zone_socket, zone_uid};
+use orchestrator_crds::resolve::{Problem, Resolved};
 
 /// The task text when given inline.
 pub const TASK_FILE: &str = "task.md";

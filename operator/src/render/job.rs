@@ -41,10 +41,10 @@ use super::pod::{
     env, mount, restricted,
 };
 pub use super::proxy_volumes::{AUDITOR_DIR, MASK_DIR};
-use super::resolve::Resolved;
 use super::runtime::Launch;
 use super::settings::RenderSettings;
 pub use super::sidecar::{METRICS_PORT_NAME, PROXY_CONTAINER, PROXY_SERVICE_NAME};
+use orchestrator_crds::resolve::Resolved;
 
 /// Name of the agent container.
 pub const AGENT_CONTAINER: &str = "agent";

@@ -4,7 +4,8 @@
 //! The children, in the order they may import each other (each uses only those before it):
 //! - [`names`]: the names, labels, annotations and digests every part shares; [`settings`]:
 //!   what the operator's flags decide ([`RenderSettings`], the [`SharedProxy`]).
-//! - [`resolve`]: match the task's servers against the catalog, bind Secret env, find problems;
+//! - `resolve` (the crds crate's [`orchestrator_crds::resolve`], which `task validate` runs too):
+//!   match the task's servers against the catalog, bind Secret env, find problems;
 //!   [`identity`]: the pod's ServiceAccount, and a Role that reads only the task's ConfigMap.
 //! - [`pod`]: the containers' building blocks (uids, security context, mounts) and what they are
 //!   rendered from; [`proxy_volumes`]: the volumes only the proxy's container mounts.
@@ -33,7 +34,6 @@ pub mod names;
 pub mod placement;
 pub mod pod;
 pub mod proxy_volumes;
-pub mod resolve;
 pub mod runtime;
 pub mod settings;
 pub mod shared;
@@ -47,6 +47,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use orchestrator_crds::catalog::Catalog;
+use orchestrator_crds::resolve;
 use orchestrator_crds::shared::ProxyMode;
 use orchestrator_crds::taskrun::{EffectiveTools, TaskRun};
 

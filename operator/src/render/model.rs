@@ -13,8 +13,8 @@ use orchestrator_crds::taskrun::model::ModelSpec;
 use orchestrator_crds::taskrun::runtime::{AgentRuntime, default_endpoint};
 
 use super::pod::mount;
-use super::resolve::Problem;
 use super::settings::RenderSettings;
+use orchestrator_crds::resolve::Problem;
 
 /// The model key's volume: the Secret's one key, in the proxy's container only.
 pub const MODEL_KEY_VOLUME: &str = "model-key";

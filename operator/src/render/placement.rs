@@ -23,11 +23,11 @@ use super::files::Files;
 use super::identity::{ProxyRights, SharedAccount};
 use super::pod::{PodInput, env, mount};
 use super::proxy_volumes::AGENT_CREDENTIAL_VOLUME;
-use super::resolve::{Problem, Resolved};
 use super::runtime::ProxyAccess;
 use super::shared::{self, SharedConfig, TOKEN_VOLUME};
 use super::zone::{self, Zone, ZoneLink, zone_container, zones};
 use super::{RenderSettings, SharedProxy, sidecar};
+use orchestrator_crds::resolve::{Problem, Resolved};
 
 /// How the task's pod is wired to its proxy, while rendering.
 #[derive(Clone, Debug)]

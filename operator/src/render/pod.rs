@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use orchestrator_crds::taskrun::TaskRun;
 use orchestrator_crds::taskrun::model::ModelSpec;
 
-use super::resolve::{Resolved, SecretBinding};
 use super::settings::RenderSettings;
+use orchestrator_crds::resolve::{Resolved, SecretBinding};
 
 /// Where the task's ConfigMap is mounted (a directory, in the agent's and the proxy's containers).
 pub const TOOLS_DIR: &str = "/etc/orchestrator/tools";

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use orchestrator_crds::shared::{AUDITOR_SECRET, AUDITOR_TOKEN_KEY};
 
-use super::resolve::MaskKey;
+use orchestrator_crds::resolve::MaskKey;
 
 /// The proxy's API access (token, CA, namespace), at the path in-cluster clients read.
 pub const API_ACCESS_VOLUME: &str = "proxy-api-access";

@@ -33,9 +33,9 @@ use orchestrator_crds::taskrun::model::ModelSpec;
 
 use super::names::{CONFIG_HASH_ANNOTATION, CONTEXT_VERSION_ANNOTATION};
 use super::pod::{AGENT_TMP_VOLUME, PodInput, empty_dir};
-use super::resolve::{Problem, Resolved, mask_keys};
 use super::settings::SharedProxy;
 use super::zone::{zone_key_volume, zone_keys_secret_name, zones};
+use orchestrator_crds::resolve::{Problem, Resolved, mask_keys};
 
 /// The condition reason of a shared task when no shared proxy is configured.
 pub const SHARED_PROXY_UNAVAILABLE: &str = "SharedProxyUnavailable";

@@ -20,8 +20,8 @@ use super::proxy_volumes::{
     AGENT_CREDENTIAL_VOLUME, API_ACCESS_VOLUME, AUDITOR_DIR, AUDITOR_VOLUME, MASK_DIR, MASK_VOLUME,
     SERVICE_ACCOUNT_DIR, agent_credential_volume, api_access_volume, auditor_volume, mask_volume,
 };
-use super::resolve::{MaskKey, mask_keys};
 use super::zone::{ZONES_DIR, zones};
+use orchestrator_crds::resolve::{MaskKey, mask_keys};
 
 /// Name of the proxy container (the e2e kubelet stand-in looks it up by this name).
 pub const PROXY_CONTAINER: &str = "mcp-proxy";

@@ -17,8 +17,8 @@ use super::pod::{
     PROXY_BINARY, PROXY_UID, WORKSPACE_DIR, WORKSPACE_VOLUME, ZONE_UID_BASE, env, field_env, mount,
     quantities, restricted_as, secret_env,
 };
-use super::resolve::{Resolved, ResolvedServer};
 use super::settings::RenderSettings;
+use orchestrator_crds::resolve::{Resolved, ResolvedServer};
 
 /// Prefix of a server's container name (`zone-git`).
 pub const ZONE_CONTAINER_PREFIX: &str = "zone-";

@@ -23,10 +23,10 @@ use orchestrator_crds::taskrun::Permissions;
 use serde_json::{Value, json};
 
 use super::super::pod::{TOOLS_DIR, env};
-use super::super::resolve::Problem;
 use super::access::PROXY_SERVER_NAME;
 use super::launch::{Input, Launch, script};
 use super::rules::{self, Access, CommandSupport, ToolMap};
+use orchestrator_crds::resolve::Problem;
 
 /// Codex's config, copied by the script into its `CODEX_HOME` as `config.toml`.
 pub const CONFIG_FILE: &str = "codex-config.toml";

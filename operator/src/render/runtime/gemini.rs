@@ -28,10 +28,10 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::super::pod::{TOOLS_DIR, env};
-use super::super::resolve::Problem;
 use super::access::PROXY_SERVER_NAME;
 use super::launch::{Input, Launch, script};
 use super::rules::{self, Access, Command, CommandSupport, ToolMap};
+use orchestrator_crds::resolve::Problem;
 
 /// The system settings file.
 pub const SETTINGS_FILE: &str = "gemini-settings.json";

@@ -32,7 +32,7 @@ use orchestrator_crds::tools::glob_matches;
 pub use access::{PROXY_SERVER_NAME, ProxyAccess};
 pub use launch::Launch;
 
-use super::resolve::Problem;
+use orchestrator_crds::resolve::Problem;
 
 /// The condition reason of a runtime that does not fit the rest of the spec.
 pub const INVALID_RUNTIME: &str = "InvalidAgentRuntime";

@@ -22,10 +22,10 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use super::super::pod::{TOOLS_DIR, env};
-use super::super::resolve::Problem;
 use super::access::PROXY_SERVER_NAME;
 use super::launch::{Input, Launch, pretty, script};
 use super::rules::{self, Access, Command, CommandSupport, ToolMap};
+use orchestrator_crds::resolve::Problem;
 
 /// OpenCode's config.
 pub const CONFIG_FILE: &str = "opencode.json";

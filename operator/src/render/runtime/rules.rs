@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use orchestrator_crds::taskrun::Permissions;
 use orchestrator_crds::tools::glob_matches;
 
-use super::super::resolve::Problem;
 use super::access::PROXY_SERVER_NAME;
+use orchestrator_crds::resolve::Problem;
 
 /// The condition reason of a rule a runtime cannot honour.
 pub const NOT_SUPPORTED: &str = "PermissionRuleNotSupported";

@@ -1,15 +1,17 @@
 //! Resolves a TaskRun's `toolConfig` against the catalog: which catalog entry each server is,
 //! where each env var it needs comes from, and everything that is wrong with it (each problem
 //! with the condition reason the status will carry); and which Secret keys the proxy masks
-//! ([`mask_keys`]). Pure.
+//! ([`mask_keys`]). Pure. The operator renders from it, and `orchestrator-cli task validate`
+//! runs the same checks before a TaskRun is applied.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::EnvVar;
-use orchestrator_crds::catalog::{Catalog, CatalogServer};
-use orchestrator_crds::condition;
-use orchestrator_crds::taskrun::{McpServer, TaskRunSpec, ToolPolicy, permission_rules};
-use orchestrator_crds::tools::ToolFilter;
+
+use crate::catalog::{Catalog, CatalogServer};
+use crate::condition;
+use crate::taskrun::{McpServer, TaskRunSpec, ToolPolicy, permission_rules};
+use crate::tools::ToolFilter;
 
 /// One thing the operator cannot accept in a TaskRun (the API server could not judge it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,6 +159,21 @@ pub fn resolve<'a>(
             entry,
         });
     }
+    problems.extend(spec_problems(spec));
+    if problems.is_empty() {
+        Ok(Resolved {
+            servers,
+            secrets: bindings.into_values().collect(),
+        })
+    } else {
+        Err(problems)
+    }
+}
+
+/// The problems of a TaskRun that need no catalog: its permission rules, CEL conditions and
+/// decision point (the checks `task validate --offline` can still run).
+pub fn spec_problems(spec: &TaskRunSpec) -> Vec<Problem> {
+    let mut problems = Vec::new();
     // The CRD refuses these at admission; a TaskRun stored under an older CRD (Helm does not
     // upgrade CRDs) is refused here, before the agent could skip the rule and leave a tool on.
     let permissions = &spec.tool_config.internal_tools.permissions;
@@ -175,7 +192,7 @@ pub fn resolve<'a>(
         }
     }
     // CEL has no admission-time parser in the API server: the operator checks each condition
-    // (the CLI's `validate` runs the same check).
+    // (`orchestrator-cli task validate` runs the same check).
     for (at, message) in condition::problems(
         &spec.tool_config.policy.conditions,
         "spec.toolConfig.policy.conditions",
@@ -193,14 +210,7 @@ pub fn resolve<'a>(
             });
         }
     }
-    if problems.is_empty() {
-        Ok(Resolved {
-            servers,
-            secrets: bindings.into_values().collect(),
-        })
-    } else {
-        Err(problems)
-    }
+    problems
 }
 
 /// A Secret key whose value the proxy masks in the calls it shows for approval.
