@@ -129,10 +129,12 @@ impl std::fmt::Display for ConditionError {
 
 impl std::error::Error for ConditionError {}
 
-/// An expression that passed [`check`]: its tree, macros expanded.
+/// An expression that passed [`check`]: its tree, macros expanded, and the variables it reads.
 #[derive(Clone, Debug)]
 pub struct Checked {
     pub expr: IdedExpr,
+    /// The names of [`VARIABLES`] the expression reads (the proxy binds only these).
+    pub reads: BTreeSet<&'static str>,
 }
 
 /// Parses `when` and holds it to the rules of the module's doc.
@@ -156,7 +158,10 @@ pub fn check(when: &str) -> Result<Checked, ConditionError> {
             walk.nodes
         )));
     }
-    Ok(Checked { expr })
+    Ok(Checked {
+        expr,
+        reads: walk.reads,
+    })
 }
 
 fn plain(message: String) -> ConditionError {
@@ -173,6 +178,9 @@ struct Walk {
     nodes: usize,
     /// Macro variables in scope (a macro's element and its accumulator).
     scope: Vec<String>,
+    /// The variables read (a macro variable of the same name counted too: binding one more
+    /// than needed costs only time).
+    reads: BTreeSet<&'static str>,
 }
 
 impl Walk {
@@ -183,7 +191,9 @@ impl Walk {
         }
         match &e.expr {
             Expr::Ident(name) => {
-                if !(VARIABLES.contains(&name.as_str()) || self.scope.contains(name)) {
+                if let Some(variable) = VARIABLES.iter().find(|v| **v == name.as_str()) {
+                    self.reads.insert(variable);
+                } else if !self.scope.contains(name) {
                     return Err(plain(format!(
                         "unknown variable `{name}`: a condition reads {}",
                         VARIABLES.join(", ")

@@ -83,6 +83,7 @@ fn main() {
                         namespace: "team-a",
                         labels: &labels,
                         context_version: 3,
+                        created_by: Some("alice"),
                     },
                     now: chrono::Utc::now(),
                 };

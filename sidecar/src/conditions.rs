@@ -10,7 +10,7 @@
 //! runs out, fails, or is not a bool refuses the call (fail closed), naming the condition.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{
         Arc, OnceLock,
         atomic::{AtomicU64, Ordering},
@@ -49,11 +49,13 @@ struct Rule {
     /// `(server, tool)` globs; empty: every call.
     tools: Vec<(GlobMatcher, GlobMatcher)>,
     expr: IdedExpr,
+    /// The variables `expr` reads: only these are bound for it.
+    reads: BTreeSet<&'static str>,
     effect: ConditionEffect,
     message: Option<String>,
 }
 
-/// What a call is, as conditions read it.
+/// What a call is, as conditions (and, as [`Facts::input`], decision points) read it.
 pub struct Facts<'a> {
     pub server: &'a str,
     pub tool: &'a str,
@@ -70,6 +72,37 @@ pub struct TaskFacts<'a> {
     pub namespace: &'a str,
     pub labels: &'a BTreeMap<String, String>,
     pub context_version: u64,
+    /// Who created the task (`status.createdBy`): a decision point's input has it, conditions
+    /// do not read it.
+    pub created_by: Option<&'a str>,
+}
+
+impl Facts<'_> {
+    /// The call as a decision point reads it (docs/proxy-config.md, "Decision points"): the
+    /// conditions' facts as JSON, with the task's creator, and the time in RFC 3339.
+    pub fn input(&self) -> Json {
+        let mut tool = serde_json::json!({
+            "name": self.tool,
+            "server": self.server,
+            "annotations": self.annotations,
+        });
+        if let Some(class) = self.class {
+            tool["class"] = Json::from(class);
+        }
+        serde_json::json!({
+            "tool": tool,
+            "server": self.server,
+            "args": self.args.cloned().unwrap_or_default(),
+            "task": {
+                "name": self.task.name,
+                "namespace": self.task.namespace,
+                "createdBy": self.task.created_by,
+                "labels": self.task.labels,
+                "contextVersion": self.task.context_version,
+            },
+            "time": self.now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        })
+    }
 }
 
 /// What the conditions decided about a call.
@@ -100,9 +133,9 @@ impl Conditions {
         }
         let mut rules = Vec::with_capacity(wire.len());
         for (index, c) in wire.iter().enumerate() {
-            let mut expr = condition::check(&c.when)
-                .map_err(|e| vec![(format!("policy.conditions[{index}].when"), e.to_string())])?
-                .expr;
+            let checked = condition::check(&c.when)
+                .map_err(|e| vec![(format!("policy.conditions[{index}].when"), e.to_string())])?;
+            let mut expr = checked.expr;
             add_ticks(&mut expr);
             let tools = c
                 .tools
@@ -118,6 +151,7 @@ impl Conditions {
                 name: c.name.clone(),
                 tools,
                 expr,
+                reads: checked.reads,
                 effect: c.effect,
                 message: c.message.clone(),
             });
@@ -142,6 +176,7 @@ impl Conditions {
                 continue;
             }
             let bound = bound.get_or_insert_with(|| Bound::new(facts));
+            bound.bind(&rule.reads);
             match bound.evaluate(&rule.expr) {
                 Ok(false) => {}
                 Ok(true) => match rule.effect {
@@ -182,9 +217,12 @@ impl Rule {
     }
 }
 
-/// The facts bound to a CEL context once per call, and the step budget.
-struct Bound {
+/// A call's CEL context, and the step budget: each variable is bound once per call, when the
+/// first condition that reads it is evaluated (most conditions read only `args`).
+struct Bound<'f, 'a> {
+    facts: &'f Facts<'a>,
     ctx: Context<'static, 'static>,
+    bound: BTreeSet<&'static str>,
     steps: Arc<AtomicU64>,
     deadline: Arc<OnceLock<Instant>>,
 }
@@ -194,32 +232,9 @@ fn env() -> Arc<Env> {
     ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
 }
 
-impl Bound {
-    fn new(facts: &Facts<'_>) -> Self {
+impl<'f, 'a> Bound<'f, 'a> {
+    fn new(facts: &'f Facts<'a>) -> Self {
         let mut ctx = Context::with_env(env());
-        let args = facts
-            .args
-            .map(|a| to_cel(&Json::Object(a.clone())))
-            .unwrap_or_else(|| Value::from(HashMap::<String, Value>::new()));
-        ctx.add_variable_from_value("args", args);
-        let mut tool = serde_json::json!({
-            "name": facts.tool,
-            "server": facts.server,
-            "annotations": facts.annotations,
-        });
-        if let Some(class) = facts.class {
-            tool["class"] = Json::from(class);
-        }
-        ctx.add_variable_from_value("tool", to_cel(&tool));
-        ctx.add_variable_from_value("server", Value::from(facts.server));
-        let task = serde_json::json!({
-            "name": facts.task.name,
-            "namespace": facts.task.namespace,
-            "labels": facts.task.labels,
-            "contextVersion": facts.task.context_version,
-        });
-        ctx.add_variable_from_value("task", to_cel(&task));
-        ctx.add_variable_from_value("time", Value::Timestamp(facts.now.fixed_offset()));
         let steps = Arc::new(AtomicU64::new(0));
         let deadline = Arc::new(OnceLock::new());
         let (counter, until) = (steps.clone(), deadline.clone());
@@ -235,9 +250,60 @@ impl Bound {
         // A name no expression can write: only the rewritten loops call it.
         let _ = ctx.add_function(TICK, tick);
         Self {
+            facts,
             ctx,
+            bound: BTreeSet::new(),
             steps,
             deadline,
+        }
+    }
+
+    /// Binds the variables of `reads` not bound yet.
+    fn bind(&mut self, reads: &BTreeSet<&'static str>) {
+        for &name in reads {
+            if !self.bound.insert(name) {
+                continue;
+            }
+            let facts = self.facts;
+            let value = match name {
+                "args" => facts
+                    .args
+                    .map(cel_map)
+                    .unwrap_or_else(|| cel_map(&Default::default())),
+                "tool" => {
+                    let mut tool = HashMap::from([
+                        ("name".to_string(), Value::from(facts.tool)),
+                        ("server".to_string(), Value::from(facts.server)),
+                        ("annotations".to_string(), to_cel(&facts.annotations)),
+                    ]);
+                    if let Some(class) = facts.class {
+                        tool.insert("class".into(), Value::from(class));
+                    }
+                    Value::from(tool)
+                }
+                "server" => Value::from(facts.server),
+                "task" => {
+                    let labels: HashMap<String, Value> = facts
+                        .task
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+                        .collect();
+                    let version = i64::try_from(facts.task.context_version)
+                        .map(Value::Int)
+                        .unwrap_or(Value::UInt(facts.task.context_version));
+                    Value::from(HashMap::from([
+                        ("name".to_string(), Value::from(facts.task.name)),
+                        ("namespace".to_string(), Value::from(facts.task.namespace)),
+                        ("labels".to_string(), Value::from(labels)),
+                        ("contextVersion".to_string(), version),
+                    ]))
+                }
+                "time" => Value::Timestamp(facts.now.fixed_offset()),
+                // `check` lets no other name through.
+                _ => continue,
+            };
+            self.ctx.add_variable_from_value(name, value);
         }
     }
 
@@ -332,12 +398,16 @@ fn to_cel(v: &Json) -> Value {
             .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN))),
         Json::String(s) => Value::from(s.as_str()),
         Json::Array(a) => Value::List(Arc::new(a.iter().map(to_cel).collect())),
-        Json::Object(o) => Value::from(
-            o.iter()
-                .map(|(k, v)| (k.clone(), to_cel(v)))
-                .collect::<HashMap<String, Value>>(),
-        ),
+        Json::Object(o) => cel_map(o),
     }
+}
+
+fn cel_map(o: &serde_json::Map<String, Json>) -> Value {
+    Value::from(
+        o.iter()
+            .map(|(k, v)| (k.clone(), to_cel(v)))
+            .collect::<HashMap<String, Value>>(),
+    )
 }
 
 #[cfg(test)]

@@ -65,10 +65,10 @@ pub struct Report {
     pub servers: Vec<ServerChange>,
     /// With --budget: `spec.budget` before and after (null: none).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub budget: Option<BudgetChange>,
+    pub budget: Option<FieldChange>,
     /// With --conditions: `spec.toolConfig.policy.conditions` before and after (null: none).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub conditions: Option<BudgetChange>,
+    pub conditions: Option<FieldChange>,
     /// With --wait-synced: the context version the operator rendered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_version: Option<i64>,
@@ -83,7 +83,7 @@ pub struct Report {
 
 /// A field (`spec.budget`, the conditions) before and after an add-context.
 #[derive(Clone, Debug, Serialize)]
-pub struct BudgetChange {
+pub struct FieldChange {
     pub before: Value,
     pub after: Value,
 }
@@ -321,11 +321,11 @@ pub async fn update_all(
             generation,
             attempts: attempt,
             servers: diff(before, &outcome.config, Some(catalog)),
-            budget: (!budget.is_empty()).then_some(BudgetChange {
+            budget: (!budget.is_empty()).then_some(FieldChange {
                 before: budget_before,
                 after: budget_after,
             }),
-            conditions: change.conditions.map(|_| BudgetChange {
+            conditions: change.conditions.map(|_| FieldChange {
                 before: conditions_before,
                 after: conditions_after,
             }),

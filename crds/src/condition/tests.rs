@@ -87,3 +87,25 @@ fn a_list_names_each_problem_by_its_path() {
     assert!(p[2].1.starts_with("condition \"a\": at 1:"), "{}", p[2].1);
     assert!(problems(&list[..1], "c").is_empty());
 }
+
+#[test]
+fn the_variables_an_expression_reads_are_listed() {
+    let reads = |when: &str| {
+        check(when)
+            .expect("accepted")
+            .reads
+            .into_iter()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(reads("args.path.startsWith('/src/')"), ["args"]);
+    assert_eq!(
+        reads("tool.class != 'read' && task.labels['team'] == 'a'"),
+        ["task", "tool"]
+    );
+    assert_eq!(
+        reads("args.paths.all(p, p.startsWith(server))"),
+        ["args", "server"]
+    );
+    assert_eq!(reads("time.getHours() >= 18"), ["time"]);
+    assert!(reads("1 == 1").is_empty());
+}

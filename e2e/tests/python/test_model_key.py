@@ -9,6 +9,9 @@
    succeeds; the other's agent gives up (no retries) and its TaskRun fails with BudgetExceeded.
 3. `orchestrator-cli task submit` with no model named runs on the chart's default credential (the
    Secret orchestrator-model of the task's namespace).
+4. Policy as code (issue 44): a TaskRun's CEL condition and its decision point (a real Open Policy
+   Agent on the host) refuse Claude Code's calls, `add-context --conditions` changes the rules
+   while it runs, and with OPA stopped the next call is refused.
 
 The agent looks in its environment, every file of its container's filesystem (under 1 MiB), every
 process it can see (/proc/*/environ, cmdline), the proxy's key path, and asks the gateway with its
@@ -23,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -31,6 +36,8 @@ import pytest
 
 from story import MODEL_PORT, REAL_NODE, Story, wait_until
 from scripted_model import ScriptedModel, text, tls_pair, tool_result_text, tool_use
+
+REPO = Path(__file__).resolve().parents[3]
 
 # Host ports the real node's pods reach (MODEL_PORT .. +9, e2e/node/node); other modules use the
 # first five.
@@ -325,16 +332,58 @@ def test_task_submit_runs_on_the_charts_default_credential(story: Story):
 
 
 CONDITION_PORT = MODEL_PORT + 9
+OPA_PORT = RAISED_PORT  # free once the budget test is done: this module's tests run one at a time
+OPA_RULE = """package orchestrator
+
+import rego.v1
+
+# The test's rule beside the shipped example policy: the task's identity is in the input.
+deny contains msg if {
+	input.server == "everything"
+	contains(object.get(input.args, "message", ""), "protected")
+	msg := sprintf("task %s/%s: echo must not carry protected words", [input.task.namespace, input.task.name])
+}
+"""
 
 
-def test_claude_code_gets_a_conditions_refusal_as_the_tools_error_and_add_context_changes_it(story: Story, tmp_path: Path):
-    """Issue 44 on the real node: a TaskRun's CEL condition refuses Claude Code's MCP call (the
-    model reads the condition's name and message as the tool's error, and the server never gets
-    the call); a call the condition lets through is answered; `add-context --conditions`
-    replaces the list while the task runs and the next call is held to the new one."""
+class Opa:
+    """Open Policy Agent (built from its Go module, e2e/tools/opa) on a host port the real
+    node's pods reach, serving the shipped example policy and the test's rule."""
+
+    def __init__(self, policy_dir: Path):
+        out = subprocess.run([str(REPO / "e2e/tools/opa")], capture_output=True, text=True, timeout=1800)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rule = policy_dir / "e2e.rego"
+        rule.write_text(OPA_RULE)
+        self.process = subprocess.Popen(
+            [out.stdout.strip(), "run", "--server", "--addr", f"127.0.0.1:{OPA_PORT}", "--log-level", "error",
+             "--disable-telemetry", str(REPO / "config/policy/orchestrator.rego"), str(rule)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_until("opa to listen", self.listening, timeout=30)
+
+    def listening(self) -> bool:
+        assert self.process.poll() is None, self.process.stderr.read().decode()[-2000:]
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", OPA_PORT)) == 0
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+def test_claude_code_gets_a_conditions_and_a_decision_points_refusal_as_the_tools_error(story: Story, tmp_path: Path):
+    """Issue 44 on the real node. A TaskRun's CEL condition and its decision point (a real OPA
+    on the host, asked by the task's proxy in its pod) each refuse one of Claude Code's MCP calls:
+    the model reads the refusal (the condition's name and message; the policy's reason, which
+    names the task from its input) as the tool's error, and the server never gets the call; a call
+    both let through is answered; `add-context --conditions` replaces the list while the task
+    runs and the next call is held to the new one; with OPA stopped the next call is refused
+    (fail closed)."""
     model_secret(story, "model-conditions")
     seen: dict = {}
     changed = threading.Event()
+    stopped = threading.Event()
 
     def script(first):
         echo = first.mcp_name("everything__echo")
@@ -342,13 +391,19 @@ def test_claude_code_gets_a_conditions_refusal_as_the_tools_error_and_add_contex
         seen["refused"] = tool_result_text(r)
         r = yield tool_use(echo, {"message": "hello"})
         seen["allowed"] = tool_result_text(r)
+        r = yield tool_use(echo, {"message": "the protected branch"})
+        seen["policy"] = tool_result_text(r)
         seen["changed"] = changed.wait(timeout=120)
         r = yield tool_use(echo, {"message": "hello again"})
         seen["after"] = tool_result_text(r)
+        seen["stopped"] = stopped.wait(timeout=60)
+        r = yield tool_use(echo, {"message": "goodbye"})
+        seen["unreachable"] = tool_result_text(r)
         yield text("done with conditions")
 
     condition = {"name": "no-secrets", "tools": ["everything/echo"],
                  "when": 'args.message.contains("secret")', "message": "echo must not carry secrets"}
+    point = f"http://127.0.0.1:{OPA_PORT}/v1/data/orchestrator/decision"
     taskrun = {
         "apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": "conditions"},
         "spec": {
@@ -358,34 +413,53 @@ def test_claude_code_gets_a_conditions_refusal_as_the_tools_error_and_add_contex
                       "caConfigMapKeyRef": {"name": "model-ca", "key": "ca.crt"}},
             "podTemplate": PLACEMENT,
             "toolConfig": {"mcpServers": [{"name": "everything", "tools": {"allow": ["echo"]}}],
-                           "policy": {"conditions": [condition]}},
+                           "policy": {"conditions": [condition],
+                                      "decisionPoint": {"url": point, "timeoutMilliseconds": 1000}}},
         },
     }
-    with ScriptedModel(script, port=CONDITION_PORT, tls=story.tls[1:]) as model:
-        story.kubectl("apply", "-n", story.work_ns, "-f", "-", stdin=json.dumps(taskrun))
-        model.wait_for(lambda r: "allowed" in seen, timeout=240, what="the allowed echo's result")
-        # A person replaces the condition: now "hello" is what echo may not carry.
-        changed_list = tmp_path / "conditions.yaml"
-        changed_list.write_text(json.dumps([{**condition, "name": "no-hello",
-                                             "when": 'args.message.startsWith("hello")',
-                                             "message": "no greetings"}]))
-        out = story.cli("task", "add-context", "conditions", "--conditions", str(changed_list), "--wait-synced")
-        assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
-        assert "conditions: no-secrets → no-hello" in out.stdout, out.stdout
-        changed.set()
-        final = wait_until("the task to finish", lambda: (
-            s if (s := status(story, "conditions")).get("phase") in ("Succeeded", "Failed") else None), timeout=240)
-    assert seen["changed"], "add-context did not come back in time"
-    # What the model read: the refusal, as Claude Code passes a tool error on.
+    manifest = tmp_path / "taskrun.json"
+    manifest.write_text(json.dumps(taskrun))
+    # The CLI's validate says what the operator will say, before anything is applied.
+    out = story.cli("task", "validate", str(manifest))
+    assert out.returncode == 0 and ": valid" in out.stdout, f"{out.stdout}\n{out.stderr}"
+    opa = Opa(tmp_path)
+    try:
+        with ScriptedModel(script, port=CONDITION_PORT, tls=story.tls[1:]) as model:
+            story.kubectl("apply", "-n", story.work_ns, "-f", str(manifest))
+            model.wait_for(lambda r: "policy" in seen, timeout=240, what="the decision point's refusal")
+            # A person replaces the condition: now "hello" is what echo may not carry.
+            changed_list = tmp_path / "conditions.yaml"
+            changed_list.write_text(json.dumps([{**condition, "name": "no-hello",
+                                                 "when": 'args.message.startsWith("hello")',
+                                                 "message": "no greetings"}]))
+            out = story.cli("task", "add-context", "conditions", "--conditions", str(changed_list), "--wait-synced")
+            assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+            assert "conditions: no-secrets → no-hello" in out.stdout, out.stdout
+            changed.set()
+            model.wait_for(lambda r: "after" in seen, timeout=120, what="the call after the change")
+            opa.stop()
+            stopped.set()
+            final = wait_until("the task to finish", lambda: (
+                s if (s := status(story, "conditions")).get("phase") in ("Succeeded", "Failed") else None), timeout=240)
+    finally:
+        opa.stop()
+    assert seen["changed"] and seen["stopped"], "add-context or the stop did not come back in time"
+    # What the model read: each refusal, as Claude Code passes a tool error on.
     assert seen["refused"].startswith("ERROR:"), seen["refused"]
     assert 'condition "no-secrets"' in seen["refused"] and "echo must not carry secrets" in seen["refused"], seen
     assert not seen["allowed"].startswith("ERROR:") and "hello" in seen["allowed"], seen
+    assert seen["policy"].startswith("ERROR:"), seen["policy"]
+    assert f"task {story.work_ns}/conditions: echo must not carry protected words" in seen["policy"], seen
     assert seen["after"].startswith("ERROR:") and 'condition "no-hello"' in seen["after"], seen
+    assert seen["unreachable"].startswith("ERROR:"), seen["unreachable"]
+    assert "the decision point could not be reached" in seen["unreachable"], seen
     assert final["phase"] == "Succeeded", final
     assert final["result"]["text"] == "done with conditions", final["result"]
-    # The proxy's audit: both refusals name the rule; only "hello" reached the server.
+    # The proxy's audit: each refusal names its rule; only "hello" reached the server.
     pod = story.json("get", "pods", "-n", story.work_ns, "-l", "job-name=conditions")["items"][0]
     calls = [r for r in story.audit_stream(pod) if r["recordType"] == "tool_call"]
-    assert [r["decision"] for r in calls] == ["denied", "allowed", "denied"], calls
-    assert [calls[0].get("rule"), calls[2].get("rule")] == [
-        'policy.conditions[0] "no-secrets"', 'policy.conditions[0] "no-hello"'], calls
+    assert [r["decision"] for r in calls] == ["denied", "allowed", "denied", "denied", "denied"], calls
+    assert [calls[i].get("rule") for i in (0, 2, 3, 4)] == [
+        'policy.conditions[0] "no-secrets"', f"policy.decisionPoints[0] {point}",
+        'policy.conditions[0] "no-hello"', f"policy.decisionPoints[0] {point}"], calls
+    assert "echo must not carry protected words" in calls[2].get("error", ""), calls[2]

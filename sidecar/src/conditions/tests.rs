@@ -43,6 +43,7 @@ fn decide_at(
             namespace: "team-a",
             labels: &labels,
             context_version: 3,
+            created_by: Some("alice"),
         },
         now: now.parse().expect("a time"),
     })
@@ -201,4 +202,80 @@ fn bad_conditions_do_not_compile_and_say_where() {
         paths,
         ["policy.conditions[0].tools[0]", "policy.conditions[0].when"]
     );
+}
+
+#[test]
+fn a_decision_points_input_is_the_conditions_facts_with_the_tasks_creator() {
+    let labels = labels();
+    let args = serde_json::json!({"path": "/workspace/x"});
+    let facts = Facts {
+        server: "filesystem",
+        tool: "write_file",
+        class: Some("write"),
+        annotations: serde_json::json!({"destructiveHint": false}),
+        args: args.as_object(),
+        task: TaskFacts {
+            name: "t",
+            namespace: "team-a",
+            labels: &labels,
+            context_version: 3,
+            created_by: Some("alice"),
+        },
+        now: "2026-11-30T18:30:00Z".parse().expect("a time"),
+    };
+    assert_eq!(
+        facts.input(),
+        serde_json::json!({
+            "tool": {"name": "write_file", "server": "filesystem", "class": "write",
+                     "annotations": {"destructiveHint": false}},
+            "server": "filesystem",
+            "args": {"path": "/workspace/x"},
+            "task": {"name": "t", "namespace": "team-a", "createdBy": "alice",
+                     "labels": serde_json::to_value(&labels).expect("labels"), "contextVersion": 3},
+            "time": "2026-11-30T18:30:00.000Z",
+        })
+    );
+}
+
+#[test]
+fn every_variable_reads_as_before_when_bound_only_for_the_conditions_that_read_it() {
+    // Each rule reads one variable: each is bound lazily, in turn, with the same values.
+    let rules = [
+        deny("args", &[], "args.path == '/workspace/x'"),
+        deny(
+            "tool",
+            &[],
+            "tool.name == 'write_file' && tool.class == 'write' && !tool.annotations.destructiveHint",
+        ),
+        deny("server", &[], "server == 'filesystem'"),
+        deny(
+            "task",
+            &[],
+            "task.name == 't' && task.namespace == 'team-a' && task.contextVersion == 3",
+        ),
+        deny("time", &[], "time.getHours() == 18"),
+    ];
+    for (i, rule) in rules.iter().enumerate() {
+        // The rules before it do not hold (negated); it does.
+        let mut list: Vec<CallCondition> = rules[..i]
+            .iter()
+            .map(|r| CallCondition {
+                when: format!("!({})", r.when),
+                ..r.clone()
+            })
+            .collect();
+        list.push(rule.clone());
+        let verdict = decide_at(
+            &list,
+            "filesystem",
+            "write_file",
+            serde_json::json!({"path": "/workspace/x"}),
+            "2026-11-30T18:30:00Z",
+        );
+        assert!(
+            matches!(&verdict, Verdict::Denied { name, .. } if name == &rule.name),
+            "{}: {verdict:?}",
+            rule.name
+        );
+    }
 }

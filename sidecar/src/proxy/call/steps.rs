@@ -102,20 +102,7 @@ pub(super) fn conditions(
     if config.conditions.is_empty() {
         return Ok(None);
     }
-    let facts = Facts {
-        server: route.server.name.as_str(),
-        tool: route.tool.as_str(),
-        class: Some(route.risk.as_str()),
-        annotations: annotations(route),
-        args: req.arguments.as_ref(),
-        task: TaskFacts {
-            name: &config.task_name,
-            namespace: &config.task_namespace,
-            labels: &config.task_labels,
-            context_version: config.context_version,
-        },
-        now: chrono::Utc::now(),
-    };
+    let facts = call_facts(snap, route, req);
     match config.conditions.decide(&facts) {
         Verdict::Pass { approval } => Ok(approval),
         Verdict::Denied {
@@ -146,24 +133,7 @@ pub(super) async fn decision(
     if config.decision_points.is_empty() {
         return Ok(());
     }
-    let input = serde_json::json!({
-        "tool": {
-            "name": route.tool.as_str(),
-            "server": route.server.name.as_str(),
-            "class": route.risk.as_str(),
-            "annotations": annotations(route),
-        },
-        "server": route.server.name.as_str(),
-        "args": req.arguments.clone().unwrap_or_default(),
-        "task": {
-            "name": config.task_name,
-            "namespace": config.task_namespace,
-            "createdBy": config.task_created_by,
-            "labels": config.task_labels,
-            "contextVersion": config.context_version,
-        },
-        "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-    });
+    let input = call_facts(snap, route, req).input();
     match config.decision_points.decide(&input).await {
         decision::Verdict::Allow => Ok(()),
         decision::Verdict::Denied { rule, reason } => Err(Refusal::of(
@@ -176,6 +146,26 @@ pub(super) async fn decision(
             route.target(),
             rule,
         )),
+    }
+}
+
+/// What the call is, as conditions and decision points read it.
+fn call_facts<'a>(snap: &'a Snapshot, route: &'a Route, req: &'a CallRequest) -> Facts<'a> {
+    let config = &snap.config;
+    Facts {
+        server: route.server.name.as_str(),
+        tool: route.tool.as_str(),
+        class: Some(route.risk.as_str()),
+        annotations: annotations(route),
+        args: req.arguments.as_ref(),
+        task: TaskFacts {
+            name: &config.task_name,
+            namespace: &config.task_namespace,
+            labels: &config.task_labels,
+            context_version: config.context_version,
+            created_by: config.task_created_by.as_deref(),
+        },
+        now: chrono::Utc::now(),
     }
 }
 
