@@ -17,7 +17,7 @@ for the references it adds; a ServiceAccount needs `use` (or `impersonate`); pla
 the chart's set (a toleration of every taint, the e2e real node's taint and label, a priority
 class) is refused for who may not create pods and admitted once the Namespace's annotations
 allow it; the created-by annotation names its writer (`task submit` writes it) and never
-changes; a user's or another namespace's account's patch of a proxy Lease and a DELETE of it are
+changes; `task validate` shows a tenant the refusal it would get, creating nothing; a user's or another namespace's account's patch of a proxy Lease and a DELETE of it are
 refused, the operator's patch and the garbage collector's delete go through.
 
 Needs the cluster (`e2e/cluster up`) and the CLI (built by cargo_binaries, a no-op when up to
@@ -306,6 +306,31 @@ def test_task_submit_names_its_caller_as_the_creator(k: Cluster):
     assert out.returncode == 0, out.stdout + out.stderr
     annotations = k.json("get", "taskrun", "task-77", "-n", k.ns)["metadata"]["annotations"]
     assert annotations[CREATED_BY] == user(k.tenant), annotations
+
+
+def test_task_validate_shows_a_tenant_what_admission_would_refuse_and_creates_nothing(k: Cluster, tmp_path: Path):
+    """`orchestrator-cli task validate` asks the API server for a dry run as its caller: the
+    tenant reads the admission policy's refusal (the field and the permission it lacks), the
+    reader is told the same file is valid, and nothing is created for either."""
+    cli = cargo_binaries()["orchestrator-cli"]
+    manifest = tmp_path / "taskrun.yaml"
+    manifest.write_text(json.dumps(taskrun("validate-me", {
+        "model": {"secretKeyRef": {"name": SECRET, "key": "api-key"}},
+        "toolConfig": {"mcpServers": [{"name": "time"}]}})))
+
+    def validate(who: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(cli), "--kubeconfig", str(k.kubeconfig), "--as", who, "-n", k.ns,
+                               "--catalog", str(REPO / "config/catalog.yaml"), "task", "validate", str(manifest)],
+                              capture_output=True, text=True)
+
+    out = validate(k.tenant)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"spec.model.secretKeyRef: {k.tenant} may not get secrets/{SECRET}" in out.stdout, out.stdout
+    assert "1 of 1 TaskRuns would not be accepted" in out.stderr, out.stderr
+    out = validate(k.reader)
+    assert out.returncode == 0 and "TaskRun validate-me in " in out.stdout and ": valid" in out.stdout, \
+        out.stdout + out.stderr
+    assert k.run("kubectl", "get", "taskrun", "validate-me", "-n", k.ns).returncode != 0, "a dry run created it"
 
 
 def test_only_the_proxy_writes_its_lease_and_nobody_deletes_it(k: Cluster):
