@@ -7,6 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -80,6 +81,12 @@ impl Default for Metrics {
             0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
         ]);
         let catalog_loads = Family::<OutcomeLabels, Counter>::default();
+        // Always one series: the OperatorAbsent alert fires when no operator exports it.
+        registry.register(
+            "build",
+            "The operator's build (always 1): its version",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
         registry.register(
             "reconciles",
             "TaskRun reconciles by outcome",
@@ -234,5 +241,27 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metrics;
+
+    #[test]
+    fn the_build_is_one_series_an_absent_alert_can_watch() {
+        let text = Metrics::default().encode();
+        assert!(
+            text.lines().any(|l| l
+                == format!(
+                    "orchestrator_operator_build_info{{version=\"{}\"}} 1",
+                    env!("CARGO_PKG_VERSION")
+                )),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE orchestrator_operator_build info"),
+            "{text}"
+        );
     }
 }

@@ -236,6 +236,14 @@ impl Metrics {
         }
         let audit_otlp_dropped = Counter::default();
         registry.register(
+            "build",
+            "The proxy's build (always 1): its version",
+            prometheus_client::metrics::info::Info::new(vec![(
+                "version",
+                env!("CARGO_PKG_VERSION"),
+            )]),
+        );
+        registry.register(
             "tool_calls",
             "tools/call requests by server, tool and outcome (ok, tool_error, protocol_error, denied, rate_limited, invalid_arguments)",
             calls.clone(),

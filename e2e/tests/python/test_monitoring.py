@@ -41,6 +41,7 @@ ALERTS = {
     "McpProxyConfigReloadFailing": "mcp_proxy_config_reloads_total",
     "McpProxyUpstreamCrashLooping": "mcp_proxy_upstream_restarts_total",
     "OrchestratorReconcileErrors": "orchestrator_operator_reconcile_errors_total",
+    "OrchestratorOperatorAbsent": "orchestrator_operator_build_info",
 }
 
 
@@ -185,6 +186,8 @@ RULE_TESTS = {
                 # The operator fails a reconcile every minute from 1m to 25m, then recovers.
                 {"series": 'orchestrator_operator_reconcile_errors_total{outcome="kube_api"}',
                  "values": "0+1x25 25x15"},
+                # The operator reports until 10m, then no scrape finds it.
+                {"series": 'orchestrator_operator_build_info{version="0.1.0"}', "values": "1x10 _x30"},
             ],
             "alert_rule_test": [
                 {"eval_time": "5m", "alertname": "OrchestratorTaskRunsFailing",
@@ -198,6 +201,7 @@ RULE_TESTS = {
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "team": "platform",
                                                 "namespace": "team-a", "pod": "p1"}}]},
                 {"eval_time": "20m", "alertname": "McpProxyConfigReloadFailing", "exp_alerts": []},
+                {"eval_time": "4m", "alertname": "McpProxyUpstreamCrashLooping", "exp_alerts": []},
                 {"eval_time": "6m", "alertname": "McpProxyUpstreamCrashLooping",
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "team": "platform", "namespace": "team-a",
                                                 "pod": "p1", "server": "github"}}]},
@@ -207,6 +211,12 @@ RULE_TESTS = {
                 {"eval_time": "15m", "alertname": "OrchestratorReconcileErrors",
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "team": "platform", "outcome": "kube_api"}}]},
                 {"eval_time": "40m", "alertname": "OrchestratorReconcileErrors", "exp_alerts": []},
+                # Present until 10m (and 5 minutes of staleness after); absent from 15m, so
+                # pending, then firing 5 minutes later; a single missed scrape pages nobody.
+                {"eval_time": "12m", "alertname": "OrchestratorOperatorAbsent", "exp_alerts": []},
+                {"eval_time": "18m", "alertname": "OrchestratorOperatorAbsent", "exp_alerts": []},
+                {"eval_time": "25m", "alertname": "OrchestratorOperatorAbsent",
+                 "exp_alerts": [{"exp_labels": {"severity": "critical", "team": "platform"}}]},
             ],
         }
     ],

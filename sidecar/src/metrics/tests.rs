@@ -112,3 +112,15 @@ fn exposes_counters_with_labels() {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
 }
+
+#[test]
+fn the_build_is_one_series_in_both_modes() {
+    for m in [Metrics::new(), Metrics::shared()] {
+        let text = m.encode();
+        let line = format!(
+            "mcp_proxy_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+}
