@@ -787,3 +787,48 @@ fn chart_installs_crdgens_crds_kept_on_uninstall() -> Result<()> {
     assert!(crds.is_empty(), "crds.install=false: {crds:?}");
     Ok(())
 }
+
+/// One log format for the install: `logJson` (default true) makes the operator log JSON
+/// (`ORCH_LOG_JSON`, which also makes it render `--log-format=json` for the task pods' proxies
+/// and zones) and gives the shared proxy `--log-format=json`; false gives both text.
+#[test]
+#[ignore = "needs helm from the control-plane build (run ./test)"]
+fn log_json_sets_the_operators_and_the_shared_proxys_format() -> Result<()> {
+    for (set, json, format) in [
+        (
+            &["sharedProxy.enabled=true"][..],
+            "true",
+            "--log-format=json",
+        ),
+        (
+            &["sharedProxy.enabled=true", "logJson=false"],
+            "false",
+            "--log-format=text",
+        ),
+    ] {
+        let objects = rendered(set)?;
+        let deployment = |suffix: &str| {
+            objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "Deployment"
+                        && o["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with(suffix))
+                })
+                .map(|d| d["spec"]["template"]["spec"]["containers"][0].clone())
+                .unwrap_or_default()
+        };
+        let operator = deployment("-operator");
+        let env = operator["env"].as_array().cloned().unwrap_or_default();
+        let log_json = env.iter().find(|e| e["name"] == "ORCH_LOG_JSON");
+        assert_eq!(
+            log_json.map(|e| e["value"].clone()),
+            Some(json.into()),
+            "{set:?}: {env:?}"
+        );
+        let shared = deployment("-mcp-proxy");
+        assert_eq!(shared["command"][1], format, "{set:?}: {shared}");
+    }
+    Ok(())
+}

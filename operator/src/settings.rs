@@ -219,6 +219,7 @@ impl Settings {
                 gemini_cli: self.agent_image_gemini_cli.clone(),
                 opencode: self.agent_image_opencode.clone(),
             },
+            sidecar_log_json: self.log_json,
             sidecar_otlp_endpoint: self
                 .sidecar_otlp_endpoint
                 .clone()

@@ -172,6 +172,7 @@ mod tests {
             agent_image: "agent".into(),
             runtime_images: Default::default(),
             sidecar_otlp_endpoint: None,
+            sidecar_log_json: false,
             sidecar_port: DEFAULT_SIDECAR_PORT,
             sidecar_api_watch: true,
             sidecar_kubernetes_service: None,

@@ -325,6 +325,7 @@ impl Harness {
                 agent_image: "claude-code:test".into(),
                 runtime_images: Default::default(),
                 sidecar_otlp_endpoint: None,
+                sidecar_log_json: false,
                 sidecar_port: DEFAULT_SIDECAR_PORT,
                 sidecar_api_watch: true,
                 sidecar_kubernetes_service: None,

@@ -17,6 +17,9 @@ pub struct RenderSettings {
     pub runtime_images: RuntimeImages,
     /// OTLP endpoint handed to every sidecar (`OTEL_EXPORTER_OTLP_ENDPOINT`), if any.
     pub sidecar_otlp_endpoint: Option<String>,
+    /// The proxy's and its zones' log lines as JSON (`--log-format json`), as the operator's own
+    /// (`--log-json`, the chart's `logJson`): one log format for every part of an install.
+    pub sidecar_log_json: bool,
     /// The loopback port the sidecar serves MCP on (the agent and the probes use it).
     pub sidecar_port: u16,
     /// The proxy watches its ConfigMap through the API and reports what it serves (a token of

@@ -45,6 +45,7 @@ fn settings(shared: Option<SharedProxy>) -> RenderSettings {
         agent_image: "ghcr.io/example/claude-code:1".into(),
         runtime_images: Default::default(),
         sidecar_otlp_endpoint: None,
+        sidecar_log_json: false,
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,
         sidecar_kubernetes_service: None,
@@ -353,6 +354,7 @@ fn each_stdio_server_listens_on_the_pod_ip_with_only_its_own_key() {
             command[..dashes],
             [
                 "orchestrator-mcp-proxy".to_string(),
+                "--log-format=text".into(),
                 "zone".into(),
                 "--listen".into(),
                 format!("$(POD_IP):{}", 9100 + i),

@@ -20,7 +20,7 @@ use super::proxy_volumes::{
     AGENT_CREDENTIAL_VOLUME, API_ACCESS_VOLUME, AUDITOR_DIR, AUDITOR_VOLUME, MASK_DIR, MASK_VOLUME,
     SERVICE_ACCOUNT_DIR, agent_credential_volume, api_access_volume, auditor_volume, mask_volume,
 };
-use super::zone::{ZONES_DIR, zones};
+use super::zone::{ZONES_DIR, log_format, zones};
 use orchestrator_crds::resolve::{MaskKey, mask_keys};
 
 /// Name of the proxy container (the e2e kubelet stand-in looks it up by this name).
@@ -70,6 +70,7 @@ pub fn proxy_container(input: &PodInput<'_>) -> Container {
     }
     vars.extend(telemetry_env(input.taskrun));
     let mut args = vec![
+        log_format(input.settings),
         "--config".into(),
         format!("{TOOLS_DIR}/{PROXY_CONFIG_FILE}"),
     ];

@@ -18,6 +18,7 @@ pub(super) fn settings() -> RenderSettings {
         agent_image: "ghcr.io/example/claude-code:1".into(),
         runtime_images: Default::default(),
         sidecar_otlp_endpoint: None,
+        sidecar_log_json: false,
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,
         sidecar_kubernetes_service: None,
@@ -428,7 +429,10 @@ fn each_stdio_server_listed_gets_its_own_zone_uid_mounts_and_socket() {
         assert!(!mounts(&proxy).iter().any(|(v, _, _)| *v == tmp));
         // The zone starts the server on the proxy's request only (the proxy's uid).
         let command = z.command.clone().expect("command");
-        assert_eq!(command[..2], ["orchestrator-mcp-proxy", "zone"]);
+        assert_eq!(
+            command[..3],
+            ["orchestrator-mcp-proxy", "--log-format=text", "zone"]
+        );
         let peer = command
             .iter()
             .position(|a| a == "--peer-uid")
@@ -1400,4 +1404,45 @@ fn the_proxy_serves_metrics_on_the_pod_ip_only_when_a_port_is_set_and_names_its_
         .collect();
     let at = |n: &str| names.iter().position(|x| x == n);
     assert!(at("POD_UID") < at("OTEL_RESOURCE_ATTRIBUTES"));
+}
+
+/// The proxy and every zone log in the operator's format: JSON when it logs JSON (the chart's
+/// `logJson`, on by default), text otherwise.
+#[test]
+fn the_proxy_and_its_zones_log_in_the_operators_format() {
+    for (json, want) in [(true, "--log-format=json"), (false, "--log-format=text")] {
+        let settings = RenderSettings {
+            sidecar_log_json: json,
+            ..settings()
+        };
+        let plan = render(&task_1001(), &catalog(), &settings)
+            .unwrap_or_else(|p| panic!("renders: {p:?}"));
+        let pod = pod(&plan);
+        let containers = pod.init_containers.clone().unwrap_or_default();
+        let proxy = containers
+            .iter()
+            .find(|c| c.name == "mcp-proxy")
+            .expect("proxy");
+        assert_eq!(
+            proxy
+                .args
+                .as_deref()
+                .and_then(|a| a.first())
+                .map(String::as_str),
+            Some(want)
+        );
+        let zones: Vec<_> = containers
+            .iter()
+            .filter(|c| c.name.starts_with("zone-"))
+            .collect();
+        assert!(!zones.is_empty());
+        for zone in zones {
+            assert_eq!(
+                zone.command.as_ref().map(|c| c[1].as_str()),
+                Some(want),
+                "{}",
+                zone.name
+            );
+        }
+    }
 }

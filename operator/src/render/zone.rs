@@ -174,6 +174,16 @@ pub fn tcp_link(zone: &Zone<'_>) -> ZoneLink {
     }
 }
 
+/// The proxy binary's log format flag (before any subcommand): JSON when the operator logs JSON.
+pub fn log_format(settings: &RenderSettings) -> String {
+    let format = if settings.sidecar_log_json {
+        "json"
+    } else {
+        "text"
+    };
+    format!("--log-format={format}")
+}
+
 /// The server's container: the proxy's image running `zone`, as the server's own uid, with the
 /// catalog entry's env and the server's Secret env only, how the proxy reaches it (`link`: its
 /// socket directory, or its key and the pod's IP), its own `/tmp`, and the workspace as the
@@ -208,7 +218,11 @@ pub fn zone_container(
             access == WorkspaceAccess::ReadOnly,
         ));
     }
-    let mut command = vec![PROXY_BINARY.to_string(), "zone".into()];
+    let mut command = vec![
+        PROXY_BINARY.to_string(),
+        log_format(settings),
+        "zone".into(),
+    ];
     command.extend(link.args);
     // The zone names its server to whoever connects, and starts it for no other name.
     command.extend(["--server".into(), name.clone()]);

@@ -22,6 +22,7 @@ fn settings(default_model: bool) -> RenderSettings {
         agent_image: "ghcr.io/example/claude-code:1".into(),
         runtime_images: Default::default(),
         sidecar_otlp_endpoint: None,
+        sidecar_log_json: false,
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,
         sidecar_kubernetes_service: None,
