@@ -56,7 +56,11 @@ fn the_shared_proxy_renders_with_its_autoscaler_and_the_operator_pointed_at_it()
         c["image"], "orchestrator-mcp-proxy:0.1.0",
         "the sidecar's image"
     );
-    assert_eq!(c["command"], json!(["orchestrator-mcp-proxy", "shared"]));
+    // The chart's logJson (default true) sets the shared proxy's log format.
+    assert_eq!(
+        c["command"],
+        json!(["orchestrator-mcp-proxy", "--log-format=json", "shared"])
+    );
     let args: Vec<&str> = c["args"]
         .as_array()
         .expect("args")
