@@ -832,3 +832,70 @@ fn log_json_sets_the_operators_and_the_shared_proxys_format() -> Result<()> {
     }
     Ok(())
 }
+
+/// `otlp.auditEndpoint`: the operator is told (and renders `--audit-otlp` for the task pods'
+/// proxies), the shared proxy exports its audit there too; a value that is not an http(s) URL
+/// is refused with its path.
+#[test]
+#[ignore = "needs helm from the control-plane build (run ./test)"]
+fn the_audit_otlp_endpoint_reaches_the_operator_and_the_shared_proxy() -> Result<()> {
+    let endpoint = "http://collector.obs:4318";
+    let set = format!("otlp.auditEndpoint={endpoint}");
+    let objects = rendered(&["sharedProxy.enabled=true", &set])?;
+    let container = |suffix: &str| {
+        objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "Deployment"
+                    && o["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with(suffix))
+            })
+            .map(|d| d["spec"]["template"]["spec"]["containers"][0].clone())
+            .unwrap_or_default()
+    };
+    let env_of = |c: &serde_json::Value, name: &str| {
+        c["env"]
+            .as_array()
+            .and_then(|env| env.iter().find(|e| e["name"] == name).cloned())
+            .map(|e| e["value"].clone())
+    };
+    let operator = container("-operator");
+    assert_eq!(
+        env_of(&operator, "ORCH_SIDECAR_AUDIT_OTLP_ENDPOINT"),
+        Some(endpoint.into())
+    );
+    let shared = container("-mcp-proxy");
+    assert_eq!(
+        env_of(&shared, "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"),
+        Some(endpoint.into())
+    );
+    let args = shared["args"].as_array().cloned().unwrap_or_default();
+    assert!(args.contains(&"--audit-otlp".into()), "{args:?}");
+    // Unset: neither.
+    let objects = rendered(&["sharedProxy.enabled=true"])?;
+    let shared = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "r-orchestrator-mcp-proxy")
+        .map(|d| d["spec"]["template"]["spec"]["containers"][0].to_string())
+        .unwrap_or_default();
+    assert!(
+        !shared.contains("--audit-otlp") && !shared.contains("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"),
+        "{shared}"
+    );
+    let text = failure(
+        "helm template with a bad auditEndpoint",
+        Command::new(bin_dir()?.join("helm"))
+            .current_dir(repo_root())
+            .args([
+                "template",
+                "r",
+                CHART,
+                "--set",
+                "otlp.auditEndpoint=collector:4318",
+            ])
+            .output()?,
+    )?;
+    assert!(text.contains("/otlp/auditEndpoint"), "{text}");
+    Ok(())
+}

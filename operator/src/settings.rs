@@ -78,6 +78,11 @@ pub struct Settings {
     /// OTLP endpoint given to every sidecar; defaults to --otlp-endpoint.
     #[arg(long, env = "ORCH_SIDECAR_OTLP_ENDPOINT")]
     pub sidecar_otlp_endpoint: Option<String>,
+    /// Where every task pod's proxy also sends its audit records as OTLP log records (its
+    /// `--audit-otlp`, to this OTEL_EXPORTER_OTLP_LOGS_ENDPOINT); unset or empty: the audit
+    /// stays on the proxy's stdout only.
+    #[arg(long, env = "ORCH_SIDECAR_AUDIT_OTLP_ENDPOINT")]
+    pub sidecar_audit_otlp_endpoint: Option<String>,
     /// Let each task pod's proxy watch its ConfigMap through the API server (a token of the
     /// task's own identity, mounted into the proxy container only) and report the version it
     /// serves (`status.servedContextVersion`, condition `ToolsSynced`). Off: the proxy reads the
@@ -220,6 +225,10 @@ impl Settings {
                 opencode: self.agent_image_opencode.clone(),
             },
             sidecar_log_json: self.log_json,
+            sidecar_audit_otlp_endpoint: self
+                .sidecar_audit_otlp_endpoint
+                .clone()
+                .filter(|e| !e.is_empty()),
             sidecar_otlp_endpoint: self
                 .sidecar_otlp_endpoint
                 .clone()

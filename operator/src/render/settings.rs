@@ -20,6 +20,9 @@ pub struct RenderSettings {
     /// The proxy's and its zones' log lines as JSON (`--log-format json`), as the operator's own
     /// (`--log-json`, the chart's `logJson`): one log format for every part of an install.
     pub sidecar_log_json: bool,
+    /// The audit's OTLP logs endpoint: the proxy gets `--audit-otlp` and
+    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`. None: the audit stays on its stdout.
+    pub sidecar_audit_otlp_endpoint: Option<String>,
     /// The loopback port the sidecar serves MCP on (the agent and the probes use it).
     pub sidecar_port: u16,
     /// The proxy watches its ConfigMap through the API and reports what it serves (a token of

@@ -46,6 +46,7 @@ fn settings(shared: Option<SharedProxy>) -> RenderSettings {
         runtime_images: Default::default(),
         sidecar_otlp_endpoint: None,
         sidecar_log_json: false,
+        sidecar_audit_otlp_endpoint: None,
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,
         sidecar_kubernetes_service: None,

@@ -74,6 +74,10 @@ pub fn proxy_container(input: &PodInput<'_>) -> Container {
         "--config".into(),
         format!("{TOOLS_DIR}/{PROXY_CONFIG_FILE}"),
     ];
+    if let Some(endpoint) = &input.settings.sidecar_audit_otlp_endpoint {
+        vars.push(env("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", endpoint));
+        args.push("--audit-otlp".into());
+    }
     let mut ports = None;
     if let Some(port) = input.settings.sidecar_metrics_port {
         // A second listener on the pod IP serving only GET /metrics (the MCP listener stays on

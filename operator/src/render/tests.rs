@@ -19,6 +19,7 @@ pub(super) fn settings() -> RenderSettings {
         runtime_images: Default::default(),
         sidecar_otlp_endpoint: None,
         sidecar_log_json: false,
+        sidecar_audit_otlp_endpoint: None,
         sidecar_port: DEFAULT_SIDECAR_PORT,
         sidecar_api_watch: true,
         sidecar_kubernetes_service: None,
@@ -1444,5 +1445,33 @@ fn the_proxy_and_its_zones_log_in_the_operators_format() {
                 zone.name
             );
         }
+    }
+}
+
+/// The chart's `otlp.auditEndpoint`: the proxy also exports its audit over OTLP, to that
+/// endpoint only (not the traces'); without it, neither the flag nor the endpoint.
+#[test]
+fn the_audit_goes_over_otlp_only_where_the_install_says() {
+    for endpoint in [Some("http://collector.obs:4318"), None] {
+        let settings = RenderSettings {
+            sidecar_audit_otlp_endpoint: endpoint.map(str::to_string),
+            ..settings()
+        };
+        let plan = render(&task_1001(), &catalog(), &settings)
+            .unwrap_or_else(|p| panic!("renders: {p:?}"));
+        let proxy = proxy_container(&plan);
+        let args = proxy.args.clone().unwrap_or_default();
+        assert_eq!(
+            args.contains(&"--audit-otlp".to_string()),
+            endpoint.is_some(),
+            "{args:?}"
+        );
+        let logs = proxy
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
+            .and_then(|e| e.value.as_deref());
+        assert_eq!(logs, endpoint);
     }
 }
