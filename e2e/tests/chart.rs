@@ -788,6 +788,20 @@ fn chart_installs_crdgens_crds_kept_on_uninstall() -> Result<()> {
     Ok(())
 }
 
+/// The first container of the rendered Deployment whose name ends with `suffix` (null if none).
+fn first_container(objects: &[serde_json::Value], suffix: &str) -> serde_json::Value {
+    objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(suffix))
+        })
+        .map(|d| d["spec"]["template"]["spec"]["containers"][0].clone())
+        .unwrap_or_default()
+}
+
 /// One log format for the install: `logJson` (default true) makes the operator log JSON
 /// (`ORCH_LOG_JSON`, which also makes it render `--log-format=json` for the task pods' proxies
 /// and zones) and gives the shared proxy `--log-format=json`; false gives both text.
@@ -807,18 +821,7 @@ fn log_json_sets_the_operators_and_the_shared_proxys_format() -> Result<()> {
         ),
     ] {
         let objects = rendered(set)?;
-        let deployment = |suffix: &str| {
-            objects
-                .iter()
-                .find(|o| {
-                    o["kind"] == "Deployment"
-                        && o["metadata"]["name"]
-                            .as_str()
-                            .is_some_and(|n| n.ends_with(suffix))
-                })
-                .map(|d| d["spec"]["template"]["spec"]["containers"][0].clone())
-                .unwrap_or_default()
-        };
+        let deployment = |suffix: &str| first_container(&objects, suffix);
         let operator = deployment("-operator");
         let env = operator["env"].as_array().cloned().unwrap_or_default();
         let log_json = env.iter().find(|e| e["name"] == "ORCH_LOG_JSON");
@@ -842,18 +845,7 @@ fn the_audit_otlp_endpoint_reaches_the_operator_and_the_shared_proxy() -> Result
     let endpoint = "http://collector.obs:4318";
     let set = format!("otlp.auditEndpoint={endpoint}");
     let objects = rendered(&["sharedProxy.enabled=true", &set])?;
-    let container = |suffix: &str| {
-        objects
-            .iter()
-            .find(|o| {
-                o["kind"] == "Deployment"
-                    && o["metadata"]["name"]
-                        .as_str()
-                        .is_some_and(|n| n.ends_with(suffix))
-            })
-            .map(|d| d["spec"]["template"]["spec"]["containers"][0].clone())
-            .unwrap_or_default()
-    };
+    let container = |suffix: &str| first_container(&objects, suffix);
     let env_of = |c: &serde_json::Value, name: &str| {
         c["env"]
             .as_array()

@@ -31,22 +31,32 @@ fn decide_at(
 ) -> Verdict {
     let compiled = Conditions::compile(conditions).expect("compiles");
     let labels = labels();
-    let args = args.as_object().cloned();
-    compiled.decide(&Facts {
+    compiled.decide(&facts(server, tool, args.as_object(), &labels, now))
+}
+
+/// A write call of task team-a/t (created by alice, context version 3).
+fn facts<'a>(
+    server: &'a str,
+    tool: &'a str,
+    args: Option<&'a serde_json::Map<String, Json>>,
+    labels: &'a BTreeMap<String, String>,
+    now: &str,
+) -> Facts<'a> {
+    Facts {
         server,
         tool,
         class: Some("write"),
         annotations: serde_json::json!({"destructiveHint": false}),
-        args: args.as_ref(),
+        args,
         task: TaskFacts {
             name: "t",
             namespace: "team-a",
-            labels: &labels,
+            labels,
             context_version: 3,
             created_by: Some("alice"),
         },
         now: now.parse().expect("a time"),
-    })
+    }
 }
 
 fn pass() -> Verdict {
@@ -208,21 +218,13 @@ fn bad_conditions_do_not_compile_and_say_where() {
 fn a_decision_points_input_is_the_conditions_facts_with_the_tasks_creator() {
     let labels = labels();
     let args = serde_json::json!({"path": "/workspace/x"});
-    let facts = Facts {
-        server: "filesystem",
-        tool: "write_file",
-        class: Some("write"),
-        annotations: serde_json::json!({"destructiveHint": false}),
-        args: args.as_object(),
-        task: TaskFacts {
-            name: "t",
-            namespace: "team-a",
-            labels: &labels,
-            context_version: 3,
-            created_by: Some("alice"),
-        },
-        now: "2026-11-30T18:30:00Z".parse().expect("a time"),
-    };
+    let facts = facts(
+        "filesystem",
+        "write_file",
+        args.as_object(),
+        &labels,
+        "2026-11-30T18:30:00Z",
+    );
     assert_eq!(
         facts.input(),
         serde_json::json!({
