@@ -213,7 +213,7 @@ async def await_for(predicate, timeout: float = 30.0, what: str = "condition", i
 
 HEALTH_WATCH = """
 import http.client, json, sys, threading, time
-port, stop, slowest, answers = int(sys.argv[1]), threading.Event(), 0.0, 0
+port, stop, took = int(sys.argv[1]), threading.Event(), []
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
 while not stop.is_set():
@@ -222,20 +222,35 @@ while not stop.is_set():
     response = conn.getresponse()
     response.read()
     assert response.status == 200, response.status
-    slowest, answers = max(slowest, time.monotonic() - started), answers + 1
+    took.append(time.monotonic() - started)
     time.sleep(0.02)
-print(json.dumps({"slowest": slowest, "answers": answers}))
+took.sort()
+print(json.dumps({"slowest": took[-1] if took else 0.0, "median": took[len(took) // 2] if took else 0.0, "answers": len(took)}))
 """
 
 
 class HealthWatch:
     """Polls /healthz from a process of its own (so the test's own threads do not delay it) and
-    keeps the slowest answer (seconds)."""
+    keeps the slowest and the median answer (seconds)."""
+
+    # The kubelet's probe gives the proxy 2 s (operator/src/render/sidecar.rs); a quarter of that
+    # for the slowest answer leaves room for a 2-core machine running both suites, and a blocked
+    # runtime (a check holding a worker for seconds) still fails it. The median says the proxy
+    # stayed quick, not just alive.
+    SLOWEST = 0.5
+    MEDIAN = 0.02
 
     def __init__(self, port: int):
         self.port = port
         self.slowest = 0.0
+        self.median = 0.0
         self.answers = 0
+
+    def summary(self) -> str:
+        return f"/healthz: {self.answers} answers, median {self.median * 1000:.1f} ms, slowest {self.slowest * 1000:.1f} ms"
+
+    def assert_responsive(self) -> None:
+        assert self.answers > 0 and self.median < self.MEDIAN and self.slowest < self.SLOWEST, self.summary()
 
     def __enter__(self) -> "HealthWatch":
         self.process = subprocess.Popen(
@@ -247,7 +262,7 @@ class HealthWatch:
         out, _ = self.process.communicate("", timeout=30)
         assert self.process.returncode == 0, "the /healthz watch failed"
         seen = json.loads(out)
-        self.slowest, self.answers = seen["slowest"], seen["answers"]
+        self.slowest, self.median, self.answers = seen["slowest"], seen["median"], seen["answers"]
 
 
 @dataclass
