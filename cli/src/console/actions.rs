@@ -15,7 +15,7 @@ use orchestrator_crds::approval::Decision;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Console;
+use super::{Console, access, podlog};
 use crate::args::DecideArgs;
 use crate::connect::Cluster;
 use crate::error::Error;
@@ -136,6 +136,36 @@ pub async fn audit(
         "matched": v["matched"],
         "dropped": v["dropped"],
     })))
+}
+
+/// `GET /api/namespaces/{ns}/access`: what the caller may do with the namespace's tasks, in the
+/// API server's words (SelfSubjectAccessReviews); the page disables what it may not.
+pub async fn access(State(console): State<Arc<Console>>, Path(ns): Path<String>) -> Answer {
+    scoped_namespace(&console, &ns)?;
+    Ok(Json(
+        access::check(&console.client, &ns, console.user.as_deref()).await,
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogsQuery {
+    container: Option<String>,
+    tail_lines: Option<i64>,
+}
+
+/// `GET /api/namespaces/{ns}/tasks/{name}/logs?container=agent|proxy&tailLines=N`: the end of
+/// the log of the task pod's container, as `task logs --tail N` reads it.
+pub async fn logs(
+    State(console): State<Arc<Console>>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<LogsQuery>,
+) -> Answer {
+    let cluster = console.task_cluster(&ns, &name)?;
+    let container = podlog::container(q.container.as_deref()).map_err(ApiError::bad_request)?;
+    let tr = task::get_named(&cluster, &name).await?;
+    let read = podlog::read(&cluster, &tr, container, q.tail_lines.unwrap_or(500)).await?;
+    Ok(Json(serde_json::to_value(read).unwrap_or_default()))
 }
 
 #[derive(Deserialize)]
@@ -289,6 +319,17 @@ pub fn scoped(console: &Console, ns: &str, name: &str) -> Result<Cluster, ApiErr
             "{ns:?}/{name:?} does not name a TaskRun (namespace/name, lowercase DNS names)"
         )));
     }
+    scoped_namespace(console, ns)?;
+    Ok(console.cluster(Some(ns)))
+}
+
+/// Refuses a namespace that is not a name, or not the `-n` console's.
+fn scoped_namespace(console: &Console, ns: &str) -> Result<(), ApiError> {
+    if !is_object_name(ns) {
+        return Err(ApiError::bad_request(format!(
+            "{ns:?} does not name a namespace (a lowercase DNS name)"
+        )));
+    }
     if let Some(mine) = console.namespace()
         && mine != ns
     {
@@ -300,7 +341,7 @@ pub fn scoped(console: &Console, ns: &str, name: &str) -> Result<Cluster, ApiErr
             ),
         });
     }
-    Ok(console.cluster(Some(ns)))
+    Ok(())
 }
 
 #[cfg(test)]

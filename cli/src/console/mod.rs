@@ -5,14 +5,19 @@
 //!
 //! Children, in the order they may import each other: [`guard`] (Host, session and CSRF checks;
 //! pure), [`handoff`] (the one-time link the browser is opened with: no token on a command
-//! line), [`view`] (a TaskRun as the page sees it; pure), [`actions`] (approve, add-context,
-//! cancel, audit: the task commands' own functions), [`live`] (the watch as Server-Sent Events),
+//! line), [`params`] (a held call's arguments laid out; pure), [`view`] (a TaskRun as the page
+//! sees it; pure), [`access`] (what the caller may do: SelfSubjectAccessReviews), [`podlog`]
+//! (the task pod's log, bounded), [`actions`] (approve, add-context, cancel, audit, log,
+//! access: the task commands' own functions), [`live`] (the watch as Server-Sent Events),
 //! [`routes`] (the HTTP surface), and `routes_tests` (the surface against a scripted API server).
 
+pub mod access;
 pub mod actions;
 pub mod guard;
 pub mod handoff;
 pub mod live;
+pub mod params;
+pub mod podlog;
 pub mod routes;
 #[cfg(test)]
 mod routes_tests;

@@ -1,7 +1,8 @@
 //! The console's HTTP surface against a scripted API server: the guard turns away other hosts,
 //! requests without the session and cross-site posts, before anything reaches Kubernetes; the
 //! token opens a session; a decision the API server forbids comes back as its 403, with its
-//! words, and nothing else is written.
+//! words, and nothing else is written; what the caller may do is the API server's answer to
+//! SelfSubjectAccessReviews; the Logs tab reads the agent's log, bounded, or says why not.
 
 use std::sync::{Arc, Mutex};
 
@@ -37,14 +38,21 @@ fn digest() -> String {
     .digest()
 }
 
+/// The agent's log in the scripted pod: a line, a line with an escape sequence, a last line.
+const AGENT_LOG: &str =
+    "agent: starting\n\u{1b}[31mred\u{1b}[0m <b>not markup</b>\nagent: waiting\n";
+
 /// A console for namespace `ns` whose API server answers: the TaskRun `held` with one waiting
-/// call, `viewer` as the caller, and 403 to creating a ToolApproval. Returns the requests seen.
+/// call, `viewer` as the caller, and 403 to creating a ToolApproval (and, asked first, a
+/// SelfSubjectAccessReview that says no to it and yes to the rest); its Job's pod `held-x1`
+/// runs, its agent's log is [`AGENT_LOG`]. Returns the requests seen (with their query, and the
+/// reviews' resource attributes).
 fn console() -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
-    console_showing(digest())
+    console_showing(digest(), false)
 }
 
-/// [`console`], its request naming `named`.
-fn console_showing(named: String) -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
+/// [`console`], its request naming `named`; with `no_logs`, pods/log is forbidden too.
+fn console_showing(named: String, no_logs: bool) -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
     let (service, mut handle) = mock::pair::<http::Request<Body>, Response<Body>>();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let kept = seen.clone();
@@ -52,11 +60,49 @@ fn console_showing(named: String) -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
         while let Some((request, send)) = handle.next_request().await {
             let method = request.method().clone();
             let path = request.uri().path().to_string();
-            kept.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(format!("{method} {path}"));
+            let query = request.uri().query().unwrap_or_default().to_string();
+            let bytes = request
+                .into_body()
+                .collect_bytes()
+                .await
+                .unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let attributes = &body["spec"]["resourceAttributes"];
+            kept.lock().unwrap_or_else(|p| p.into_inner()).push(
+                match (query.is_empty(), attributes.is_null()) {
+                    (true, true) => format!("{method} {path}"),
+                    (false, _) => format!("{method} {path}?{query}"),
+                    (true, false) => format!("{method} {path} {attributes}"),
+                },
+            );
+            if path.ends_with("/pods/held-x1/log") {
+                let response = if no_logs {
+                    Response::builder().status(StatusCode::FORBIDDEN).body(Body::from(
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "code": 403, "reason": "Forbidden",
+                               "message": "pods \"held-x1\" is forbidden: User \"viewer\" cannot get resource \"pods/log\" in API group \"\" in the namespace \"ns\""})
+                        .to_string()
+                        .into_bytes(),
+                    ))
+                } else {
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .header("content-type", "text/plain")
+                        .body(Body::from(AGENT_LOG.as_bytes().to_vec()))
+                };
+                send.send_response(response.expect("a response"));
+                continue;
+            }
             let (status, answer) = if method == Method::GET && path.ends_with("/taskruns/held") {
                 (StatusCode::OK, taskrun(&named))
+            } else if method == Method::GET && path == "/api/v1/namespaces/ns/pods" {
+                (StatusCode::OK, pods())
+            } else if path.ends_with("/selfsubjectaccessreviews") {
+                let denied = attributes["resource"] == "toolapprovals"
+                    || (no_logs && attributes["subresource"] == "log");
+                let mut review = body.clone();
+                review["status"] = json!({"allowed": !denied});
+                (StatusCode::CREATED, review)
             } else if path.ends_with("/selfsubjectreviews") {
                 (
                     StatusCode::CREATED,
@@ -116,12 +162,20 @@ fn console_showing(named: String) -> (Arc<Console>, Arc<Mutex<Vec<String>>>) {
     (Arc::new(console), seen)
 }
 
+/// The pods of Job `held`: one, its agent running.
+fn pods() -> Value {
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+        "metadata": {"name": "held-x1", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "agent", "image": "a",
+            "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}}]})
+}
+
 fn taskrun(digest: &str) -> Value {
     json!({
         "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
         "metadata": {"name": "held", "namespace": "ns", "uid": "u1", "generation": 1},
         "spec": {"taskId": 1, "serviceName": "s", "task": {"prompt": "p"}, "toolConfig": {}},
-        "status": {"phase": "Running", "approvals": [{
+        "status": {"phase": "Running", "jobName": "held", "approvals": [{
             "id": "a1b2c3d4", "server": "everything", "tool": "echo", "digest": digest,
             "contextVersion": 1, "params": PARAMS,
             "paramsBytes": 31, "requestedAt": "2026-01-01T00:00:00Z",
@@ -437,7 +491,7 @@ async fn the_one_time_link_opens_a_session_once_and_only_for_the_consoles_user()
 async fn a_request_whose_params_are_not_the_call_its_digest_names_is_not_approved() {
     // The status shows {"message":"hi"} under the digest of another call.
     let other = format!("sha256:{}", "3f".repeat(32));
-    let (c, seen) = console_showing(other.clone());
+    let (c, seen) = console_showing(other.clone(), false);
     let path = "/api/namespaces/ns/tasks/held/approvals/a1b2c3d4";
     let (status, _, body) = send(
         &c,
@@ -456,4 +510,131 @@ async fn a_request_whose_params_are_not_the_call_its_digest_names_is_not_approve
         !asked.iter().any(|r| r.ends_with("/toolapprovals")),
         "a ToolApproval was created: {asked:?}"
     );
+}
+
+#[tokio::test]
+async fn what_the_caller_may_do_is_the_api_servers_answer_to_their_own_reviews() {
+    let (c, seen) = console();
+    let (status, _, body) = send(&c, Call::get("/api/namespaces/ns/access")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let access: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(access["namespace"], "ns");
+    assert_eq!(access["approve"]["allowed"], false);
+    let reason = access["approve"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with(
+            "you (viewer) may not create toolapprovals.orchestrator.io in namespace ns"
+        ),
+        "{reason}"
+    );
+    for key in ["context", "cancel", "logs"] {
+        assert_eq!(
+            access[key],
+            json!({"allowed": true, "reason": null}),
+            "{key}: {access}"
+        );
+    }
+    // Each permission asked once, exactly as the commands use it; no user named (the caller's
+    // own credentials are the subject).
+    let mut asked: Vec<Value> = seen
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| {
+            r.strip_prefix("POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews ")
+        })
+        .map(|a| serde_json::from_str(a).unwrap_or_default())
+        .collect();
+    asked.sort_by_key(|a: &Value| a.to_string());
+    assert_eq!(
+        asked,
+        [
+            json!({"group": "", "namespace": "ns", "resource": "pods", "subresource": "log", "verb": "get"}),
+            json!({"group": "", "namespace": "ns", "resource": "pods", "verb": "list"}),
+            json!({"group": "orchestrator.io", "namespace": "ns", "resource": "taskruns", "verb": "patch"}),
+            json!({"group": "orchestrator.io", "namespace": "ns", "resource": "toolapprovals", "verb": "create"}),
+        ]
+    );
+    // Another namespace than the console's: refused before the API server.
+    let (status, _, _) = send(&c, Call::get("/api/namespaces/other/access")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = send(&c, Call::get("/api/namespaces/A%2Fb/access")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_logs_tab_reads_the_end_of_the_agents_log_bounded() {
+    let (c, seen) = console();
+    let (status, _, body) = send(
+        &c,
+        Call::get("/api/namespaces/ns/tasks/held/logs?tailLines=200"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let read: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(
+        read["text"], AGENT_LOG,
+        "the bytes as logged: the page escapes"
+    );
+    assert_eq!(
+        (&read["pod"], &read["container"], &read["state"]),
+        (&json!("held-x1"), &json!("agent"), &json!("shown"))
+    );
+    assert_eq!(
+        read["message"],
+        "the last 3 lines of container agent of pod held-x1 (at most 200)"
+    );
+    let asked = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let log = asked
+        .iter()
+        .find(|r| r.contains("/pods/held-x1/log"))
+        .cloned()
+        .unwrap_or_default();
+    for part in ["container=agent", "tailLines=200", "limitBytes=262144"] {
+        assert!(log.contains(part), "{log}");
+    }
+    // The proxy's log is the other container; anything else is refused before the API server.
+    let (status, _, body) = send(
+        &c,
+        Call::get("/api/namespaces/ns/tasks/held/logs?container=etcd"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+#[tokio::test]
+async fn a_log_the_caller_may_not_read_is_the_api_servers_403_in_its_words() {
+    let (c, _) = console_showing(digest(), true);
+    let (_, _, body) = send(&c, Call::get("/api/namespaces/ns/access")).await;
+    let access: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(access["logs"]["allowed"], false, "{access}");
+    assert!(
+        access["logs"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("you (viewer) may not get pods/log in namespace ns")),
+        "{access}"
+    );
+    let (status, _, body) = send(&c, Call::get("/api/namespaces/ns/tasks/held/logs")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap_or_default();
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("reading the log of container agent of pod held-x1 (TaskRun held)")
+            && error.contains("cannot get resource \"pods/log\""),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn the_page_gets_the_arguments_laid_out_and_the_params_whole() {
+    let view = super::view::TaskView::new(
+        &serde_json::from_value(taskrun(&digest())).expect("a TaskRun"),
+        None,
+    );
+    let json = serde_json::to_value(&view).unwrap_or_default();
+    let approval = &json["approvals"][0];
+    assert_eq!(approval["arguments"], "{\n  \"message\": \"hi\"\n}");
+    assert_eq!(approval["params"], PARAMS);
+    assert_eq!(approval["digestCheck"], "covers");
 }

@@ -9,6 +9,7 @@ use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::{Cancellation, TaskResult, TaskRun};
 use serde::Serialize;
 
+use super::params;
 use crate::task::{approve, result_view, show};
 
 /// One TaskRun as the console shows it (the contract: docs/design/console.md).
@@ -52,6 +53,9 @@ pub struct ApprovalView {
     /// is masked or nothing is shown: only the proxy can check it), `mismatch` (the params shown
     /// are another call: it cannot be approved), `unreadable`.
     pub digest_check: &'static str,
+    /// The params' `arguments` member laid out one value a line ([`params::arguments`]), what
+    /// a person judges first; `None` when the params have no one `arguments` (or none are shown).
+    pub arguments: Option<String>,
 }
 
 /// The effective tools, as `task describe` prints them.
@@ -167,6 +171,10 @@ impl TaskView {
                         DigestCheck::Mismatch { .. } => "mismatch",
                         DigestCheck::Unreadable => "unreadable",
                     },
+                    arguments: match approval.withheld {
+                        Some(_) => None,
+                        None => approval.params.as_deref().and_then(params::arguments),
+                    },
                     approval,
                 })
                 .collect(),
@@ -222,6 +230,9 @@ mod tests {
         assert_eq!(json["approvals"][0]["state"], "Pending");
         // A fake digest over unmasked params: the page is told it names another call.
         assert_eq!(json["approvals"][0]["digestCheck"], "mismatch");
+        // What a person judges first: the arguments, laid out; the params stay whole beside them.
+        assert_eq!(json["approvals"][0]["arguments"], "{}");
+        assert_eq!(json["approvals"][0]["params"], "{\"arguments\":{}}");
         assert_eq!(json["createdAt"], "2026-11-27T10:00:00Z");
         assert_eq!(json["servers"][1]["enabled"], false);
     }
