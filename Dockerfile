@@ -20,7 +20,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
       -p orchestrator-operator -p orchestrator-mcp-proxy -p orchestrator-cli \
  && mkdir -p /out \
  && cp target/release/orchestrator-operator target/release/orchestrator-mcp-proxy \
-       target/release/orchestrator-cli /out/
+       target/release/orchestrator-cli target/release/orchestrator-agent /out/
 
 # The operator and the CLI need only libc: distroless, non-root.
 FROM gcr.io/distroless/cc-debian12:nonroot AS operator
@@ -78,6 +78,8 @@ RUN cd /tmp/agent && node /usr/local/lib/node_modules/npm/bin/npm-cli.js ci --no
  && install -m 0755 node_modules/@anthropic-ai/claude-code-linux-x64/claude /usr/local/bin/claude \
  && rm -rf /tmp/agent /usr/local/lib/node_modules /usr/local/bin/node /root/.npm \
  && mkdir -p /workspace && chown 65532:65532 /workspace
+# The default agent script's result reader (operator/src/report), in every agent image.
+COPY --from=build /out/orchestrator-agent /usr/local/bin/orchestrator-agent
 ENV HOME=/tmp DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
 WORKDIR /workspace
 USER 65532:65532
@@ -101,6 +103,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates git \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /workspace && chown 65532:65532 /workspace
+COPY --from=build /out/orchestrator-agent /usr/local/bin/orchestrator-agent
 ENV HOME=/tmp
 WORKDIR /workspace
 

@@ -14,6 +14,7 @@ operator's unit tests pin, so these are the bytes a pod gets.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -100,6 +101,27 @@ def proxy_bin() -> str:
                 and msg["target"]["name"] == "orchestrator-mcp-proxy":
             return msg["executable"]
     raise RuntimeError("cargo built no orchestrator-mcp-proxy")
+
+
+@functools.cache
+def agent_helper_bin() -> str:
+    """$AGENT_HELPER_BIN, or the orchestrator-agent the e2e agent images carry (e2e/images/build's
+    layer_helper: the build `cargo test --workspace` makes; a no-op when up to date)."""
+    if os.environ.get("AGENT_HELPER_BIN"):
+        return os.environ["AGENT_HELPER_BIN"]
+    env = dict(os.environ)
+    if not env.get("CARGO_TARGET_DIR"):
+        env["CARGO_TARGET_DIR"] = subprocess.run([str(REPO / "scripts/target-dir")], check=True,
+                                                 capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(["cargo", "test", "--workspace", "--no-run", "--quiet", "--locked",
+                          "--message-format=json-render-diagnostics"], cwd=REPO, env=env, check=True,
+                         stdout=subprocess.PIPE, text=True)
+    for line in out.stdout.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") == "compiler-artifact" and msg.get("executable") \
+                and msg["target"]["name"] == "orchestrator-agent" and not msg["profile"]["test"]:
+            return msg["executable"]
+    raise RuntimeError("cargo built no orchestrator-agent")
 
 
 def descendants(pid: int) -> list[int]:
@@ -295,6 +317,8 @@ def run_claude(model: ScriptedModel, proxy: HostProxy | str, work: Path, *, mcp_
         os.link(source, claude)  # same file, reachable for the pod's uid (its home is not)
     except OSError:
         shutil.copy2(source, claude)
+    # The agent image's result reader, which the rendered script runs at the end.
+    shutil.copy2(agent_helper_bin(), bin_dir / "orchestrator-agent")
     mcp = mcp_config if mcp_config is not None else json.loads(files["mcp-config.json"])
     if mcp_config is None:
         server = mcp["mcpServers"]["orchestrator"]

@@ -12,6 +12,8 @@
 //! - [`notify`]: the approval webhook (a POST when a call starts waiting for approval).
 //! - [`settings`]: flags and env.
 //! - [`rbac`]: every API verb the operator uses (the chart's RBAC).
+//! - [`report`]: the agent's report (a runtime's output to the TaskResult), which the agent
+//!   images' `orchestrator-agent result` writes at the end of the default agent script.
 
 pub mod backoff;
 pub mod catalog;
@@ -24,6 +26,7 @@ pub mod notify;
 pub mod rbac;
 pub mod reconcile;
 pub mod render;
+pub mod report;
 pub mod server;
 pub mod settings;
 pub mod telemetry;

@@ -9,7 +9,7 @@
 //!   nobody could answer a prompt in a Job), and with a model gateway `apiKeyHelper`.
 //! - env: the files' paths, with a gateway `ANTHROPIC_BASE_URL` (the proxy's `/model`, no key),
 //!   with `spec.agent.model` `ANTHROPIC_MODEL`.
-//! - The report comes from Claude Code's JSON result (`claude_code.awk`): `subtype`,
+//! - The report comes from Claude Code's JSON result (`crate::report::runtimes`): `subtype`,
 //!   `is_error`, `result`, `num_turns`, `usage.*`, `total_cost_usd`, `duration_ms`, `session_id`.
 
 use std::collections::BTreeMap;
@@ -28,10 +28,7 @@ pub const SETTINGS_FILE: &str = "settings.json";
 
 /// The `sh -c` script.
 pub fn default_script() -> String {
-    script(
-        include_str!("claude_code.sh"),
-        include_str!("claude_code.awk"),
-    )
+    script(include_str!("claude_code.sh"), "claude-code")
 }
 
 /// Claude Code's files, env and script (`with_script` false: a custom command's).

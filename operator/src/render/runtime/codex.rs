@@ -47,7 +47,7 @@ const TOOLS: ToolMap = &[
 
 /// The `sh -c` script.
 pub fn default_script() -> String {
-    script(include_str!("codex.sh"), include_str!("codex.awk"))
+    script(include_str!("codex.sh"), "codex")
 }
 
 /// Codex's config, env and script, or the rules it cannot honour.

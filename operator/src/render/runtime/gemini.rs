@@ -70,7 +70,7 @@ const DENY: u32 = 900;
 
 /// The `sh -c` script.
 pub fn default_script() -> String {
-    script(include_str!("gemini.sh"), include_str!("gemini.awk"))
+    script(include_str!("gemini.sh"), "gemini-cli")
 }
 
 /// Gemini CLI's files, env and script, or the rules it cannot honour.

@@ -2,8 +2,9 @@
 //! ConfigMap, its env, its `sh -c` script), and how a runtime's script is put together
 //! ([`script`]): the shared prelude (`prelude.sh`: its own directory in `$TMPDIR`, the wait for
 //! the shared proxy, the agent's credential, `run` which passes SIGTERM on), the runtime's run
-//! part, and its result reducer (`json.awk`, then the runtime's `.awk`), which writes the same
-//! TaskResult JSON for every runtime to the termination log and the final text to stdout.
+//! part, and `orchestrator-agent result` (the agent images' helper, `crate::report`), which
+//! writes the same TaskResult JSON for every runtime to the termination log and the final text
+//! to stdout.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +15,8 @@ use super::access::ProxyAccess;
 
 /// The shared start of every runtime's script.
 const PRELUDE: &str = include_str!("prelude.sh");
-/// The JSON reader and report writer of every reducer.
-const JSON_AWK: &str = include_str!("json.awk");
+/// The agent images' helper that reads a runtime's output (`src/bin/orchestrator-agent.rs`).
+pub const AGENT_HELPER: &str = "orchestrator-agent";
 
 /// What the agent container gets from its runtime's render.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,10 +45,27 @@ pub struct Input<'a> {
 }
 
 /// A runtime's script: the prelude, `run` (which runs the runtime and sets `$code`), then
-/// `reducer` over its output; the script exits with the runtime's exit code.
-pub fn script(run: &str, reducer: &str) -> String {
+/// `orchestrator-agent result --runtime RUNTIME` over its output (the final text to stdout, the
+/// report to the termination log; without a result the output is logged as it was); the script
+/// exits with the runtime's exit code. An image without the helper still logs the output, and
+/// its report says what is missing.
+pub fn script(run: &str, runtime: &str) -> String {
+    let missing = serde_json::json!({
+        "subtype": "error_no_result",
+        "isError": true,
+        "text": format!(
+            "{AGENT_HELPER} is not in the agent image, so the output of the runtime could not be read \
+             (it is in the log): run the agent image of this operator release, or copy \
+             /usr/local/bin/{AGENT_HELPER} from it into your image"
+        ),
+    });
     format!(
-        "{PRELUDE}{run}LC_ALL=C awk -v code=\"$code\" -v tl=\"$tl\" -v note=\"$note\" '\n{JSON_AWK}{reducer}' \"$out\" || cat \"$out\"\nrm -rf \"$work\"\nexit \"$code\"\n"
+        "{PRELUDE}{run}# The final text to stdout and the report to the termination log (the output as it was when it\n\
+         # holds no result).\n\
+         if command -v {AGENT_HELPER} >/dev/null; then\n  \
+         {AGENT_HELPER} result --runtime {runtime} --exit-code \"$code\" --note \"$note\" --termination-log \"$tl\" \"$out\" || cat \"$out\"\n\
+         else\n  cat \"$out\"\n  printf '%s' '{missing}' > \"$tl\"\nfi\n\
+         rm -rf \"$work\"\nexit \"$code\"\n"
     )
 }
 
@@ -60,17 +78,16 @@ pub fn pretty(v: &impl serde::Serialize) -> String {
 mod tests {
     use super::*;
 
-    /// The awk program is one single-quoted shell word: a `'` inside would end it.
+    /// The report for an image without the helper is one single-quoted shell word.
     #[test]
-    fn no_awk_program_has_a_single_quote() {
-        for (name, awk) in [
-            ("json.awk", JSON_AWK),
-            ("claude_code.awk", include_str!("claude_code.awk")),
-            ("codex.awk", include_str!("codex.awk")),
-            ("gemini.awk", include_str!("gemini.awk")),
-            ("opencode.awk", include_str!("opencode.awk")),
-        ] {
-            assert!(!awk.contains('\''), "{name}");
-        }
+    fn the_missing_helpers_report_is_one_shell_word() {
+        let s = script("run x\n", "codex");
+        let line = s
+            .lines()
+            .find(|l| l.contains("printf '%s'"))
+            .expect("the printf");
+        let word = line.split('\'').nth(3).expect("the quoted report");
+        let v: serde_json::Value = serde_json::from_str(word).expect("JSON");
+        assert_eq!(v["subtype"], "error_no_result");
     }
 }

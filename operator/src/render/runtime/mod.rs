@@ -9,11 +9,12 @@
 //!   helpers);
 //! - [`rules`]: the permission rules read as Claude Code would apply them, for the others;
 //! - [`launch`]: what a runtime gives the agent container ([`Launch`]) and how its script is put
-//!   together (`prelude.sh`, `json.awk`);
+//!   together (`prelude.sh`, then the run part, then `orchestrator-agent result`, whose
+//!   reducers are `crate::report`);
 //! - [`claude_code`], [`codex`], [`gemini`], [`opencode`]: one runtime each, with its run part
-//!   (`<runtime>.sh`) and its result reducer (`<runtime>.awk`);
-//! - `script_tests`, `config_tests`: each script run against a stand-in CLI; each rendered config
-//!   parsed and checked to name nothing but the task's proxy.
+//!   (`<runtime>.sh`);
+//! - `config_tests`: each rendered config parsed and checked to name nothing but the task's
+//!   proxy. (Each script run against a stand-in CLI with the real helper: `tests/agent_scripts.rs`.)
 
 pub mod access;
 pub mod claude_code;
@@ -164,5 +165,3 @@ fn api_name(runtime: AgentRuntime) -> &'static str {
 
 #[cfg(test)]
 mod config_tests;
-#[cfg(test)]
-mod script_tests;

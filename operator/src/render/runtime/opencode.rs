@@ -49,7 +49,7 @@ const TOOLS: ToolMap = &[
 
 /// The `sh -c` script.
 pub fn default_script() -> String {
-    script(include_str!("opencode.sh"), include_str!("opencode.awk"))
+    script(include_str!("opencode.sh"), "opencode")
 }
 
 /// OpenCode's config, env and script, or the rules it cannot honour.

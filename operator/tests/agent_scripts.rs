@@ -1,5 +1,6 @@
-//! Each runtime's default script, run as the agent container runs it (`sh -c`), against a
-//! stand-in for the CLI that records what it was given (its arguments, stdin, environment, the
+//! Each runtime's default script, run as the agent container runs it (`sh -c`) with the agent
+//! images' helper (`orchestrator-agent`, this package's binary) on the PATH, against a stand-in
+//! for the CLI that records what it was given (its arguments, stdin, environment, the
 //! files of its private homes) and prints what the real CLI prints (`testdata/`: the outputs of
 //! `@openai/codex` 0.171.0, `@google/gemini-cli` 0.61.0 and `opencode-ai` 1.18.33 in the runs of
 //! docs/design/agent-runtimes.md), or hostile output. Checked: the final text on stdout, the
@@ -11,7 +12,10 @@ use std::process::{Command, Output};
 
 use orchestrator_crds::taskrun::result::{MESSAGE_BYTES, TaskResult};
 
-use super::{claude_code, codex, gemini, opencode};
+use orchestrator_operator::render::runtime::{claude_code, codex, gemini, opencode};
+
+/// The agent images' helper, as the image has it (`/usr/local/bin/orchestrator-agent`).
+const HELPER: &str = env!("CARGO_BIN_EXE_orchestrator-agent");
 
 /// One runtime as its script runs it.
 #[derive(Clone, Copy, Debug)]
@@ -83,6 +87,7 @@ fn setup(rt: Runtime, printed: &str, exit: i32, helper: Option<&str>) -> (PathBu
     chmod_x(&bin.join(rt.binary));
     std::fs::write(dir.join("task.md"), "# the task").expect("the task");
     std::fs::write(dir.join("token"), TOKEN).expect("the token");
+    std::os::unix::fs::symlink(HELPER, bin.join("orchestrator-agent")).expect("the helper");
     let mut command = Command::new("sh");
     command
         .args(["-c", &(rt.script)()])
@@ -222,7 +227,8 @@ fn codex_exec_gets_the_task_on_stdin_a_private_home_and_the_token_and_its_events
 {
     let printed = format!(
         "{}{}\n{}\n",
-        include_str!("testdata/codex.jsonl").replace("\"FINAL ANSWER\"", r#""first \"answer\"""#),
+        include_str!("../src/render/runtime/testdata/codex.jsonl")
+            .replace("\"FINAL ANSWER\"", r#""first \"answer\"""#),
         r#"{"type":"item.completed","item":{"id":"item_1","type":"mcp_tool_call","server":"orchestrator","tool":"echo","arguments":{"text":"hi"},"status":"completed"}}"#,
         r#"{"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"Done ✓\nline two"}}
 {"type":"turn.completed","usage":{"input_tokens":50,"cached_input_tokens":10,"cache_write_input_tokens":5,"output_tokens":3,"reasoning_output_tokens":0}}"#
@@ -294,7 +300,11 @@ fn a_failed_codex_turn_is_an_error_with_its_message() {
 
 #[test]
 fn gemini_gets_the_policy_the_model_and_the_key_and_its_json_becomes_the_report() {
-    let run = output(GEMINI, include_str!("testdata/gemini.json"), 0);
+    let run = output(
+        GEMINI,
+        include_str!("../src/render/runtime/testdata/gemini.json"),
+        0,
+    );
     assert_eq!(run.code, Some(0));
     assert_eq!(run.stdout, "FINAL ANSWER\n");
     assert_eq!(run.stdin, "# the task");
@@ -337,7 +347,12 @@ fn gemini_gets_the_policy_the_model_and_the_key_and_its_json_becomes_the_report(
 #[test]
 fn gemini_does_not_start_with_system_settings_that_are_not_the_operators() {
     for image_settings in [Some("{\"mcpServers\": {\"elsewhere\": {}}}\n"), None] {
-        let (dir, mut command) = setup(GEMINI, include_str!("testdata/gemini.json"), 0, None);
+        let (dir, mut command) = setup(
+            GEMINI,
+            include_str!("../src/render/runtime/testdata/gemini.json"),
+            0,
+            None,
+        );
         let system = dir.join("system-settings.json");
         match image_settings {
             Some(text) => std::fs::write(&system, text).expect("settings"),
@@ -387,7 +402,11 @@ fn gemini_errors_and_its_turn_limit_are_errors() {
 
 #[test]
 fn opencode_gets_its_config_and_private_dirs_and_its_events_become_the_report() {
-    let run = output(OPENCODE, include_str!("testdata/opencode.jsonl"), 0);
+    let run = output(
+        OPENCODE,
+        include_str!("../src/render/runtime/testdata/opencode.jsonl"),
+        0,
+    );
     assert_eq!(run.code, Some(0));
     assert_eq!(run.stdout, "FINAL ANSWER\n");
     assert_eq!(
@@ -572,7 +591,7 @@ fn without_the_credential_the_runtime_does_not_start() {
     // With the helper's answer: the token it prints, not the file's.
     let run = run_with(
         CODEX,
-        include_str!("testdata/codex.jsonl"),
+        include_str!("../src/render/runtime/testdata/codex.jsonl"),
         0,
         Some("printf from-helper\n"),
     );
@@ -636,6 +655,40 @@ fn sigterm_reaches_the_runtime_and_the_shell_exits_with_its_code() {
             Some("error_no_result"),
             "{}",
             rt.binary
+        );
+    }
+}
+
+/// An image without the helper (an image of the user's own for the default script): the
+/// runtime's output is logged as it was, and the report says what is missing and the fix.
+#[test]
+fn without_the_helper_the_output_is_logged_and_the_report_names_what_is_missing() {
+    for rt in ALL {
+        let (dir, mut command) = setup(rt, "the runtime's own output\n", 0, None);
+        std::fs::remove_file(dir.join("bin").join("orchestrator-agent")).expect("no helper");
+        let Output { stdout, status, .. } = command.output().expect("sh runs");
+        let message = std::fs::read_to_string(dir.join("termination-log")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{}: the runtime's exit code",
+            rt.binary
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&stdout),
+            "the runtime's own output\n"
+        );
+        let r = result(&message);
+        assert_eq!(
+            (r.subtype.as_deref(), r.is_error),
+            (Some("error_no_result"), Some(true))
+        );
+        let text = r.text.unwrap_or_default();
+        assert!(
+            text.contains("orchestrator-agent is not in the agent image")
+                && text.contains("/usr/local/bin/orchestrator-agent"),
+            "{text}"
         );
     }
 }
