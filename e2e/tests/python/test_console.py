@@ -2,24 +2,37 @@
 real cluster, while Claude Code (with the scripted model stand-in) waits on a held call.
 
 Two consoles run, each with its user's credentials (`--as`): alice, who has the chart's
-`orchestrator-approver` ClusterRole (and may change and cancel tasks and read their audit), and
-mallory, who may only read TaskRuns and the catalog. Each page is open in its own headless
-Chromium (Debian's chromium and chromium-driver, driven by Selenium; separate browsers, separate
-cookies), with `window.Notification` replaced by a recorder before the page loads. Then:
+`orchestrator-approver` ClusterRole (and may change and cancel tasks, read their audit and their
+pods' logs), and mallory, who may only read TaskRuns and the catalog. Each page is open in its
+own headless Chromium (Debian's chromium and chromium-driver, driven by Selenium; separate
+browsers, separate cookies), with `window.Notification` replaced by a recorder before the page
+loads. Then:
 
-1. The TaskRun is applied: its row appears in both pages without a reload (the live event stream).
+1. The TaskRuns are applied: the held task and a second one whose agent (a command of its own)
+   logs two lines and sleeps. Their rows appear in both pages without a reload (the live event
+   stream), with their age relative (`5 s ago`, the creation time in the title); the list's
+   filter hides the row it does not match, then both, and shows both again.
 2. The agent's call to everything/echo, with a long argument (~600 bytes, a newline, an end
-   marker no clipped preview could show), is held: both pages show it pending, the whole
-   params text exactly as the status has it, the notice and a browser notification name it; the
-   page's tool lines are `task describe`'s "Effective tools" lines; the agent reaches the model
-   through its proxy's gateway, and the page shows what the proxy counted (status.usage).
-3. mallory presses Approve: the page shows the API server's 403, and the call is still pending.
+   marker no clipped preview could show), is held: both pages show it pending with its
+   arguments first (one value a line, before anything else of the params, `_meta` included),
+   and the whole params text folded, exactly as the status has it one click away, with its byte
+   count and the digest recomputed over those bytes; the request's time relative; the notice
+   and a browser notification name it; the page's tool lines are `task describe`'s "Effective
+   tools" lines; the agent reaches the model through its proxy's gateway, and the page shows
+   what the proxy counted (status.usage).
+3. mallory may not approve: her Approve and Reject are disabled with the reason visible (her
+   SelfSubjectAccessReview: she may not create toolapprovals in the namespace), as are Cancel and
+   the grant form (she may not patch TaskRuns); a POST her page makes anyway still gets the API
+   server's 403, and the call is still pending.
 4. alice presses Approve: the page says so, the approval turns approved live in both pages, and
-   the model's next request carries echo's real answer.
-5. From the page, with the agent waiting on a second held call: the audit shows the approved
-   call; add-context refuses an unknown server with the CLI's own refusal and grants a real
-   catalog tool (a history row appears live and the tool line changes); cancel, confirmed,
-   turns the row Cancelled.
+   (the scripted model holding the agent's next step, so that nothing waits) the banner and the
+   title's count are gone; then the model's next request carries echo's real answer. The second
+   task's Logs tab shows its agent's log as `kubectl logs` does; mallory's Logs tab says she may
+   not list pods.
+5. From the page, with the agent waiting on a second held call (the banner back): the audit
+   shows the approved call; add-context refuses an unknown server with the CLI's own refusal and
+   grants a real catalog tool (a history row appears live and the tool line changes); a budget
+   change; cancel, confirmed, turns the row Cancelled.
 6. The console's guards seen from outside the browser: a foreign Host, a POST without the
    console's header or from another origin, a request without the session cookie.
 
@@ -79,6 +92,11 @@ assert 550 <= len(LONG) <= 700 and "\n" in LONG
 HOSTILE = 'hold 0: <img src=x onerror="window.__pwned=1"> report\u202etxt.exe\u200b'
 HOLDS = [HOSTILE] + [f"hold {i}: wait for the person" for i in range(1, 4)]
 GRANT = "everything:get-sum"
+# A second task whose agent (a command of its own) only logs two lines and sleeps: the Logs
+# tab's text, and a second row for the list's filter.
+LOGGER = "console-logger"
+LOGGED = ["agent: LOGGER-5d2a started", "agent: <b>markup stays text</b>"]
+AGO = re.compile(r"\d+ (s|min) ago")
 
 # Replaces window.Notification before any page script runs: permission is granted, and every
 # notification the page makes is kept in window.__notifications.
@@ -97,15 +115,19 @@ window.Notification = class Notification {
 
 
 class ConsoleCalls:
-    """The model asks for echo with the long message (approved from the page), then with each
-    HOLDS message in turn (held, until the task is cancelled); each call's answer is kept."""
+    """The model asks for echo with the long message (approved from the page), then, once the
+    test lets it go on (`resume`: meanwhile nothing waits), with each HOLDS message in turn
+    (held, until the task is cancelled); each call's answer is kept."""
 
     def __init__(self):
         self.results: dict[str, str] = {}
+        self.resume = threading.Event()
 
     def __call__(self, first):
         r = yield tool_use(MCP + "everything__echo", {"message": LONG})
         self.results[LONG] = tool_result_text(r)
+        if not self.resume.wait(300):
+            raise AssertionError("the test did not let the agent go on within 300 s")
         for message in HOLDS:
             r = yield tool_use(MCP + "everything__echo", {"message": message})
             self.results[message] = tool_result_text(r)
@@ -257,6 +279,13 @@ class Page:
                 continue
         raise AssertionError(f"{css} kept going stale")
 
+    def shown(self, css: str) -> bool:
+        """Whether the first element `css` finds takes space on the page (not hidden, folded
+        away or display:none)."""
+        return self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]); "
+            "return !!e && e.getClientRects().length > 0 && e.checkVisibility();", css)
+
     def same_document(self) -> bool:
         return self.driver.execute_script("return window.__sameDocument === true;")
 
@@ -332,13 +361,14 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
     story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver", f"--user={APPROVER}")
     story.kubectl("create", "role", "task-operator", "-n", ns, "--verb=get,list,watch,patch", "--resource=taskruns.orchestrator.io")
     story.kubectl("create", "rolebinding", "alice-operates", "-n", ns, "--role=task-operator", f"--user={APPROVER}")
-    story.kubectl("create", "role", "task-audit", "-n", ns, "--verb=get,list,create", "--resource=pods,pods/portforward")
+    story.kubectl("create", "role", "task-audit", "-n", ns, "--verb=get,list,create",
+                  "--resource=pods,pods/portforward,pods/log")
     story.kubectl("create", "rolebinding", "alice-audits", "-n", ns, "--role=task-audit", f"--user={APPROVER}")
     # ... with the auditors' token the proxy asks for (docs/cli.md, `task audit`).
     story.kubectl("create", "role", "task-audit-token", "-n", ns, "--verb=get", "--resource=secrets",
                   "--resource-name=orchestrator-task-auditor")
     story.kubectl("create", "rolebinding", "alice-audit-token", "-n", ns, "--role=task-audit-token", f"--user={APPROVER}")
-    # mallory: may read TaskRuns, no approver role.
+    # mallory: may read TaskRuns, no approver role (nor pods, nor patching TaskRuns).
     story.kubectl("create", "role", "taskrun-reader", "-n", ns, "--verb=get,list,watch", "--resource=taskruns.orchestrator.io")
     story.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=taskrun-reader", f"--user={VIEWER}")
     # Both read the catalog (the page's tool lines and its datalist).
@@ -361,10 +391,32 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
             "mcpServers": [{"name": "everything", "tools": {"allow": ["echo"]}}],
         }, gateway=True)
         story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(taskrun))
+        logger = agent_task(LOGGER, TASK_ID + 1, "console", "log and sleep", {
+            "mcpServers": [{"name": "everything", "tools": {"allow": ["echo"]}}]})
+        logger["spec"]["agent"] = {"command": ["sh", "-c", "".join(f"echo '{line}'; " for line in LOGGED) + "exec sleep 900"]}
+        story.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(logger))
+        cleanup.callback(lambda: story.kubectl("delete", "taskrun", LOGGER, "-n", ns, "--wait=false"))
         for page in (approver, viewer):
-            page.wait_for(row(TASK), f"the row of {TASK}")
+            for task in (TASK, LOGGER):
+                page.wait_for(row(task), f"the row of {task}")
             assert page.same_document(), f"{page.console.user}'s page reloaded"
             assert page.attrs(row(TASK), "data-namespace") == [{"data-namespace": ns}]
+            # When it was created, relative; the time itself in the title.
+            created = story.json("get", "taskrun", TASK, "-n", ns)["metadata"]["creationTimestamp"]
+            page.wait(lambda d: AGO.fullmatch(page.text(f"{row(TASK)} [data-field=age] time") or ""),
+                      "the row's age, e.g. `5 s ago`")
+            assert page.attrs(f"{row(TASK)} [data-field=age] time", "title", "datetime") == \
+                [{"title": created, "datetime": created}]
+
+        # The list's filter hides the rows it does not match, and says so.
+        approver.type("[data-testid=task-filter]", "HELD")
+        approver.wait(lambda d: approver.shown(row(TASK)) and not approver.shown(row(LOGGER)), "the filter to hide the logger")
+        assert approver.text("[data-testid=task-filter-count]") == "1 of 2 tasks shown"
+        approver.type("[data-testid=task-filter]", "nosuch")
+        approver.wait(lambda d: not approver.shown(row(TASK)) and not approver.shown(row(LOGGER)), "the filter to hide both")
+        assert approver.text("[data-testid=task-empty]") == "No task matches “nosuch”.", approver.text("[data-testid=task-empty]")
+        approver.type("[data-testid=task-filter]", "x" + Keys.BACKSPACE)
+        approver.wait(lambda d: approver.shown(row(TASK)) and approver.shown(row(LOGGER)), "both rows back")
 
         # 2. The held call, whole, in both pages, with its notice and notification.
         held = pending(story, LONG)
@@ -378,9 +430,31 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
             page.wait(lambda d: (page.attrs(call, "data-state") or [{}])[0].get("data-state", "").lower() == "pending",
                       "the approval to be pending")
             assert page.text(f"{call} [data-testid=approval-call]") == "everything/echo"
+            # What a person judges comes first: the arguments, one value a line, on screen...
+            arguments = page.text(f"{call} [data-testid=approval-arguments]") or ""
+            assert json.loads(arguments) == json.loads(held["params"])["arguments"], arguments
+            assert "\n  \"message\": " in arguments and END in arguments and "_meta" not in arguments, arguments
+            assert page.shown(f"{call} [data-testid=approval-arguments]")
+            assert page.driver.execute_script(
+                "const [a, p] = [...arguments].map(s => document.querySelector(s)); "
+                "return !!(a.compareDocumentPosition(p) & Node.DOCUMENT_POSITION_FOLLOWING);",
+                f"{call} [data-testid=approval-arguments]", f"{call} [data-testid=approval-params]"), \
+                "the arguments come before the whole params"
+            # ... and every byte of the params one click away, as the status has them.
+            assert not page.shown(f"{call} [data-testid=approval-params]"), "the whole params start folded"
+            page.click(f"{call} [data-testid=approval-raw-toggle]")
+            page.wait(lambda d: page.shown(f"{call} [data-testid=approval-params]"), "the whole params to unfold")
             shown = page.texts(f"{call} [data-testid=approval-params]")
             assert shown == [held["params"]], f"the page shows {shown}, the status has {held['params']!r}"
             assert json.loads(shown[0])["arguments"]["message"] == LONG and END in shown[0]
+            summary = page.text(f"{call} [data-testid=approval-raw-toggle]") or ""
+            assert f"{len(held['params'].encode())} bytes" in summary and "digest" in summary, summary
+            # The digest is checked over exactly those bytes (nothing masked here).
+            assert page.text(f"{call} [data-testid=approval-digest-check]") == \
+                "recomputed from the whole params: it names exactly them"
+            assert AGO.fullmatch(page.text(f"{call} [data-testid=approval-requested]") or ""), \
+                page.text(f"{call} [data-testid=approval-requested]")
+            assert page.attrs(f"{call} [data-testid=approval-requested]", "title") == [{"title": held["requestedAt"]}]
             # All of it on screen (a box that scrolls would still show it all; ~1 KB needs none).
             box = page.driver.execute_script(
                 "const e = document.querySelector(arguments[0]); return [e.scrollHeight, e.clientHeight, "
@@ -424,18 +498,35 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
         source, lines = described_tools(story)
         assert page_tools(approver) == (source, lines), (page_tools(approver), source, lines)
         assert lines == ["everything: echo"], lines
+        approver.click(f"{call} [data-testid=approval-raw-toggle]")
+        approver.wait(lambda d: not approver.shown(f"{call} [data-testid=approval-params]"), "the whole params to fold again")
         approver.screenshot("pending-approval.png")
 
-        # 3. mallory may not approve: the API server's 403, on her page; nothing changes.
+        # 3. mallory may not approve: her Approve (and Reject) are off, and the page says why, in
+        # the API server's answer to her SelfSubjectAccessReview; alice's are on.
         asked = len(story.model.conversation())
-        viewer.type(f"{call} [data-testid=approval-reason]", "looks fine to me")
-        viewer.click(f"{call} [data-testid=approve]")
-        refused = f"{call} [data-testid=approval-message][data-ok=false]"
-        viewer.wait_for(refused, "mallory's refusal")
-        message = viewer.text(refused)
-        assert message.startswith("403 Forbidden"), message
-        assert f'User "{VIEWER}" cannot create resource "toolapprovals"' in message, message
-        assert viewer.attrs(f"{call} [data-testid=approval-message]", "role") == [{"role": "alert"}]
+        because = f"you ({VIEWER}) may not create toolapprovals.orchestrator.io in namespace {ns}"
+        viewer.wait(lambda d: because in (viewer.text(f"{call} [data-testid=approval-permission]") or ""),
+                    "mallory's page to say why she may not approve")
+        assert viewer.shown(f"{call} [data-testid=approval-permission]")
+        for button in ("approve", "reject"):
+            assert viewer.attrs(f"{call} [data-testid={button}]", "disabled") == [{"disabled": ""}], button
+            assert approver.attrs(f"{call} [data-testid={button}]", "disabled") == [{"disabled": None}], button
+        assert approver.text(f"{call} [data-testid=approval-permission]") == ""
+        # Cancel and the grant form too: patching the TaskRun is not hers either.
+        assert f"may not patch taskruns.orchestrator.io in namespace {ns}" in (viewer.text("[data-testid=cancel-permission]") or "")
+        assert viewer.attrs("[data-testid=cancel]", "disabled") == [{"disabled": ""}]
+        assert viewer.attrs("[data-testid=context-submit]", "disabled") == [{"disabled": ""}]
+        # The disabled button is advice: the API server still refuses her, whatever asks.
+        sent = viewer.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            fetch(arguments[0], {method: 'POST', credentials: 'same-origin',
+                headers: {'Content-Type': 'application/json', 'X-Orchestrator-Console': '1'},
+                body: JSON.stringify({decision: 'approve', reason: 'looks fine to me', digest: arguments[1]})})
+              .then(r => r.json().then(b => done([r.status, b])), e => done([0, String(e)]));""",
+            f"/api/namespaces/{ns}/tasks/{TASK}/approvals/{held['id']}", held["digest"])
+        assert sent[0] == 403 and sent[1]["reason"] == "Forbidden", sent
+        assert f'User "{VIEWER}" cannot create resource "toolapprovals"' in sent[1]["error"], sent
         assert [a["state"] for a in approvals(story) if a["id"] == held["id"]] == ["Pending"]
         assert story.kubectl("get", "toolapprovals", "-n", ns, "-o", "name").strip() == ""
         assert len(story.model.conversation()) == asked and LONG not in script.results
@@ -454,20 +545,53 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
             assert page.same_document(), f"{page.console.user}'s page reloaded"
         decided = next(a for a in approvals(story) if a["id"] == held["id"])
         assert (decided["state"], decided.get("decidedBy"), decided.get("reason")) == ("Approved", APPROVER, "read it whole"), decided
+        # Nothing waits now (the agent is held back until the test lets it go on): the banner is gone.
+        for page in (approver, viewer):
+            page.wait(lambda d: page.text("[data-testid=notice]") == "" and d.title == "orchestrator console",
+                      "the banner and the title's count to go once nothing waits")
+            assert not page.shown("[data-testid=notice]")
+        approver.screenshot("approved.png")
+        script.resume.set()
         carrying = story.model.wait_for(lambda r: LONG in tool_result_text(r), timeout=60, what="echo's answer")
         assert story.model.conversation().index(carrying) == asked, "echo's answer is not in the model's next request"
         assert script.results[LONG] == f"Echo: {LONG}", script.results
-        approver.screenshot("approved.png")
+
+        # The Logs tab: the end of the agent container's log (pods/log, as `task logs`).
+        approver.click(row(LOGGER))
+        approver.wait_for(f"[data-testid=task-detail][data-name={LOGGER}]", "the logger's detail")
+        approver.click("[data-testid=tab-logs]")
+        approver.wait(lambda d: all(line in (approver.text("[data-testid=logs-text]") or "") for line in LOGGED),
+                      "the agent's log lines in the Logs tab", timeout=90)
+        assert approver.texts("[data-testid=logs-text]")[0] == story.kubectl(
+            "logs", "-n", ns, f"job/{LOGGER}", "-c", "agent"), "the page shows the log as kubectl does"
+        assert approver.driver.execute_script("return document.querySelectorAll('b').length;") == 0
+        said = approver.text("[data-testid=logs-message]") or ""
+        assert said.startswith(f"the last {len(LOGGED)} lines of container agent of pod {LOGGER}-"), said
+        assert not approver.shown("[data-testid=panel-overview]")
+        approver.screenshot("logs.png")
+        approver.click("[data-testid=tab-overview]")
+        # mallory may not read pods' logs: her Logs tab says so instead of a log.
+        viewer.click("[data-testid=tab-logs]")
+        viewer.wait(lambda d: f"you ({VIEWER}) may not list pods in namespace {ns}" in (viewer.text("[data-testid=logs-message]") or ""),
+                    "mallory's Logs tab to say why she may not read it")
+        assert viewer.attrs("[data-testid=logs-message]", "data-ok") == [{"data-ok": "false"}]
+        viewer.click("[data-testid=tab-overview]")
+        approver.click(row(TASK))
+        approver.wait_for(f"[data-testid=task-detail][data-name={TASK}]", "the held task's detail again")
 
         # 5. With the agent waiting on its next held call: audit, add-context, cancel.
         second = pending(story, HOLDS[0])
         hostile = article(second["id"])
         approver.wait_for(f"{hostile} [data-testid=approval-params]", "the second held call")
+        # A call waits again: so does the banner.
+        approver.wait(lambda d: approver.text("[data-testid=notice]") == f"Call waiting for approval: {ns}/{TASK} everything/echo",
+                      "the banner for the second held call")
         # Its markup is text, and what would hide or reverse text is shown as `\u{…}`.
         shown = approver.text(f"{hostile} [data-testid=approval-params]") or ""
         assert '<img src=x onerror=\\"window.__pwned=1\\">' in shown, shown
         assert "\u202e" not in shown and "\u200b" not in shown, ascii(shown)
         assert "report\\u{202e}txt.exe\\u{200b}" in shown, ascii(shown)
+        assert "report\\u{202e}txt.exe\\u{200b}" in (approver.text(f"{hostile} [data-testid=approval-arguments]") or "")
         assert approver.driver.execute_script(
             "return [document.querySelectorAll('img').length, window.__pwned === undefined];") == [0, True]
         # The audit shows the approved call.

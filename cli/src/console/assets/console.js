@@ -17,7 +17,12 @@ const state = {
   loaded: false,      // a snapshot has arrived
   selected: null,     // 'ns/name' from location.hash
   seen: new Set(),    // 'ns/name/id' of approvals already announced
+  access: new Map(),  // ns -> {data, at, loading}: what the caller may do there (/access)
+  filter: '',         // the task list's filter text
+  tab: 'overview',    // the detail's tab: overview | logs
 };
+// How long an answer of /access is used before it is asked again.
+const ACCESS_TTL_MS = 30000;
 const rows = new Map();  // 'ns/name' -> <tr>, updated in place so focus survives renders
 let detail = null;       // the rendered detail's elements (buildDetail)
 let uid = 0;             // for unique element ids (label for=)
@@ -119,6 +124,22 @@ function dl(obj) {
   ]));
 }
 
+// How long ago (or until) `iso`, in words: `12 s ago`, `3 min ago`, `2 h ago`, `in 4 min`.
+function ago(iso) {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return String(iso);
+  const ms = Date.now() - t, s = Math.round(Math.abs(ms) / 1000);
+  const span = s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min` : s < 86400
+    ? `${Math.floor(s / 3600)} h` : `${Math.floor(s / 86400)} d`;
+  return ms >= -1000 ? `${span} ago` : `in ${span}`;
+}
+
+// A relative time, the absolute one in its title and datetime (the 1 s tick keeps it current).
+function timeEl(iso, testid) {
+  if (iso === null || iso === undefined || iso === '') return document.createTextNode('—');
+  return el('time', {class: 'rel', datetime: iso, title: iso, 'data-at': iso, 'data-testid': testid}, ago(iso));
+}
+
 function countdown(expiresAt) {
   const ms = Date.parse(expiresAt) - Date.now();
   if (Number.isNaN(ms)) return `expires at ${expiresAt}`;
@@ -174,7 +195,7 @@ function announce(tasks) {
       const id = `${keyOf(t)}/${a.id}`;
       if (state.seen.has(id)) continue;
       state.seen.add(id);
-      $('notice').textContent = `Call waiting for approval: ${keyOf(t)} ${a.server}/${a.tool}`;
+      setNotice(t, a);
       if ('Notification' in window && Notification.permission === 'granted') {
         try {
           new Notification('Call waiting for approval', {body: `${keyOf(t)}: ${a.server}/${a.tool}`, tag: id});
@@ -182,6 +203,39 @@ function announce(tasks) {
       }
     }
   }
+}
+
+// The banner names one waiting call (the newest announced) and how many more wait.
+function setNotice(t, a) {
+  const notice = $('notice');
+  notice.dataset.id = `${keyOf(t)}/${a.id}`;
+  notice.textContent = `Call waiting for approval: ${keyOf(t)} ${a.server}/${a.tool}`;
+  updateNoticeCount();
+}
+
+// After every change: the banner goes when nothing waits, and moves on to another waiting call
+// when the one it named was decided (or expired, or went with its task).
+function refreshNotice() {
+  const waiting = [];
+  for (const t of state.tasks.values()) for (const a of pendingOf(t)) waiting.push([t, a]);
+  const notice = $('notice');
+  if (!waiting.length) {
+    notice.textContent = '';
+    delete notice.dataset.id;
+    return;
+  }
+  if (!waiting.some(([t, a]) => `${keyOf(t)}/${a.id}` === notice.dataset.id)) {
+    waiting.sort(([, x], [, y]) => String(y.requestedAt).localeCompare(String(x.requestedAt)));
+    setNotice(...waiting[0]);
+  }
+  updateNoticeCount();
+}
+
+function updateNoticeCount() {
+  const notice = $('notice');
+  const n = [...state.tasks.values()].reduce((k, t) => k + pendingOf(t).length, 0);
+  const base = notice.textContent.replace(/ \(\d+ calls wait\)$/, '');
+  notice.textContent = n > 1 ? `${base} (${n} calls wait)` : base;
 }
 
 function setupNotifications() {
@@ -205,6 +259,7 @@ function setupNotifications() {
 function render() {
   renderList();
   renderDetail();
+  refreshNotice();
   const waiting = [...state.tasks.values()].reduce((n, t) => n + pendingOf(t).length, 0);
   document.title = waiting ? `(${waiting}) ${TITLE}` : TITLE;
 }
@@ -222,7 +277,7 @@ function renderList() {
     const key = keyOf(t);
     let tr = rows.get(key);
     if (!tr) {
-      const cells = ['name', 'phase', 'context', 'result', 'pending'].map((f) => el('td', {'data-field': f}));
+      const cells = ['name', 'phase', 'age', 'context', 'result', 'pending'].map((f) => el('td', {'data-field': f}));
       tr = el('tr', {'data-testid': 'task-row', 'data-namespace': t.namespace, 'data-name': t.name,
         tabindex: 0, class: 'task-row'}, cells);
       tr.addEventListener('click', () => select(key));
@@ -235,6 +290,10 @@ function renderList() {
     const waiting = pendingOf(t).length;
     cell('name').textContent = all ? key : t.name;
     cell('phase').textContent = orDash(t.phase);
+    if (cell('age').dataset.at !== String(t.createdAt)) {
+      cell('age').dataset.at = String(t.createdAt);
+      cell('age').replaceChildren(timeEl(t.createdAt));
+    }
     cell('context').textContent = `${orDash(t.servedContextVersion)}/${orDash(t.contextVersion)}`;
     cell('result').replaceChildren(visible(t.resultLine || ''));
     cell('pending').textContent = String(waiting);
@@ -242,12 +301,24 @@ function renderList() {
     tr.setAttribute('aria-label', `${key}, ${orDash(t.phase)}${waiting ? `, ${waiting} waiting` : ''}`);
     if (key === state.selected) tr.setAttribute('aria-current', 'true');
     else tr.removeAttribute('aria-current');
+    tr.hidden = !matches(t);
     return tr;
   });
   for (const key of rows.keys()) if (!state.tasks.has(key)) rows.delete(key);
   syncChildren($('task-rows'), nodes);
-  $('task-empty').hidden = nodes.length > 0;
-  $('task-empty').textContent = state.loaded ? 'No tasks.' : 'Loading…';
+  const shown = nodes.filter((n) => !n.hidden).length;
+  $('task-empty').hidden = shown > 0;
+  $('task-empty').textContent = !state.loaded ? 'Loading…' : nodes.length ? `No task matches “${state.filter}”.` : 'No tasks.';
+  $('task-filter-count').textContent = state.filter.trim() && nodes.length ? `${shown} of ${nodes.length} tasks shown` : '';
+}
+
+// The list's filter: every word typed must be in the row's namespace/name, phase, result,
+// service or task id (case does not matter).
+function matches(t) {
+  const words = state.filter.toLowerCase().split(/\s+/).filter(Boolean);
+  if (!words.length) return true;
+  const text = [keyOf(t), t.phase, t.resultLine, t.service, t.taskId].map((v) => String(v ?? '')).join(' ').toLowerCase();
+  return words.every((w) => text.includes(w));
 }
 
 function select(key) {
@@ -267,7 +338,7 @@ function renderDetail() {
   const pane = $('detail-pane');
   const t = state.selected && state.tasks.get(state.selected);
   if (!t) {
-    if (detail) clearTimeout(detail.auditTimer);
+    if (detail) { clearTimeout(detail.auditTimer); clearTimeout(detail.logsTimer); }
     detail = null;
     const text = !state.selected ? 'Select a task in the list to see it here.'
       : state.loaded ? `Task ${state.selected} is not in the list (deleted, or not visible to you).`
@@ -276,9 +347,11 @@ function renderDetail() {
     return;
   }
   if (!detail || detail.key !== state.selected) {
-    if (detail) clearTimeout(detail.auditTimer);
+    if (detail) { clearTimeout(detail.auditTimer); clearTimeout(detail.logsTimer); }
     detail = buildDetail(t);
     pane.replaceChildren(detail.section);
+    showTab(state.tab, false);
+    loadAccess(t.namespace, false);
     loadAudit();
   }
   fillDetail(t);
@@ -298,8 +371,11 @@ function buildDetail(t) {
   ].map(([label, testid]) => field(label, testid));
   [d.phase, d.result, d.usage, d.context, d.created, d.service, d.taskId, d.prompt] = summary.map((f) => f[1]);
 
-  d.cancel = el('button', {type: 'button', 'data-testid': 'cancel', class: 'danger'}, 'Cancel task');
+  const cancelPermissionId = `cancel-permission-${++uid}`, contextPermissionId = `context-permission-${uid}`;
+  d.cancel = el('button', {type: 'button', 'data-testid': 'cancel', class: 'danger', 'aria-describedby': cancelPermissionId},
+    'Cancel task');
   d.cancelMessage = el('p', {'data-testid': 'cancel-message', role: 'status', class: 'message'});
+  d.cancelPermission = el('p', {id: cancelPermissionId, 'data-testid': 'cancel-permission', class: 'permission'});
   d.cancel.addEventListener('click', () => onCancel(d));
 
   d.approvalList = el('div', {class: 'approvals'});
@@ -319,7 +395,9 @@ function buildDetail(t) {
     placeholder: 'server:tool'});
   d.budget = el('input', {id: budgetId, 'data-testid': 'budget', autocomplete: 'off',
     placeholder: 'outputTokens=200000, costUsd=5, wallTimeSeconds=none'});
-  d.contextSubmit = el('button', {type: 'submit', 'data-testid': 'context-submit'}, 'Change tools and budget');
+  d.contextSubmit = el('button', {type: 'submit', 'data-testid': 'context-submit', 'aria-describedby': contextPermissionId},
+    'Change tools and budget');
+  d.contextPermission = el('p', {id: contextPermissionId, 'data-testid': 'context-permission', class: 'permission'});
   d.contextMessage = el('p', {'data-testid': 'context-message', role: 'status', class: 'message'});
   d.contextReport = el('ul', {class: 'report'});
   const form = el('form', {'data-testid': 'context-form', class: 'context-form'},
@@ -328,7 +406,7 @@ function buildDetail(t) {
     el('div', {class: 'row'}, el('label', {for: disableId}, 'Disable tools'), d.disable),
     el('p', {class: 'hint'}, 'Model budget (spec.budget): FIELD=VALUE items, FIELD=none lifts a limit.'),
     el('div', {class: 'row'}, el('label', {for: budgetId}, 'Budget'), d.budget),
-    d.contextSubmit, d.contextMessage, d.contextReport);
+    d.contextSubmit, d.contextPermission, d.contextMessage, d.contextReport);
   form.addEventListener('submit', (e) => { e.preventDefault(); onContext(d); });
 
   d.auditRefresh = el('button', {type: 'button', 'data-testid': 'audit-refresh'}, 'Refresh audit');
@@ -341,12 +419,42 @@ function buildDetail(t) {
       'Rule/error'].map((h) => el('th', {scope: 'col'}, h)))),
     d.auditBody);
 
+  // The Logs tab: the end of a container's log of the task's pod (pods/log, as `task logs`).
+  const containerId = `logs-container-${uid}`;
+  d.logsContainer = el('select', {id: containerId, 'data-testid': 'logs-container'},
+    el('option', {value: 'agent'}, 'agent'), el('option', {value: 'proxy'}, 'mcp-proxy (the task\'s proxy)'));
+  d.logsContainer.addEventListener('change', () => loadLogs());
+  d.logsRefresh = el('button', {type: 'button', 'data-testid': 'logs-refresh'}, 'Refresh log');
+  d.logsRefresh.addEventListener('click', () => loadLogs());
+  d.logsMessage = el('p', {'data-testid': 'logs-message', role: 'status', class: 'message'});
+  d.logsText = el('pre', {'data-testid': 'logs-text', class: 'log', tabindex: 0, 'aria-label': 'Log'});
+  d.logsSeq = 0;
+
   const headingId = `detail-heading-${uid}`;
-  d.section = el('section', {'data-testid': 'task-detail', 'data-namespace': t.namespace, 'data-name': t.name,
-    class: 'detail', 'aria-labelledby': headingId},
-  el('h2', {id: headingId}, `${t.namespace}/${t.name}`),
+  d.tabs = {};
+  d.panels = {};
+  const tabList = el('div', {role: 'tablist', class: 'tabs', 'aria-label': 'Task views'});
+  for (const [name, label] of [['overview', 'Overview'], ['logs', 'Logs']]) {
+    const tabId = `tab-${name}-${uid}`, panelId = `panel-${name}-${uid}`;
+    d.tabs[name] = el('button', {type: 'button', role: 'tab', id: tabId, 'aria-controls': panelId,
+      'data-testid': `tab-${name}`}, label);
+    d.tabs[name].addEventListener('click', () => showTab(name, true));
+    d.tabs[name].addEventListener('keydown', (e) => {
+      if (e.key !== 'ArrowRight' && e.key !== 'ArrowLeft') return;
+      e.preventDefault();
+      const other = name === 'overview' ? 'logs' : 'overview';
+      showTab(other, true);
+      d.tabs[other].focus();
+    });
+    tabList.append(d.tabs[name]);
+    d.panels[name] = el('div', {role: 'tabpanel', id: panelId, 'aria-labelledby': tabId, 'data-testid': `panel-${name}`});
+  }
+  d.panels.logs.append(
+    el('div', {class: 'row'}, el('label', {for: containerId}, 'Container'), d.logsContainer, d.logsRefresh),
+    d.logsMessage, d.logsText);
+  d.panels.overview.append(
   el('dl', {class: 'fields summary'}, summary),
-  el('div', {class: 'row'}, d.cancel, d.cancelMessage),
+  el('div', {class: 'row'}, d.cancel, d.cancelMessage), d.cancelPermission,
   el('h3', null, 'Calls waiting for approval'), d.noApprovals, d.approvalList,
   d.resultBox, d.cancellationBox,
   el('h3', null, 'Tools'), el('p', null, 'Source: ', d.toolsSource), d.toolLines, d.servers,
@@ -355,7 +463,63 @@ function buildDetail(t) {
   el('h3', null, 'Conditions'), d.conditions,
   el('h3', null, 'Audit (the proxy\'s last 50 calls)'), el('div', {class: 'row'}, d.auditRefresh, d.auditMessage),
   el('div', {class: 'scroll'}, auditTable));
+  d.section = el('section', {'data-testid': 'task-detail', 'data-namespace': t.namespace, 'data-name': t.name,
+    class: 'detail', 'aria-labelledby': headingId},
+  el('h2', {id: headingId}, `${t.namespace}/${t.name}`), tabList, d.panels.overview, d.panels.logs);
   return d;
+}
+
+// Shows one of the detail's tabs (the choice is kept for the next task selected).
+function showTab(name, chosen) {
+  const d = detail;
+  if (!d) return;
+  if (chosen) state.tab = name;
+  for (const [n, tab] of Object.entries(d.tabs)) {
+    const on = n === name;
+    tab.setAttribute('aria-selected', String(on));
+    tab.tabIndex = on ? 0 : -1;
+    d.panels[n].hidden = !on;
+  }
+  clearTimeout(d.logsTimer);
+  if (name === 'logs') loadLogs();
+}
+
+// The log, again every 5 s while its tab is shown.
+async function loadLogs() {
+  const d = detail;
+  if (!d) return;
+  clearTimeout(d.logsTimer);
+  const seq = ++d.logsSeq;
+  const may = allowedTo(d.ns, 'logs');
+  if (may && may.allowed === false) {
+    showResult(d.logsMessage, {ok: false, text: `You may not read this log: ${may.reason}`});
+    d.logsText.replaceChildren();
+    d.logsText.hidden = true;
+    return;
+  }
+  d.logsRefresh.disabled = true;
+  const res = await request(`${taskUrl(d.ns, d.name)}/logs?container=${d.logsContainer.value}&tailLines=500`);
+  if (seq !== d.logsSeq || detail !== d) return;
+  d.logsRefresh.disabled = false;
+  if (!res.ok) {
+    showResult(d.logsMessage, res);
+    if (res.data && res.data.status === 403) loadAccess(d.ns, true);
+    d.logsText.replaceChildren();
+    d.logsText.hidden = true;
+  } else {
+    const data = res.data || {};
+    showResult(d.logsMessage, {ok: true, text: orDash(data.message)});
+    const text = String(data.text || '');
+    d.logsText.hidden = !text;
+    // Only on change: keeps a person's selection; stays at the end when it was there.
+    if (d.logsShown !== text) {
+      const atEnd = d.logsText.scrollTop + d.logsText.clientHeight >= d.logsText.scrollHeight - 4;
+      d.logsShown = text;
+      d.logsText.replaceChildren(visible(text));
+      if (atEnd) d.logsText.scrollTop = d.logsText.scrollHeight;
+    }
+  }
+  if (!d.panels.logs.hidden) d.logsTimer = setTimeout(loadLogs, 5000);
 }
 
 function fillDetail(t) {
@@ -366,12 +530,21 @@ function fillDetail(t) {
   // A spent budget stands out: the task waits for a person to raise it.
   d.usage.classList.toggle('alert', Boolean(t.budgetExceeded));
   d.context.textContent = `${orDash(t.servedContextVersion)}/${orDash(t.contextVersion)}`;
-  d.created.textContent = orDash(t.createdAt);
+  if (d.created.dataset.at !== String(t.createdAt)) {
+    d.created.dataset.at = String(t.createdAt);
+    d.created.replaceChildren(timeEl(t.createdAt, 'detail-created'));
+  }
   d.service.replaceChildren(visible(orDash(t.service)));
   d.taskId.textContent = orDash(t.taskId);
   d.prompt.replaceChildren(visible(orDash(t.prompt)));
-  d.cancel.disabled = d.cancelBusy || TERMINAL.has(t.phase);
+  loadAccess(t.namespace, false);  // again once the answer is old
+  const mayCancel = allowedTo(d.ns, 'cancel'), mayChange = allowedTo(d.ns, 'context');
+  const noCancel = !!mayCancel && mayCancel.allowed === false, noChange = !!mayChange && mayChange.allowed === false;
+  d.cancel.disabled = d.cancelBusy || TERMINAL.has(t.phase) || noCancel;
   if (d.cancel.disabled) disarm(d);
+  d.cancelPermission.textContent = noCancel && !TERMINAL.has(t.phase) ? `Cancel is off: ${mayCancel.reason}` : '';
+  d.contextSubmit.disabled = d.contextBusy || noChange;
+  d.contextPermission.textContent = noChange ? `Changing tools and budget is off: ${mayChange.reason}` : '';
 
   // Pending first (oldest first: they expire first), then the decided ones, newest first.
   const approvals = (t.approvals || []).slice().sort((a, b) =>
@@ -393,10 +566,10 @@ function fillDetail(t) {
       el('td', null, list(s.allow)), el('td', null, list(s.deny))))));
   d.history.replaceChildren(table('Context history, oldest first', ['Version', 'Time', 'By', 'Changes'],
     (t.history || []).map((h) => el('tr', {'data-testid': 'history-row'}, el('td', null, orDash(h.contextVersion)),
-      el('td', null, orDash(h.time)), el('td', null, visible(orDash(h.by))), el('td', null, visible(list(h.changes)))))));
+      el('td', null, timeEl(h.time)), el('td', null, visible(orDash(h.by))), el('td', null, visible(list(h.changes)))))));
   d.conditions.replaceChildren(table('Conditions', ['Type', 'Status', 'Reason', 'Message', 'Last transition'],
-    (t.conditions || []).map((c) => el('tr', null, ['type', 'status', 'reason', 'message', 'lastTransitionTime']
-      .map((k) => el('td', null, visible(orDash(c[k]))))))));
+    (t.conditions || []).map((c) => el('tr', null, ['type', 'status', 'reason', 'message']
+      .map((k) => el('td', null, visible(orDash(c[k])))), el('td', null, timeEl(c.lastTransitionTime))))));
 
   // The audit follows the task: reload (debounced) when its approvals or served context change.
   const sig = JSON.stringify([t.servedContextVersion, (t.approvals || []).map((a) => [a.id, a.state])]);
@@ -419,18 +592,30 @@ function approvalNode(d, a) {
   r.a = a;
   r.article.dataset.state = String(a.state).toLowerCase();
   r.call.textContent = `${a.server}/${a.tool}`;
-  r.meta.textContent = `Requested ${orDash(a.requestedAt)} · context version ${orDash(a.contextVersion)} · `
-    + `${orDash(a.paramsBytes)} bytes of params · state ${a.state}`;
+  r.meta.replaceChildren('Requested ', timeEl(a.requestedAt, 'approval-requested'),
+    ` · context version ${orDash(a.contextVersion)} · state ${a.state}`);
   r.masked.textContent = (a.masked || []).length
     ? `Secrets masked in the params: ${a.masked.map((m) => `${m.secret}/${m.key} (${m.count}×)`).join(', ')}` : '';
-  if (r.paramsText !== a.params || r.withheld !== a.withheld) {  // only on change: keeps a person's text selection
+  // Only on change: keeps a person's text selection, and the whole params open or shut as they left them.
+  if (r.paramsText !== a.params || r.withheld !== a.withheld || r.argumentsText !== a.arguments) {
+    const first = r.paramsText === undefined;
     r.paramsText = a.params;
     r.withheld = a.withheld;
+    r.argumentsText = a.arguments;
+    const hasArguments = typeof a.arguments === 'string' && !a.withheld;
+    r.argsBox.hidden = !hasArguments;
+    r.args.replaceChildren(hasArguments ? visible(a.arguments) : '');
+    const kept = a.params !== null && a.params !== undefined;
     r.params.replaceChildren(a.withheld
       ? el('span', {class: 'muted'}, `(not shown: the params with the task's Secret values masked ${WITHHELD[a.withheld] || 'cannot be shown'}; nobody can see what this call sends, so it can only be rejected)`)
-      : a.params === null || a.params === undefined
-        ? el('span', {class: 'muted'}, '(the params are not kept once the call is decided)') : visible(a.params));
+      : kept ? visible(a.params) : '');
+    r.raw.hidden = !kept && !a.withheld;
+    r.notKept.textContent = !kept && !a.withheld ? 'The params are not kept once the call is decided (the digest names the call).' : '';
+    // Without arguments to show first, the whole params are what there is: open.
+    if (first || !hasArguments) r.raw.open = !hasArguments;
   }
+  r.rawSummary.textContent = a.params === null || a.params === undefined || a.withheld
+    ? 'Whole params' : `Whole params: ${orDash(a.paramsBytes)} bytes, exactly as the proxy forwards them (what the digest is checked over)`;
   r.digest.textContent = orDash(a.digest);
   r.check.textContent = pending ? (CHECKS[a.digestCheck] || '') : '';
   r.check.dataset.check = a.digestCheck || '';
@@ -439,17 +624,21 @@ function approvalNode(d, a) {
   if (pending) r.countdown.dataset.expires = a.expiresAt;
   else delete r.countdown.dataset.expires;
   r.countdown.textContent = pending ? countdown(a.expiresAt) : String(a.state).toLowerCase() === 'expired' ? 'expired' : '';
-  r.decided.replaceChildren(...(pending ? [] : [visible(`${a.state}${a.decidedBy ? ` by ${a.decidedBy}` : ''}`
-    + `${a.decidedAt ? ` at ${a.decidedAt}` : ''}${a.reason ? `: ${a.reason}` : ''}`)]));
+  r.decided.replaceChildren(...(pending ? [] : [visible(`${a.state}${a.decidedBy ? ` by ${a.decidedBy}` : ''}`),
+    ...(a.decidedAt ? [' ', timeEl(a.decidedAt)] : []), ...(a.reason ? [': ', visible(a.reason)] : [])]));
   r.controls.hidden = !pending;
-  r.reject.disabled = !pending || r.busy;
-  r.approve.disabled = !pending || r.busy || !approvable;
+  // What the API server said the caller may do (advice: it still decides the request).
+  const may = allowedTo(d.ns, 'approve');
+  const refused = may && may.allowed === false;
+  r.permission.textContent = pending && refused ? `Approve and Reject are off: ${may.reason}` : '';
+  r.reject.disabled = !pending || r.busy || refused;
+  r.approve.disabled = !pending || r.busy || !approvable || refused;
   return r.article;
 }
 
 // What the digest says of the params shown (`digestCheck`, recomputed by the console).
 const CHECKS = {
-  covers: 'recomputed from the params shown: it names exactly them',
+  covers: 'recomputed from the whole params: it names exactly them',
   salted: 'salted by the proxy (Secret values are masked): only the proxy can check it, and it does',
   mismatch: 'DOES NOT NAME THE PARAMS SHOWN: this request shows another call than an approval would let through; it cannot be approved',
   unreadable: 'the params shown are not a JSON object: this request cannot be checked; it cannot be approved',
@@ -461,27 +650,34 @@ const WITHHELD = {
 };
 
 function buildApproval(d, id) {
-  const reasonId = `reason-${++uid}`;
+  const reasonId = `reason-${++uid}`, permissionId = `permission-${uid}`;
   const r = {busy: false};
   r.call = el('h4', {'data-testid': 'approval-call', class: 'call'});
   r.meta = el('p', {class: 'muted'});
   r.masked = el('p', {class: 'muted'});
-  r.params = el('pre', {'data-testid': 'approval-params', class: 'params', tabindex: 0, 'aria-label': 'Params'});
+  r.notKept = el('p', {class: 'muted'});
+  r.args = el('pre', {'data-testid': 'approval-arguments', class: 'params', tabindex: 0, 'aria-label': 'Arguments'});
+  r.argsBox = el('div', {class: 'arguments'}, el('h5', null, 'Arguments'), r.args);
+  r.params = el('pre', {'data-testid': 'approval-params', class: 'params', tabindex: 0, 'aria-label': 'Whole params'});
+  r.rawSummary = el('span');
+  r.raw = el('details', {'data-testid': 'approval-raw', class: 'raw'},
+    el('summary', {'data-testid': 'approval-raw-toggle'}, r.rawSummary), r.params);
   r.digest = el('code', {'data-testid': 'approval-digest'});
   r.check = el('span', {'data-testid': 'approval-digest-check', class: 'muted'});
   r.countdown = el('p', {'data-testid': 'approval-countdown', class: 'countdown'});
   r.decided = el('p', {class: 'decided'});
   r.reason = el('input', {id: reasonId, 'data-testid': 'approval-reason', autocomplete: 'off'});
-  r.approve = el('button', {type: 'button', 'data-testid': 'approve', class: 'approve'}, 'Approve');
-  r.reject = el('button', {type: 'button', 'data-testid': 'reject', class: 'danger'}, 'Reject');
+  r.approve = el('button', {type: 'button', 'data-testid': 'approve', class: 'approve', 'aria-describedby': permissionId}, 'Approve');
+  r.reject = el('button', {type: 'button', 'data-testid': 'reject', class: 'danger', 'aria-describedby': permissionId}, 'Reject');
+  r.permission = el('p', {id: permissionId, 'data-testid': 'approval-permission', class: 'permission'});
   r.message = el('p', {'data-testid': 'approval-message', role: 'alert', class: 'message'});
   r.approve.addEventListener('click', () => decide(d, r, 'approve'));
   r.reject.addEventListener('click', () => decide(d, r, 'reject'));
   r.controls = el('div', {class: 'controls'},
     el('label', {for: reasonId}, 'Reason (optional)'), r.reason, r.approve, r.reject);
   r.article = el('article', {'data-testid': 'approval', 'data-id': id, class: 'approval'},
-    r.call, r.meta, r.countdown, r.params, r.masked, el('p', null, 'Digest: ', r.digest, ' ', r.check), r.decided,
-    r.controls, r.message);
+    r.call, r.countdown, r.argsBox, r.raw, r.notKept, el('p', null, 'Digest: ', r.digest, ' ', r.check), r.meta, r.masked,
+    r.decided, r.controls, r.permission, r.message);
   return r;
 }
 
@@ -493,7 +689,27 @@ async function decide(d, r, decision) {
     {decision, reason: reason || null, digest: r.a.digest});
   r.busy = false;
   showResult(r.message, res);
+  if (res.data && res.data.status === 403) loadAccess(d.ns, true);
   approvalNode(d, r.a);
+}
+
+// ---- what the caller may do ------------------------------------------------------------------------
+
+// The API server's answer for `action` in `ns` ({allowed, reason}), or null while unknown.
+function allowedTo(ns, action) {
+  const known = state.access.get(ns);
+  return (known && known.data && known.data[action]) || null;
+}
+
+// Asks /access for `ns` (again when `force`, or when the answer is old), then renders.
+async function loadAccess(ns, force) {
+  const known = state.access.get(ns);
+  if (known && (known.loading || (!force && Date.now() - known.at < ACCESS_TTL_MS))) return;
+  state.access.set(ns, {data: known && known.data, at: known ? known.at : 0, loading: true});
+  const res = await request(`/api/namespaces/${encodeURIComponent(ns)}/access`);
+  // Unknown (the console could not ask): nothing is disabled; the API server decides each request.
+  state.access.set(ns, {data: res.ok ? res.data : null, at: Date.now(), loading: false});
+  render();
 }
 
 // ---- cancel, context, audit ------------------------------------------------------------------------
@@ -545,9 +761,10 @@ async function onContext(d) {
       text: 'Give at least one server:tool to enable or disable, or a budget change (FIELD=VALUE).'});
     return;
   }
-  d.contextSubmit.disabled = true;
+  d.contextSubmit.disabled = d.contextBusy = true;
   const res = await request(`${taskUrl(d.ns, d.name)}/context`, {enable, disable, budget});
-  d.contextSubmit.disabled = false;
+  d.contextSubmit.disabled = d.contextBusy = false;
+  if (res.data && res.data.status === 403) loadAccess(d.ns, true);
   showResult(d.contextMessage, res);
   if (!res.ok || !res.data) return;
   d.enable.value = d.disable.value = d.budget.value = '';
@@ -592,7 +809,8 @@ function auditRow(r) {
   const ms = typeof r.durationMs === 'number' ? `${r.durationMs.toFixed(1)}ms` : '';
   return el('tr', {'data-testid': 'audit-row', 'data-server': s('server'), 'data-tool': s('tool'),
     'data-decision': s('decision'), 'data-outcome': s('outcome')},
-  [s('ts'), s('decision'), s('risk'), s('server'), s('tool'), s('outcome'), ms, detailText]
+  el('td', null, s('ts') ? timeEl(s('ts')) : ''),
+  [s('decision'), s('risk'), s('server'), s('tool'), s('outcome'), ms, detailText]
     .map((v) => el('td', null, visible(v))));
 }
 
@@ -600,11 +818,16 @@ function auditRow(r) {
 
 async function start() {
   setupNotifications();
+  $('task-filter').addEventListener('input', (e) => { state.filter = e.target.value; renderList(); });
   state.selected = readHash();
   window.addEventListener('hashchange', () => { state.selected = readHash(); render(); });
   setInterval(() => {
     for (const node of document.querySelectorAll('[data-testid="approval-countdown"][data-expires]')) {
       node.textContent = countdown(node.dataset.expires);
+    }
+    for (const node of document.querySelectorAll('time.rel[data-at]')) {
+      const text = ago(node.dataset.at);
+      if (node.textContent !== text) node.textContent = text;
     }
   }, 1000);
   render();
