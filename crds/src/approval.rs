@@ -446,6 +446,7 @@ impl Approval {
     version = "v1",
     kind = "ToolApproval",
     namespaced,
+    category = "orchestrator",
     doc = "A person's decision (approve or reject) on a tool call a TaskRun's proxy holds for approval.",
     printcolumn(name = "TaskRun", type_ = "string", json_path = ".spec.taskRun"),
     printcolumn(name = "Request", type_ = "string", json_path = ".spec.id"),

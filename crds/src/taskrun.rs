@@ -74,7 +74,10 @@ pub const MAX_SERVERS: usize = 32;
     version = "v1",
     kind = "TaskRun",
     namespaced,
-    shortname = "tr",
+    // Not `tr`: Tekton's TaskRun (OpenShift Pipelines) has it, and kubectl would pick one of
+    // the two silently. docs/api.md, "Names".
+    shortname = "otr",
+    category = "orchestrator",
     status = "TaskRunStatus",
     doc = "An AI-agent task run as a Job, with an MCP proxy sidecar exposing only the tools the task may use.",
     printcolumn(name = "Task", type_ = "integer", description = "Task id", json_path = ".spec.taskId"),
@@ -414,7 +417,11 @@ mod tests {
     fn crd_has_the_names_columns_and_subresources() {
         let crd = TaskRun::crd();
         assert_eq!(crd.spec.group, "orchestrator.io");
-        assert_eq!(crd.spec.names.short_names, Some(vec!["tr".to_string()]));
+        assert_eq!(crd.spec.names.short_names, Some(vec!["otr".to_string()]));
+        assert_eq!(
+            crd.spec.names.categories,
+            Some(vec!["orchestrator".to_string()])
+        );
         let v = &crd.spec.versions[0];
         assert!(
             v.subresources
