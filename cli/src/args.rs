@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use clap_complete::Shell;
+use clap_complete::{ArgValueCompleter, Shell};
 use orchestrator_crds::catalog::{DEFAULT_CONFIG_MAP_NAME, DEFAULT_CONFIG_MAP_NAMESPACE};
 
 pub use crate::args_ops::{
-    CancelArgs, ConsoleArgs, DecideArgs, DeleteArgs, LogContainer, LogsArgs, TaskRef, ValidateArgs,
+    CancelArgs, ConsoleArgs, DecideArgs, DeleteArgs, LogContainer, LogsArgs, Printing, TaskRef,
+    ValidateArgs, VersionArgs,
 };
 use crate::output::Format;
 
@@ -46,6 +47,8 @@ Exit codes: 0 ok, 1 API or network error, 2 bad input (nothing written), 3 not f
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
+    #[command(flatten)]
+    pub printing: Printing,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -79,8 +82,17 @@ pub struct Global {
     )]
     pub as_group: Vec<String>,
 
-    /// Output format: table for people; json or yaml print the API objects.
-    #[arg(short, long, global = true, value_enum, default_value_t = Format::Table)]
+    /// Output format: table (for people), wide (more columns), json, yaml, name
+    /// (kind.group/name of each object), jsonpath=TEMPLATE (kubectl's, e.g.
+    /// '{.items[*].metadata.name}').
+    #[arg(
+        short,
+        long,
+        global = true,
+        value_name = "FORMAT",
+        default_value = "table",
+        value_parser = Format::parse
+    )]
     pub output: Format,
 
     /// Read the catalog from this file instead of the cluster's ConfigMap.
@@ -123,6 +135,8 @@ pub enum Command {
     Catalog(CatalogCommand),
 
     Console(ConsoleArgs),
+
+    Version(VersionArgs),
 
     /// Print a shell completion script.
     #[command(after_help = "\
@@ -244,8 +258,9 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub wait: bool,
 
-    /// Give up waiting after this long (e.g. 90s, 30m, 2h; exit 4). Default: wait forever.
-    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
+    /// Give up waiting after this long (e.g. 90s, 30m, 1.5h, 1h30m; exit 4). Default: wait
+    /// forever.
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::duration::parse)]
     pub timeout: Option<std::time::Duration>,
 
     /// Where the task's MCP proxy runs: sidecar (in the task's pod) or shared (the shared
@@ -318,7 +333,7 @@ pub struct AddContextArgs {
     pub wait_synced: bool,
 
     /// Give up waiting after this long (exit 4).
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = crate::wait::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = crate::duration::parse)]
     pub timeout: std::time::Duration,
 
     /// Show the change without writing it.
@@ -410,8 +425,9 @@ pub struct AuditArgs {
     #[arg(long, value_name = "TOOL")]
     pub tool: Option<String>,
 
-    /// Only calls since then: a duration back from now (90s, 10m, 1h30m) or an RFC 3339 time.
-    #[arg(long, value_name = "DURATION|TIME")]
+    /// Only calls since then: a duration back from now (90s, 10m, 1.5h, 1h30m) or an RFC 3339
+    /// time.
+    #[arg(long, value_name = "DURATION|TIME", value_parser = crate::duration::parse_since)]
     pub since: Option<String>,
 
     /// At most this many calls, the newest (the proxy's default: 1000).
@@ -437,7 +453,8 @@ pub struct ApprovalsArgs {
     #[arg(
         value_name = "NAME",
         required_unless_present_any = ["task_id", "all_namespaces"],
-        conflicts_with_all = ["task_id", "all_namespaces"]
+        conflicts_with_all = ["task_id", "all_namespaces"],
+        add = ArgValueCompleter::new(crate::complete::task_names)
     )]
     pub name: Option<String>,
 
@@ -450,7 +467,12 @@ pub struct ApprovalsArgs {
     pub pending: bool,
 
     /// Show request ID whole: its params as forwarded, digest, definition, context version.
-    #[arg(long, value_name = "ID", conflicts_with = "all_namespaces")]
+    #[arg(
+        long,
+        value_name = "ID",
+        conflicts_with = "all_namespaces",
+        add = ArgValueCompleter::new(crate::complete::approval_ids)
+    )]
     pub show: Option<String>,
 
     /// The calls waiting in every TaskRun of every namespace (on 403: the current namespace).

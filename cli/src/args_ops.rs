@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use clap_complete::ArgValueCompleter;
 
 /// Which task: a TaskRun name, or --task-id.
 #[derive(Debug, Clone, Args)]
@@ -13,7 +14,8 @@ pub struct TaskRef {
     #[arg(
         value_name = "NAME",
         required_unless_present = "task_id",
-        conflicts_with = "task_id"
+        conflicts_with = "task_id",
+        add = ArgValueCompleter::new(crate::complete::task_names)
     )]
     pub name: Option<String>,
 
@@ -97,7 +99,7 @@ pub struct CancelArgs {
     pub wait: bool,
 
     /// Give up waiting after this long (exit 4).
-    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::duration::parse)]
     pub timeout: Option<Duration>,
 }
 
@@ -119,7 +121,7 @@ pub struct DeleteArgs {
     pub wait: bool,
 
     /// Give up waiting after this long (exit 4).
-    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::wait::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::duration::parse)]
     pub timeout: Option<Duration>,
 }
 
@@ -193,11 +195,11 @@ Examples:
   orchestrator-cli task reject task-1001 a1b2c3d4 --reason 'not that branch'")]
 pub struct DecideArgs {
     /// The TaskRun's name.
-    #[arg(value_name = "TASK")]
+    #[arg(value_name = "TASK", add = ArgValueCompleter::new(crate::complete::task_names))]
     pub task_name: String,
 
     /// The request's id (from `task approvals`).
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", add = ArgValueCompleter::new(crate::complete::approval_ids))]
     pub id: String,
 
     /// Why (at most 512 characters); a rejection's reason is shown to the agent.
@@ -218,4 +220,31 @@ impl DecideArgs {
             task_id: None,
         }
     }
+}
+
+/// Show this CLI's version and what the cluster runs: Kubernetes, the operator (its
+/// Deployment, found by the chart's labels in --catalog-namespace, else in any namespace you may
+/// list) and the TaskRun and ToolApproval CRDs (served and storage versions, the chart that
+/// installed them). A part you may not read, or that is not installed, is said so.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator-cli version
+  orchestrator-cli version --client
+  orchestrator-cli version -o json
+  kubectl orchestrator version")]
+pub struct VersionArgs {
+    /// Only this CLI's version (connects to nothing).
+    #[arg(long)]
+    pub client: bool,
+}
+
+/// How tables are printed (kept out of [`Global`], which the commands take, because it only
+/// shapes the printing: `run` hands it to `output`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct Printing {
+    /// Print tables without their header line (as kubectl's --no-headers).
+    #[arg(long, global = true)]
+    pub no_headers: bool,
 }

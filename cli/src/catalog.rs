@@ -76,8 +76,8 @@ async fn load_configmap(cluster: &Cluster, namespace: &str, name: &str) -> Resul
 /// `catalog list`.
 pub async fn list(global: &Global) -> Result<()> {
     let catalog = load(global, None).await?;
-    let text = match global.output {
-        Format::Table => list_table(&catalog),
+    let text = match &global.output {
+        Format::Table | Format::Wide => list_table(&catalog),
         f => output::render(f, &catalog)?,
     };
     output::print(&text)
@@ -92,8 +92,8 @@ pub async fn show(global: &Global, server: &str) -> Result<()> {
             catalog.names().join(", ")
         )));
     };
-    let text = match global.output {
-        Format::Table => show_text(entry),
+    let text = match &global.output {
+        Format::Table | Format::Wide => show_text(entry),
         f => output::render(f, entry)?,
     };
     output::print(&text)
@@ -123,7 +123,7 @@ pub fn list_table(catalog: &Catalog) -> String {
             shorten(&s.description, 70),
         ]);
     }
-    t.render()
+    t.render_with(output::headers())
 }
 
 /// `stdio` or `http`: how the proxy reaches the server.

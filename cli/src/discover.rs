@@ -249,8 +249,8 @@ pub async fn discover(
     write: Option<&Path>,
 ) -> Result<()> {
     let (entry, found) = discover_one(global, server, workspace).await?;
-    let text = match global.output {
-        Format::Table => table(&found),
+    let text = match &global.output {
+        Format::Table | Format::Wide => table(&found),
         f => output::render(f, &found)?,
     };
     output::print(&text)?;
@@ -286,13 +286,13 @@ pub async fn pin(
         ));
         return Ok(());
     }
-    if global.output != Format::Table {
+    if !global.output.is_table() {
         let pins: Vec<_> = found
             .tools
             .iter()
             .map(|t| serde_json::json!({"name": t.name, "pin": t.definition, "definition": t.listed}))
             .collect();
-        return output::print(&output::render(global.output, &pins)?);
+        return output::print(&output::render(&global.output, &pins)?);
     }
     let mut out = format!(
         "# {server}: the definition hash of each tool it offers now; put `pin` on the catalog's tools[]\n"

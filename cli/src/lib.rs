@@ -6,11 +6,18 @@
 //! [`toolspec`] (`server:tool` parsing), [`merge`] (enable/disable → allow/deny lists, pure),
 //! [`effective`] (the tools an agent sees, and before → after), [`catalog`], [`catalog_docs`]
 //! (the markdown reference), [`discover`] (a server's real tools against the catalog), [`task`]
-//! (one module per command), [`wait`], [`output`] (table/json/yaml), [`error`] (exit codes),
+//! (one module per command), [`wait`], [`duration`] (the one grammar of `--timeout` and
+//! `--since`), [`output`] (table/wide/json/yaml/name/jsonpath),
+//! [`jsonpath`] (kubectl's `-o jsonpath=` templates), [`api_table`] (TaskRuns as the API
+//! server's table of the CRD's printer columns), [`error`] (exit codes),
 //! [`identity`] (who the API server says we are), [`portforward`] (one HTTP request to a port
 //! inside a pod, through the API server), [`console`] (the web console: a page served on
-//! 127.0.0.1 that does what the task commands do).
+//! 127.0.0.1 that does what the task commands do), [`version`] (the CLI's, the operator's and
+//! the CRDs' versions), [`invocation`] (as `orchestrator-cli` or the kubectl plugin
+//! `kubectl-orchestrator`; shell completion) and [`complete`] (task names and approval ids for
+//! it, from the cluster).
 
+pub mod api_table;
 pub mod args;
 pub mod args_ops;
 #[cfg(test)]
@@ -19,19 +26,24 @@ pub mod budget;
 pub mod catalog;
 pub mod catalog_docs;
 pub mod catalog_write;
+pub mod complete;
 pub mod conditions;
 pub mod connect;
 pub mod console;
 pub mod discover;
+pub mod duration;
 pub mod effective;
 pub mod error;
 pub mod identity;
+pub mod invocation;
+pub mod jsonpath;
 pub mod merge;
 pub mod output;
 pub mod placement;
 pub mod portforward;
 pub mod task;
 pub mod toolspec;
+pub mod version;
 pub mod wait;
 
 use clap::CommandFactory;
@@ -44,6 +56,7 @@ pub use crate::error::{Error, Result};
 /// Runs one command line.
 pub async fn run(cli: Cli) -> Result<()> {
     let global = &cli.global;
+    output::set_headers(!cli.printing.no_headers);
     match &cli.command {
         Command::Task(task) => run_task(global, task).await,
         Command::Catalog(CatalogCommand::List) => catalog::list(global).await,
@@ -66,6 +79,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             write,
         }) => discover::pin(global, server, workspace.as_deref(), write.as_deref()).await,
         Command::Console(a) => console::run(global, a).await,
+        Command::Version(a) => version::run(global, a).await,
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "orchestrator-cli", &mut out);

@@ -2,11 +2,9 @@
 //! turns its error into a message and an exit code (see `orchestrator_cli::error`).
 use std::process::ExitCode;
 
-use clap::Parser;
-use orchestrator_cli::args::Cli;
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // As `orchestrator-cli` or as the kubectl plugin; answers COMPLETE=<shell> and exits.
+    let cli = orchestrator_cli::invocation::parse();
     // kube's own error logs repeat what our error message says; show them only with -v.
     let level = match cli.global.verbose {
         0 => "warn,kube_client=off,kube_runtime=off",

@@ -1,32 +1,95 @@
 //! Output formats shared by every command: aligned tables for people, JSON and YAML for
-//! programs (`-o json|yaml` print whole objects, as kubectl does).
+//! programs (`-o json|yaml` print whole objects, as kubectl does), and kubectl's `-o name`,
+//! `-o wide` and `-o jsonpath=TEMPLATE` (over what `-o json` prints).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use clap::ValueEnum;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::jsonpath::Template;
 
 /// `-o` values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum Format {
-    // (No doc comments: clap then lists the values on one line.)
     #[default]
     Table,
+    /// The table with more columns (a CRD's printer columns of priority > 0).
+    Wide,
     Json,
     Yaml,
+    /// `kind.group/name` of each object printed.
+    Name,
+    /// A kubectl JSONPath template (its text as given, parsed when the flag is).
+    JsonPath(String),
 }
 
-/// Serializes `value` as JSON (pretty) or YAML. `Table` is the caller's job.
-pub fn render<T: Serialize>(format: Format, value: &T) -> Result<String> {
+/// What `-o` takes, for the flag's help and its error.
+pub const FORMATS: &str = "table, wide, json, yaml, name, jsonpath=TEMPLATE";
+
+impl Format {
+    /// Parses `-o`'s value; a bad one names the flag and what it takes.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let format = match text {
+            "table" => Self::Table,
+            "wide" => Self::Wide,
+            "json" => Self::Json,
+            "yaml" => Self::Yaml,
+            "name" => Self::Name,
+            _ => match text.split_once('=') {
+                Some(("jsonpath", template)) => {
+                    Template::parse(template).map_err(|e| e.to_string())?;
+                    Self::JsonPath(template.to_string())
+                }
+                _ => {
+                    return Err(format!(
+                        "{text:?} is not an output format; -o takes {FORMATS} (e.g. \
+                         -o jsonpath='{{.items[*].metadata.name}}')"
+                    ));
+                }
+            },
+        };
+        Ok(format)
+    }
+
+    /// A table for people (`table` or `wide`).
+    pub fn is_table(&self) -> bool {
+        matches!(self, Self::Table | Self::Wide)
+    }
+}
+
+/// Whether tables print their header line: `--no-headers` turns it off for the process.
+static HEADERS: AtomicBool = AtomicBool::new(true);
+
+/// Sets `--no-headers` for this run (called once, by `run`).
+pub fn set_headers(on: bool) {
+    HEADERS.store(on, Ordering::Relaxed);
+}
+
+/// Whether tables print their header line (false with `--no-headers`).
+pub fn headers() -> bool {
+    HEADERS.load(Ordering::Relaxed)
+}
+
+/// Serializes `value` as JSON (pretty), YAML, its object names (`-o name`) or through a
+/// JSONPath template. `Table` and `Wide` are the caller's job (YAML if asked here).
+pub fn render<T: Serialize>(format: &Format, value: &T) -> Result<String> {
     match format {
         Format::Json => serde_json::to_string_pretty(value)
             .map(|s| s + "\n")
             .map_err(|e| Error::Output(e.to_string())),
-        Format::Yaml | Format::Table => {
+        Format::Name => {
+            let value = serde_json::to_value(value).map_err(|e| Error::Output(e.to_string()))?;
+            names(&value)
+        }
+        Format::JsonPath(template) => {
+            let value = serde_json::to_value(value).map_err(|e| Error::Output(e.to_string()))?;
+            Template::parse(template)?.render(&value)
+        }
+        Format::Yaml | Format::Table | Format::Wide => {
             let mut s = serde_saphyr::to_string(value).map_err(|e| Error::Output(e.to_string()))?;
             if !s.ends_with('\n') {
                 s.push('\n');
@@ -34,6 +97,37 @@ pub fn render<T: Serialize>(format: Format, value: &T) -> Result<String> {
             Ok(s)
         }
     }
+}
+
+/// `-o name`: `kind.group/name` per object (a `List`: per item), as kubectl prints it, e.g.
+/// `taskrun.orchestrator.io/task-1001`. What is not an API object is refused (exit 2).
+pub fn names(value: &serde_json::Value) -> Result<String> {
+    let objects: Vec<&serde_json::Value> = match value.get("items").and_then(|i| i.as_array()) {
+        Some(items) if value.get("kind").and_then(|k| k.as_str()) == Some("List") => {
+            items.iter().collect()
+        }
+        _ => vec![value],
+    };
+    let mut out = String::new();
+    for object in objects {
+        let kind = object.get("kind").and_then(|k| k.as_str());
+        let api_version = object.get("apiVersion").and_then(|v| v.as_str());
+        let name = object.pointer("/metadata/name").and_then(|n| n.as_str());
+        let (Some(kind), Some(api_version), Some(name)) = (kind, api_version, name) else {
+            return Err(Error::Usage(
+                "-o name prints the names of API objects (task get, task list, task submit); \
+                 this command prints other data: use -o json, -o yaml or -o jsonpath=TEMPLATE"
+                    .into(),
+            ));
+        };
+        let kind = kind.to_lowercase();
+        match api_version.split_once('/') {
+            Some((group, _)) => writeln!(out, "{kind}.{group}/{name}"),
+            None => writeln!(out, "{kind}/{name}"),
+        }
+        .map_err(|e| Error::Output(e.to_string()))?;
+    }
+    Ok(out)
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
@@ -77,9 +171,23 @@ impl Table {
 
     /// The table as text, each line ending in a newline, no trailing spaces.
     pub fn render(&self) -> String {
-        let widths = self.widths();
+        self.render_with(true)
+    }
+
+    /// The table as text, with or without its header line (`--no-headers`: then, as kubectl's,
+    /// the columns are as wide as their widest cell below).
+    pub fn render_with(&self, headers: bool) -> String {
+        let mut widths = self.widths();
+        if !headers {
+            widths = Self {
+                headers: vec![String::new(); self.headers.len()],
+                rows: self.rows.clone(),
+            }
+            .widths();
+        }
         let mut out = String::new();
-        for row in std::iter::once(&self.headers).chain(&self.rows) {
+        let rows = std::iter::once(&self.headers).skip(usize::from(!headers));
+        for row in rows.chain(&self.rows) {
             out.push_str(&row_line(&widths, row));
         }
         out
@@ -218,11 +326,50 @@ mod tests {
     fn json_and_yaml_render_the_same_value() {
         let v = serde_json::json!({"name": "task-1", "tools": ["a", "b"]});
         assert_eq!(
-            render(Format::Json, &v).expect("json"),
+            render(&Format::Json, &v).expect("json"),
             "{\n  \"name\": \"task-1\",\n  \"tools\": [\n    \"a\",\n    \"b\"\n  ]\n}\n"
         );
-        let yaml = render(Format::Yaml, &v).expect("yaml");
+        let yaml = render(&Format::Yaml, &v).expect("yaml");
         let back: serde_json::Value = serde_saphyr::from_str(&yaml).expect("yaml parses back");
         assert_eq!(back, v);
+    }
+
+    #[test]
+    fn o_takes_kubectl_formats_and_names_them_when_wrong() {
+        assert_eq!(Format::parse("wide"), Ok(Format::Wide));
+        assert_eq!(Format::parse("name"), Ok(Format::Name));
+        assert_eq!(
+            Format::parse("jsonpath={.metadata.name}"),
+            Ok(Format::JsonPath("{.metadata.name}".into()))
+        );
+        let e = Format::parse("jsonpat={.a}").expect_err("unknown");
+        assert!(
+            e.contains("table, wide, json, yaml, name, jsonpath=TEMPLATE"),
+            "{e}"
+        );
+        let e = Format::parse("jsonpath={.a").expect_err("unclosed");
+        assert!(e.contains("not closed"), "{e}");
+    }
+
+    #[test]
+    fn name_prints_kind_group_and_name_per_object() {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "orchestrator.io/v1", "kind": "TaskRun", "metadata": {"name": "task-1"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+        ]});
+        assert_eq!(
+            render(&Format::Name, &list).expect("names"),
+            "taskrun.orchestrator.io/task-1\nconfigmap/c\n"
+        );
+        let e = render(&Format::Name, &serde_json::json!({"records": []})).expect_err("no object");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("-o jsonpath"), "{e}");
+    }
+
+    #[test]
+    fn no_headers_drops_the_header_line_and_its_width() {
+        let mut t = Table::new(&["NAME", "PHASE"]);
+        t.row(vec!["t".into(), "Running".into()]);
+        assert_eq!(t.render_with(false), "t   Running\n");
     }
 }

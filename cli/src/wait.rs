@@ -18,44 +18,6 @@ use orchestrator_crds::taskrun::{Phase, TaskRun, conditions};
 use crate::error::{Error, Result};
 use crate::output::{age, visible};
 
-/// Parses `90s`, `30m`, `2h`, `1h30m`, `1d`, or a bare number of seconds.
-pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    let text = text.trim();
-    if let Ok(secs) = text.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = 0u64;
-    let mut number = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let unit = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            _ => {
-                return Err(format!(
-                    "{text:?}: unknown unit {c:?}; use s, m, h or d, e.g. 90s, 30m, 1h30m"
-                ));
-            }
-        };
-        let n: u64 = number
-            .parse()
-            .map_err(|_| format!("{text:?}: expected a number before {c:?}, e.g. 30m"))?;
-        total = total.saturating_add(n.saturating_mul(unit));
-        number.clear();
-    }
-    if !number.is_empty() || text.is_empty() {
-        return Err(format!(
-            "{text:?}: expected a duration such as 90s, 30m or 1h30m"
-        ));
-    }
-    Ok(Duration::from_secs(total))
-}
-
 /// The condition of `type_` in the status, if any.
 pub fn condition<'a>(tr: &'a TaskRun, type_: &str) -> Option<&'a Condition> {
     tr.status
@@ -286,22 +248,6 @@ mod tests {
     fn cond(type_: &str, status: &str, generation: i64) -> serde_json::Value {
         serde_json::json!({"type": type_, "status": status, "reason": "R", "message": "m",
             "lastTransitionTime": "2025-01-01T00:00:00Z", "observedGeneration": generation})
-    }
-
-    #[test]
-    fn durations_parse_like_kubectl_timeouts() {
-        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
-        assert!(
-            parse_duration("5x")
-                .expect_err("bad unit")
-                .contains("unknown unit 'x'")
-        );
-        assert!(parse_duration("m").is_err());
-        assert!(parse_duration("10m5").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]

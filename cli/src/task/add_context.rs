@@ -161,8 +161,8 @@ pub async fn run(global: &Global, args: &AddContextArgs) -> Result<()> {
         report.context_version = synced.context_version;
         report.served_context_version = synced.served;
     }
-    let text = match global.output {
-        Format::Table => render_report(&report),
+    let text = match &global.output {
+        Format::Table | Format::Wide => render_report(&report),
         f => output::render(f, &report)?,
     };
     output::print(&text)

@@ -50,8 +50,10 @@ pub async fn list(global: &Global, args: &ApprovalsArgs) -> Result<()> {
             )));
         };
         let ns = tr.namespace().unwrap_or_default();
-        return match global.output {
-            Format::Table => output::print(&show(approval, &ns, &task, Timestamp::now())),
+        return match &global.output {
+            Format::Table | Format::Wide => {
+                output::print(&show(approval, &ns, &task, Timestamp::now()))
+            }
             format => output::print(&output::render(format, approval)?),
         };
     }
@@ -59,8 +61,8 @@ pub async fn list(global: &Global, args: &ApprovalsArgs) -> Result<()> {
         .iter()
         .filter(|a| !args.pending || a.state == ApprovalState::Pending)
         .collect();
-    match global.output {
-        Format::Table => output::print(&table(&approvals, Timestamp::now())),
+    match &global.output {
+        Format::Table | Format::Wide => output::print(&table(&approvals, Timestamp::now())),
         format => output::print(&output::render(format, &approvals)?),
     }
 }
@@ -116,7 +118,7 @@ pub fn table(approvals: &[&Approval], now: Timestamp) -> String {
             args,
         ]);
     }
-    t.render()
+    t.render_with(output::headers())
 }
 
 /// The characters of a preview in the table's ARGUMENTS column.

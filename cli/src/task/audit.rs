@@ -36,10 +36,10 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
     let records = body["records"].as_array().cloned().unwrap_or_default();
     let matched = body["matched"].as_u64().unwrap_or(records.len() as u64);
     let dropped = body["dropped"].as_u64().unwrap_or(0);
-    match global.output {
-        Format::Table => {
+    match &global.output {
+        Format::Table | Format::Wide => {
             if records.len() as u64 > 0 {
-                output::print(&table(&records).render())?;
+                output::print(&table(&records).render_with(output::headers()))?;
             } else {
                 output::note(&format!("no matching calls in the proxy of pod {pod_name}"));
             }
@@ -70,9 +70,9 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
                 matched,
                 dropped,
             };
-            output::print(&output::render(Format::Json, &shown)?)
+            output::print(&output::render(&Format::Json, &shown)?)
         }
-        Format::Yaml => {
+        format => {
             let value = serde_json::json!({
                 "task": name,
                 "pod": pod_name,
@@ -80,7 +80,7 @@ pub async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
                 "matched": matched,
                 "dropped": dropped,
             });
-            output::print(&output::render(Format::Yaml, &value)?)
+            output::print(&output::render(format, &value)?)
         }
     }
 }

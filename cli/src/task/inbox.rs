@@ -141,7 +141,7 @@ pub async fn run(global: &Global, args: &ApprovalsArgs) -> Result<()> {
     }
     let (api, where_) = scope(&cluster, &params).await?;
     if args.watch {
-        return watch(api, &where_, args, global.output).await;
+        return watch(api, &where_, args, global.output.clone()).await;
     }
     let items = api
         .list(&params)
@@ -149,18 +149,18 @@ pub async fn run(global: &Global, args: &ApprovalsArgs) -> Result<()> {
         .map_err(|e| Error::kube(format!("listing TaskRuns in {where_}"), e))?
         .items;
     let entries = pending(&items);
-    match global.output {
-        Format::Table if entries.is_empty() => {
+    match &global.output {
+        Format::Table | Format::Wide if entries.is_empty() => {
             eprintln!("No calls wait for approval in {where_}.");
             Ok(())
         }
-        Format::Table => {
+        Format::Table | Format::Wide => {
             let now = Timestamp::now();
             let mut t = Table::new(&COLUMNS);
             for e in &entries {
                 t.row(cells(e, now, None));
             }
-            output::print(&t.render())?;
+            output::print(&t.render_with(output::headers()))?;
             eprintln!(
                 "Decide: look at a call whole ({}), then `task approve` or `task reject` it.",
                 decide_hint(&entries[0])
@@ -283,14 +283,14 @@ async fn watch(
                     .iter()
                     .flat_map(|tr| inbox.update(tr, false))
                     .collect();
-                if widths.is_none() && format == Format::Table {
+                if widths.is_none() && format.is_table() {
                     // The first list sets the columns, as `kubectl get -w` does.
                     let mut t = Table::new(&columns);
                     for e in &entries {
                         t.row(cells(e, now, Some(state_cell(&e.approval))));
                     }
                     widths = Some(t.widths());
-                    output::print(&t.render())?;
+                    output::print(&t.render_with(output::headers()))?;
                     eprintln!(
                         "Watching the calls that wait for approval in {where_} (Ctrl-C ends)."
                     );
@@ -308,8 +308,9 @@ async fn watch(
         };
         let mut text = String::new();
         for e in entries {
-            text.push_str(&match format {
-                Format::Table => row_line(
+            text.push_str(&match &format {
+                Format::JsonPath(_) => output::render(&format, &entry_json(&e))?,
+                Format::Table | Format::Wide => row_line(
                     widths.as_deref().unwrap_or_default(),
                     &cells(&e, now, Some(state_cell(&e.approval))),
                 ),

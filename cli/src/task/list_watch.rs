@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use orchestrator_crds::taskrun::TaskRun;
 
-use super::show::{filter, headers, row};
+use super::show::{filter, headers_of, row};
 use crate::args::{Global, ListArgs};
 use crate::connect::connect;
 use crate::error::{Error, Result};
@@ -28,6 +28,8 @@ pub struct Printer {
     phase: Option<String>,
     service: Option<String>,
     widths: Option<Vec<usize>>,
+    /// The first table's header line (`--no-headers`: none).
+    headers: bool,
     /// Per `namespace/name`: the row last printed (without its age) or the resourceVersion.
     shown: HashMap<String, String>,
 }
@@ -40,6 +42,7 @@ impl Printer {
             phase: args.phase.clone(),
             service: args.service.clone(),
             widths: None,
+            headers: true,
             shown: HashMap::new(),
         }
     }
@@ -60,7 +63,7 @@ impl Printer {
             }
             return Ok(out);
         }
-        if self.format != Format::Table {
+        if !self.format.is_table() {
             let mut out = String::new();
             for tr in &items {
                 out.push_str(&self.changed(tr, now)?);
@@ -68,14 +71,14 @@ impl Printer {
             self.widths = Some(Vec::new());
             return Ok(out);
         }
-        let mut t = Table::new(&headers(self.namespaces));
+        let mut t = Table::new(&headers_of(self.namespaces));
         for tr in &items {
             let cells = row(tr, self.namespaces, now);
             self.shown.insert(Self::key(tr), Self::without_age(&cells));
             t.row(cells);
         }
         self.widths = Some(t.widths());
-        Ok(t.render())
+        Ok(t.render_with(self.headers))
     }
 
     fn without_age(cells: &[String]) -> String {
@@ -94,7 +97,7 @@ impl Printer {
             return Ok(String::new());
         }
         let key = Self::key(tr);
-        if self.format != Format::Table {
+        if !self.format.is_table() {
             let version = tr.resource_version().unwrap_or_default();
             if self.shown.get(&key) == Some(&version) {
                 return Ok(String::new());
@@ -116,7 +119,7 @@ impl Printer {
         if self.shown.remove(&Self::key(tr)).is_none() {
             return Ok(String::new());
         }
-        if self.format != Format::Table {
+        if !self.format.is_table() {
             return self.object(tr);
         }
         let mut cells = row(tr, self.namespaces, now);
@@ -126,7 +129,7 @@ impl Printer {
     }
 
     fn object(&self, tr: &TaskRun) -> Result<String> {
-        let text = output::render(self.format, tr)?;
+        let text = output::render(&self.format, tr)?;
         Ok(match self.format {
             Format::Yaml => format!("---\n{text}"),
             _ => text,
@@ -155,7 +158,8 @@ pub async fn run(global: &Global, args: &ListArgs) -> Result<()> {
     api.list(&params)
         .await
         .map_err(|e| Error::kube(format!("watching TaskRuns in {where_}"), e))?;
-    let mut printer = Printer::new(global.output, args);
+    let mut printer = Printer::new(global.output.clone(), args);
+    printer.headers = output::headers();
     let stream = watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
     let mut listed = Vec::new();

@@ -11,6 +11,7 @@ use orchestrator_crds::catalog::Catalog;
 use orchestrator_crds::taskrun::{ProxyMode, TaskRun, TaskRunStatus};
 use serde_json::json;
 
+use crate::api_table::{self, Answer, Query, Shape};
 use crate::args::{DescribeArgs, GetArgs, Global, ListArgs};
 use crate::catalog::{self, indent};
 use crate::connect::connect;
@@ -24,6 +25,29 @@ const EVENTS_SHOWN: usize = 10;
 /// `task get`.
 pub async fn get(global: &Global, args: &GetArgs) -> Result<()> {
     let cluster = connect(global).await?;
+    if global.output.is_table() {
+        let id = args.task.task_id.map(|id| format!("spec.taskId={id}"));
+        let query = Query {
+            namespace: Some(&cluster.namespace),
+            name: args.task.name.as_deref(),
+            fields: id.as_deref().filter(|_| args.task.name.is_none()),
+            ..Query::default()
+        };
+        let action = match &args.task.name {
+            Some(n) => format!("getting TaskRun {n}"),
+            None => format!("listing TaskRuns in namespace {}", cluster.namespace),
+        };
+        let answer = api_table::fetch(&cluster.client, &query, &action).await;
+        // A missing name or task id is said as the typed path says it (exit 3).
+        let found = match &answer {
+            Ok(Answer::Table(t)) => !t.rows.is_empty(),
+            _ => false,
+        };
+        if found && let Ok(Answer::Table(mut t)) = answer {
+            t.select(None);
+            return output::print(&t.render(shape(global, false)));
+        }
+    }
     let items = match (&args.task.name, args.task.task_id) {
         (Some(name), _) => vec![super::get_named(&cluster, name).await?],
         (None, Some(id)) => {
@@ -38,8 +62,8 @@ pub async fn get(global: &Global, args: &GetArgs) -> Result<()> {
         }
         (None, None) => return Err(Error::Usage("name a TaskRun, or pass --task-id".into())),
     };
-    let text = match global.output {
-        Format::Table => table(&items, false, Timestamp::now()),
+    let text = match &global.output {
+        Format::Table | Format::Wide => table(&items, false, Timestamp::now(), output::headers()),
         f if items.len() == 1 => output::render(f, &items[0])?,
         f => output::render(f, &as_list(&items))?,
     };
@@ -72,6 +96,48 @@ pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
     } else {
         format!("namespace {}", cluster.namespace)
     };
+    if global.output.is_table() {
+        let mut query = Query {
+            namespace: Some(cluster.namespace.as_str()).filter(|_| !args.all_namespaces),
+            labels: args.selector.as_deref(),
+            fields: selector.as_deref(),
+            ..Query::default()
+        };
+        let action = format!("listing TaskRuns in {where_}");
+        let answer = match api_table::fetch(&cluster.client, &query, &action).await {
+            // A CRD without selectableFields refuses the selector: filter here instead.
+            Err(Error::Kube {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.code == 400 && selector.is_some() => {
+                query.fields = None;
+                api_table::fetch(&cluster.client, &query, &action).await?
+            }
+            other => other?,
+        };
+        match answer {
+            Answer::Table(mut t) => {
+                if let Some(service) = &args.service {
+                    t.rows.retain(|r| {
+                        r.object
+                            .pointer("/spec/serviceName")
+                            .and_then(|s| s.as_str())
+                            == Some(service.as_str())
+                    });
+                }
+                t.select(args.phase.as_deref());
+                if t.rows.is_empty() {
+                    eprintln!("No tasks found in {where_}.");
+                    return Ok(());
+                }
+                return output::print(&t.render(shape(global, args.all_namespaces)));
+            }
+            Answer::Objects(_) => output::note(
+                "the API server did not answer with a Table (its printer columns); \
+                 showing the CLI's own columns",
+            ),
+        }
+    }
     let items = match api.list(&params).await {
         Ok(l) => l.items,
         // A CRD without selectableFields refuses the selector: filter here instead.
@@ -85,12 +151,17 @@ pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
     };
     let mut items = filter(items, args.phase.as_deref(), args.service.as_deref());
     newest_first(&mut items);
-    let text = match global.output {
-        Format::Table if items.is_empty() => {
+    let text = match &global.output {
+        Format::Table | Format::Wide if items.is_empty() => {
             eprintln!("No tasks found in {where_}.");
             String::new()
         }
-        Format::Table => table(&items, args.all_namespaces, Timestamp::now()),
+        Format::Table | Format::Wide => table(
+            &items,
+            args.all_namespaces,
+            Timestamp::now(),
+            output::headers(),
+        ),
         f => output::render(f, &as_list(&items))?,
     };
     output::print(&text)
@@ -128,17 +199,27 @@ fn as_list(items: &[TaskRun]) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "List", "items": items})
 }
 
-/// The list table (the CRD's printer columns, plus NAMESPACE with -A).
-pub fn table(items: &[TaskRun], namespaces: bool, now: Timestamp) -> String {
-    let mut t = Table::new(&headers(namespaces));
+/// How `-o table|wide`, `-A` and `--no-headers` print the API server's table.
+fn shape(global: &Global, namespaces: bool) -> Shape {
+    Shape {
+        wide: global.output == Format::Wide,
+        namespaces,
+        headers: output::headers(),
+    }
+}
+
+/// The CLI's own list table (when the API server gives no Table; and `--watch`'s rows): the
+/// CRD's main printer columns, plus NAMESPACE with -A.
+pub fn table(items: &[TaskRun], namespaces: bool, now: Timestamp, headers: bool) -> String {
+    let mut t = Table::new(&headers_of(namespaces));
     for tr in items {
         t.row(row(tr, namespaces, now));
     }
-    t.render()
+    t.render_with(headers)
 }
 
 /// The list table's header.
-pub fn headers(namespaces: bool) -> Vec<&'static str> {
+pub fn headers_of(namespaces: bool) -> Vec<&'static str> {
     let mut headers = vec![
         "NAME", "TASK", "SERVICE", "PHASE", "TOOLS", "CONTEXT", "RESULT", "TURNS", "COST", "AGE",
     ];
@@ -188,8 +269,10 @@ pub async fn describe(global: &Global, args: &DescribeArgs) -> Result<()> {
         }
     };
     let events = events(&cluster.client, &tr).await;
-    let text = match global.output {
-        Format::Table => describe_text(&tr, catalog.as_ref(), &events, Timestamp::now()),
+    let text = match &global.output {
+        Format::Table | Format::Wide => {
+            describe_text(&tr, catalog.as_ref(), &events, Timestamp::now())
+        }
         f => output::render(f, &json!({"taskRun": tr, "events": events}))?,
     };
     output::print(&text)

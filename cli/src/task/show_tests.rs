@@ -43,12 +43,12 @@ fn list_table_shows_the_printer_columns() {
         taskrun("task-7", 7, "web", json!(null)),
     ];
     assert_eq!(
-        table(&items, false, now()),
+        table(&items, false, now(), true),
         "NAME        TASK   SERVICE    PHASE     TOOLS    CONTEXT   RESULT   TURNS   COST   AGE\n\
          task-1001   1001   todo-api   Running   4        2                                 5m\n\
          task-7      7      web        <none>    <none>   <none>                            5m\n"
     );
-    assert!(table(&items, true, now()).starts_with("NAMESPACE   NAME"));
+    assert!(table(&items, true, now(), true).starts_with("NAMESPACE   NAME"));
 }
 
 #[test]
@@ -163,7 +163,7 @@ fn describe_and_get_show_the_result_and_who_cancelled() {
         "{text}"
     );
     assert!(!text.contains('\u{1b}'), "no raw escape: {text:?}");
-    let row = table(std::slice::from_ref(&tr), false, now());
+    let row = table(std::slice::from_ref(&tr), false, now(), true);
     assert!(
         row.lines().nth(1).is_some_and(|l| l.contains("Cancelled")
             && l.contains("error_during_execution")

@@ -129,8 +129,8 @@ pub async fn run(global: &Global, args: &SubmitArgs) -> Result<()> {
 
     let created = create(&cluster, args, spec).await?;
     let name = created.metadata.name.clone().unwrap_or_default();
-    match global.output {
-        Format::Table => output::print(&format!("{name}\n"))?,
+    match &global.output {
+        Format::Table | Format::Wide => output::print(&format!("{name}\n"))?,
         f => output::print(&output::render(f, &created)?)?,
     }
     if args.wait {
@@ -325,12 +325,12 @@ fn print_dry_run(
         .unwrap_or_else(|| format!("task-{}", spec.task_id));
     let mut tr = taskrun(&name, spec);
     tr.metadata.namespace = Some(namespace.to_string());
-    let format = if global.output == Format::Table {
+    let format = if global.output.is_table() {
         Format::Yaml
     } else {
-        global.output
+        global.output.clone()
     };
-    output::print(&output::render(format, &tr)?)
+    output::print(&output::render(&format, &tr)?)
 }
 
 /// One more than the highest task id in the namespace (1 when there is none).

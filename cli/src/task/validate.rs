@@ -89,8 +89,8 @@ pub async fn run(global: &Global, args: &ValidateArgs) -> Result<()> {
         report.0.valid = report.0.problems.is_empty();
         reports.push(report.0);
     }
-    let text = match global.output {
-        Format::Table => table(&reports, catalog.is_some(), cluster.is_some()),
+    let text = match &global.output {
+        Format::Table | Format::Wide => table(&reports, catalog.is_some(), cluster.is_some()),
         f => output::render(f, &reports)?,
     };
     output::print(&text)?;

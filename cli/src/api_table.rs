@@ -1,0 +1,267 @@
+//! TaskRuns as the API server's table (`task list`, `task get`): the columns are the CRD's
+//! `additionalPrinterColumns`, as `kubectl get` shows them, asked for with
+//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` (`-o wide`: also those of priority
+//! above 0). The rows carry their objects (`includeObject=Object`), which the phase filter, the
+//! order (newest first) and `-A`'s NAMESPACE column read. A server that answers with objects
+//! instead (no Table support) gets the CLI's own columns, with a note.
+
+use http::header::ACCEPT;
+use kube::Client;
+use orchestrator_crds::taskrun::{GROUP, TaskRun};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::output::{Table, visible};
+
+/// What `task list` and `task get` ask the API server for.
+pub const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+/// Which TaskRuns.
+#[derive(Clone, Debug, Default)]
+pub struct Query<'a> {
+    /// `None`: every namespace.
+    pub namespace: Option<&'a str>,
+    /// One TaskRun by name (a GET), else a list.
+    pub name: Option<&'a str>,
+    pub labels: Option<&'a str>,
+    pub fields: Option<&'a str>,
+}
+
+/// A column the server declares.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Column {
+    pub name: String,
+    #[serde(default)]
+    pub priority: i64,
+}
+
+/// One row: its cells (one per column) and the TaskRun it shows.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Row {
+    pub cells: Vec<Value>,
+    #[serde(default)]
+    pub object: Value,
+}
+
+/// The API server's `meta.k8s.io/v1` Table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerTable {
+    pub column_definitions: Vec<Column>,
+    #[serde(default)]
+    pub rows: Vec<Row>,
+}
+
+/// What the server answered.
+pub enum Answer {
+    Table(ServerTable),
+    /// Not a Table: the objects themselves.
+    Objects(Vec<TaskRun>),
+}
+
+fn path(q: &Query) -> String {
+    let mut path = format!("/apis/{GROUP}/v1");
+    if let Some(ns) = q.namespace {
+        path.push_str(&format!("/namespaces/{ns}"));
+    }
+    path.push_str("/taskruns");
+    if let Some(name) = q.name {
+        path.push('/');
+        path.push_str(name);
+    }
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.append_pair("includeObject", "Object");
+    if let Some(l) = q.labels {
+        query.append_pair("labelSelector", l);
+    }
+    if let Some(f) = q.fields {
+        query.append_pair("fieldSelector", f);
+    }
+    format!("{path}?{}", query.finish())
+}
+
+/// Asks the server for its table of the TaskRuns `q` names. Errors are the API server's
+/// (`Error::Kube`, so a 404 is exit 3), with `action` saying what was asked.
+pub async fn fetch(client: &Client, q: &Query<'_>, action: &str) -> Result<Answer> {
+    let request = http::Request::get(path(q))
+        .header(ACCEPT, TABLE_ACCEPT)
+        .body(Vec::new())
+        .map_err(|e| Error::Cluster(format!("{action}: {e}")))?;
+    let value: Value = client
+        .request(request)
+        .await
+        .map_err(|e| Error::kube(action.to_string(), e))?;
+    parse(value).map_err(|e| Error::Cluster(format!("{action}: the API server's answer: {e}")))
+}
+
+/// The answer as a Table, or as the objects when the server sent those.
+pub fn parse(value: Value) -> std::result::Result<Answer, serde_json::Error> {
+    match value.get("kind").and_then(Value::as_str) {
+        Some("Table") => serde_json::from_value(value).map(Answer::Table),
+        Some("TaskRun") => serde_json::from_value(value).map(|t| Answer::Objects(vec![t])),
+        _ => {
+            #[derive(Deserialize)]
+            struct Items {
+                #[serde(default)]
+                items: Vec<TaskRun>,
+            }
+            serde_json::from_value::<Items>(value).map(|l| Answer::Objects(l.items))
+        }
+    }
+}
+
+/// How to print a server table.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shape {
+    /// `-o wide`: the columns of priority > 0 too.
+    pub wide: bool,
+    /// `-A`: a NAMESPACE column first.
+    pub namespaces: bool,
+    pub headers: bool,
+}
+
+impl ServerTable {
+    /// Keeps the rows whose object's `status.phase` is `phase` (case-insensitive), and puts
+    /// them newest first (by name within the same second).
+    pub fn select(&mut self, phase: Option<&str>) {
+        if let Some(p) = phase {
+            self.rows.retain(|r| {
+                r.object
+                    .pointer("/status/phase")
+                    .and_then(Value::as_str)
+                    .is_some_and(|have| have.eq_ignore_ascii_case(p))
+            });
+        }
+        let created = |r: &Row| {
+            r.object
+                .pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        };
+        let name = |r: &Row| {
+            r.object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        self.rows.sort_by(|a, b| {
+            created(b)
+                .cmp(&created(a))
+                .then_with(|| name(a).cmp(&name(b)))
+        });
+    }
+
+    /// The table as kubectl prints it: upper-case headers, an absent value empty, each
+    /// cell with the characters a terminal would act on escaped.
+    pub fn render(&self, shape: Shape) -> String {
+        let shown: Vec<usize> = (0..self.column_definitions.len())
+            .filter(|&i| shape.wide || self.column_definitions[i].priority == 0)
+            .collect();
+        let mut headers: Vec<String> = shown
+            .iter()
+            .map(|&i| self.column_definitions[i].name.to_uppercase())
+            .collect();
+        if shape.namespaces {
+            headers.insert(0, "NAMESPACE".into());
+        }
+        let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let mut t = Table::new(&header_refs);
+        for row in &self.rows {
+            let mut cells: Vec<String> = shown
+                .iter()
+                .map(|&i| cell(row.cells.get(i).unwrap_or(&Value::Null)))
+                .collect();
+            if shape.namespaces {
+                let ns = row.object.pointer("/metadata/namespace");
+                cells.insert(0, ns.map(cell).unwrap_or_else(|| "<none>".into()));
+            }
+            t.row(cells);
+        }
+        t.render_with(shape.headers)
+    }
+}
+
+/// A cell as kubectl prints it (an absent value: nothing).
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => visible(s),
+        other => visible(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn table() -> ServerTable {
+        let answer = json!({
+            "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+            "columnDefinitions": [
+                {"name": "Name", "type": "string", "priority": 0},
+                {"name": "Phase", "type": "string", "priority": 0},
+                {"name": "Proxy", "type": "string", "priority": 1},
+                {"name": "Turns", "type": "integer", "priority": 0}
+            ],
+            "rows": [
+                {"cells": ["old", "Running", "sidecar", null],
+                 "object": {"metadata": {"name": "old", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Running"}}},
+                {"cells": ["new", "Succeeded", null, 3],
+                 "object": {"metadata": {"name": "new", "namespace": "b", "creationTimestamp": "2026-01-02T00:00:00Z"}, "status": {"phase": "Succeeded"}}}
+            ]
+        });
+        match parse(answer).expect("parses") {
+            Answer::Table(t) => t,
+            Answer::Objects(_) => panic!("a Table"),
+        }
+    }
+
+    #[test]
+    fn the_servers_columns_newest_first_wide_adds_priority_columns() {
+        let mut t = table();
+        t.select(None);
+        let shape = Shape {
+            headers: true,
+            ..Shape::default()
+        };
+        assert_eq!(
+            t.render(shape),
+            "NAME   PHASE       TURNS\nnew    Succeeded   3\nold    Running\n"
+        );
+        let wide = Shape {
+            wide: true,
+            namespaces: true,
+            headers: false,
+        };
+        assert_eq!(
+            t.render(wide),
+            "b   new   Succeeded             3\na   old   Running     sidecar\n"
+        );
+        t.select(Some("running"));
+        assert_eq!(t.rows.len(), 1);
+    }
+
+    #[test]
+    fn objects_instead_of_a_table_are_recognised() {
+        let list = json!({"kind": "TaskRunList", "apiVersion": "orchestrator.io/v1", "items": []});
+        assert!(matches!(parse(list), Ok(Answer::Objects(v)) if v.is_empty()));
+    }
+
+    #[test]
+    fn the_query_names_the_namespace_selectors_and_objects() {
+        let q = Query {
+            namespace: Some("team-a"),
+            labels: Some("a in (b,c)"),
+            fields: Some("spec.serviceName=x"),
+            ..Query::default()
+        };
+        assert_eq!(
+            path(&q),
+            "/apis/orchestrator.io/v1/namespaces/team-a/taskruns?includeObject=Object\
+             &labelSelector=a+in+%28b%2Cc%29&fieldSelector=spec.serviceName%3Dx"
+        );
+    }
+}
