@@ -281,7 +281,7 @@ async fn install_upgrade_and_uninstall_leave_only_the_crd() -> Result<()> {
     };
     assert_eq!(
         env_of(&deployment, "ORCH_SIDECAR_IMAGE").as_deref(),
-        Some("orchestrator-mcp-proxy:0.1.0")
+        Some("orchestrator-mcp-proxy:0.2.0")
     );
 
     // Upgrade with changed values: the Deployment follows, a Service appears.

@@ -53,7 +53,7 @@ fn the_shared_proxy_renders_with_its_autoscaler_and_the_operator_pointed_at_it()
     assert_eq!(pod["securityContext"]["runAsUser"], 65533);
     let c = &pod["containers"][0];
     assert_eq!(
-        c["image"], "orchestrator-mcp-proxy:0.1.0",
+        c["image"], "orchestrator-mcp-proxy:0.2.0",
         "the sidecar's image"
     );
     // The chart's logJson (default true) sets the shared proxy's log format.

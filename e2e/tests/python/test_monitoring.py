@@ -262,6 +262,25 @@ def test_alert_rules_pass_promtool_check_and_their_unit_tests(bins: Path, tmp_pa
     rules.write_text(yaml.safe_dump(groups))
 
 
+def test_with_a_runbook_base_url_each_alert_links_its_own_section_of_the_docs(bins: Path):
+    base = "https://docs.example.com/orchestrator/v0.2.0/docs/operator.md"
+    groups = rule_groups(bins, f"monitoring.prometheusRule.runbookBaseUrl={base}")
+    # The sections the links point at: docs/operator.md's `#### <alert>` headings under
+    # "Runbooks" (a heading's anchor is its text in lower case, as Git forges and renderers make it).
+    text = (REPO / "docs/operator.md").read_text()
+    runbooks = text[text.index("### Runbooks"):]
+    anchors = {m.lower() for m in re.findall(r"^#### (\w+)$", runbooks[: runbooks.find("\n## ")], re.M)}
+    links = {r["alert"]: r["annotations"]["runbook_url"] for g in groups["groups"] for r in g["rules"]}
+    assert set(links) == set(ALERTS)
+    for alert, url in links.items():
+        page, _, anchor = url.partition("#")
+        assert page == base and anchor == alert.lower() and anchor in anchors, (alert, url, sorted(anchors))
+    # Unset (the default): no runbook_url; a value that is no URL is refused, naming the field.
+    assert all("runbook_url" not in r["annotations"] for g in rule_groups(bins)["groups"] for r in g["rules"])
+    out = helm_template(bins, *all_on(), "monitoring.prometheusRule.runbookBaseUrl=operator.md", ok=False)
+    assert out.returncode != 0 and "runbookBaseUrl" in out.stderr, out.stderr
+
+
 def annotations_of(groups, alertname, labels, tmp_path, tool, tests, case) -> dict:
     """The annotations promtool reports for `alertname` with `labels` at the case's time: read
     from a failing run with no annotations expected (promtool prints what it got). Checked to
