@@ -309,6 +309,33 @@ mod tests {
             "[task-1][task-2]"
         );
         assert_eq!(run("plain text", &l), "plain text");
+        assert_eq!(run("{.items[-1].metadata.name}", &l), "task-2");
+        assert_eq!(
+            run(
+                "{.items[?match(@.metadata.name, 'task-1')].spec.taskId}",
+                &l
+            ),
+            "1"
+        );
+        assert_eq!(
+            run("{.items[?length(@.metadata.name) == 6].spec.taskId}", &l),
+            "1 2"
+        );
+        assert_eq!(run("{.items[0].spec['taskId','nothing']}", &l), "1");
+        assert_eq!(
+            run(
+                "{.items[?(@.spec.taskId > 1 || @.status.phase == 'Running')].spec.taskId}",
+                &l
+            ),
+            "1 2"
+        );
+        assert_eq!(
+            run(
+                "{.items[?(@.spec.taskId >= 1 && @.status.phase != 'Running')].metadata.name}",
+                &l
+            ),
+            "task-2"
+        );
         assert_eq!(
             run("{range .items[*]}{$.kind}:{.spec.taskId} {end}", &l),
             "List:1 List:2 "

@@ -47,6 +47,7 @@ fn every_command_has_help_with_examples() {
         vec!["catalog", "show"],
         vec!["catalog", "docs"],
         vec!["completions"],
+        vec!["version"],
     ] {
         let mut args = cmd.clone();
         args.push("--help");
@@ -259,6 +260,60 @@ fn bad_input_exits_2_before_connecting() {
             !stderr.contains("reading kubeconfig"),
             "{args:?} must fail before connecting: {stderr}"
         );
+    }
+}
+
+#[test]
+fn every_duration_flag_takes_the_same_forms_and_names_itself_when_wrong() {
+    let nowhere = "/nonexistent/kubeconfig";
+    let flags: [&[&str]; 5] = [
+        &["task", "cancel", "t", "--wait", "--timeout"],
+        &["task", "delete", "t", "--wait", "--timeout"],
+        &[
+            "task",
+            "add-context",
+            "t",
+            "--enable-tools",
+            "time:*",
+            "--timeout",
+        ],
+        &[
+            "task",
+            "submit",
+            "--service",
+            "s",
+            "--prompt",
+            "x",
+            "--tools",
+            "time:*",
+            "--wait",
+            "--timeout",
+        ],
+        &["task", "audit", "t", "--since"],
+    ];
+    for flag in flags {
+        let name = flag[flag.len() - 1];
+        // Accepted: the command gets as far as connecting (exit 1, the kubeconfig).
+        for good in ["1.5h", "1h30m", "500ms", "90s", "2d", "90"] {
+            let mut args = flag.to_vec();
+            args.extend([good, "--kubeconfig", nowhere]);
+            let out = run(&args);
+            let (_, stderr) = text(&out);
+            assert!(
+                stderr.contains("reading kubeconfig"),
+                "{name} {good} must be accepted: {stderr}"
+            );
+        }
+        let mut args = flag.to_vec();
+        args.extend(["1.5x", "--kubeconfig", nowhere]);
+        let out = run(&args);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '1.5x' for '{name} <")),
+            "{stderr}"
+        );
+        assert!(stderr.contains("500ms, 90s, 1.5h, 1h30m, 2d"), "{stderr}");
     }
 }
 
