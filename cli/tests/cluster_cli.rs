@@ -766,6 +766,8 @@ async fn kubectl_finds_the_plugin_on_path() -> Result<()> {
     // The install: the binary (or a link to it) named kubectl-orchestrator, on PATH.
     let dir = tempfile::tempdir()?;
     std::os::unix::fs::symlink(BIN, dir.path().join("kubectl-orchestrator"))?;
+    // And for `kubectl orchestrator <TAB>`: kubectl's plugin completion runs this name.
+    std::os::unix::fs::symlink(BIN, dir.path().join("kubectl_complete-orchestrator"))?;
     let kubectl_dir = orchestrator_e2e::bin_dir()?;
     let path = format!(
         "{}:{}:{}",
@@ -830,6 +832,25 @@ async fn kubectl_finds_the_plugin_on_path() -> Result<()> {
         help.contains("Usage: kubectl orchestrator task [OPTIONS] <COMMAND>"),
         "{help}"
     );
+    // kubectl's own completion of the plugin's arguments (what a shell's kubectl completion
+    // asks): the namespace's task, in Cobra's protocol, ending in "no file names".
+    let out = kubectl(&[
+        "__complete",
+        "orchestrator",
+        "--kubeconfig",
+        k,
+        "-n",
+        n,
+        "task",
+        "get",
+        "",
+    ]);
+    let offered = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        offered.lines().any(|l| l == "task-5\ttask 5 (Running)"),
+        "{offered}"
+    );
+    assert!(offered.ends_with(":4\n"), "{offered}");
     ns.delete().await
 }
 
