@@ -47,6 +47,9 @@ fn bad(template: &str, what: impl std::fmt::Display) -> Error {
 impl Template {
     /// Parses `template`; a malformed one is a usage error (exit 2) naming what is wrong.
     pub fn parse(template: &str) -> Result<Self> {
+        if template.is_empty() {
+            return Err(bad(template, "the template is empty"));
+        }
         let mut stack: Vec<(String, bool, Vec<Node>)> = Vec::new();
         let mut nodes = Vec::new();
         let mut rest = template;
@@ -349,6 +352,7 @@ mod tests {
             ("{range .items[*]}{.a}", "has no {end}"),
             ("{end}", "without a {range"),
             ("{}", "empty"),
+            ("", "the template is empty"),
             ("{metadata.name}", "not a path"),
             ("{.items[?(@.a==]}", "not a path it can evaluate"),
         ] {
