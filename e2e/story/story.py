@@ -446,6 +446,11 @@ class Story:
     api_watch: bool = True
     # More `--set` values for the chart.
     helm_values: list = field(default_factory=list)
+    # The chart to install: this checkout's (with this checkout's images), or a released one
+    # (`oci://...`, with `chart_args` such as `--version V --plain-http`) whose image defaults
+    # are its release's.
+    chart: str = ""
+    chart_args: list = field(default_factory=list)
 
     def __post_init__(self):
         suffix = secrets.token_hex(3)
@@ -561,11 +566,12 @@ class Story:
         self.helm(
             # --take-ownership: the CRDs are the chart's templates, kept on uninstall, so a cluster
             # that had a release before (another test's) holds them under that release's name.
-            "install", self.release, str(REPO / "charts/orchestrator"), "-n", self.system_ns, "--create-namespace",
+            "install", self.release, self.chart or str(REPO / "charts/orchestrator"), *self.chart_args,
+            "-n", self.system_ns, "--create-namespace",
             "--take-ownership",
             "--set", f"watchNamespace={self.work_ns}",
-            "--set", f"agent.image={self.images['agent']}",
-            "--set", f"sidecar.image={self.images['mcp-proxy']}",
+            *([] if self.chart else ["--set", f"agent.image={self.images['agent']}",
+                                     "--set", f"sidecar.image={self.images['mcp-proxy']}"]),
             "--set", f"sidecar.apiWatch={str(self.api_watch).lower()}",
             "--set", f"sidecar.kubernetesService={POD_API_SERVER}",
             *[a for v in [*MONITORING_VALUES, *self.helm_values] for a in ("--set", v)],
@@ -575,8 +581,11 @@ class Story:
         self.cleanup.callback(self.helm, "uninstall", self.release, "-n", self.system_ns)
         self.say(f"   helm: release {self.release} deployed (CRDs, RBAC, catalog ConfigMap, operator Deployment; "
                  "the monitoring kit: PodMonitor, ServiceMonitor, PrometheusRule, Grafana dashboard)")
-        self.say(f"   images (built by e2e/images/build, imported into the node's containerd): "
-                 f"sidecar {self.images['mcp-proxy']}, agent {self.images['agent']}")
+        if self.chart:
+            self.say(f"   chart {self.chart}: its release's images, which the node pulls")
+        else:
+            self.say(f"   images (built by e2e/images/build, imported into the node's containerd): "
+                     f"sidecar {self.images['mcp-proxy']}, agent {self.images['agent']}")
 
         deployment = self.json("get", "deployment", "orchestrator-operator", "-n", self.system_ns)
         container = deployment["spec"]["template"]["spec"]["containers"][0]
