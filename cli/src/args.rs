@@ -138,12 +138,16 @@ pub enum Command {
 
     Version(VersionArgs),
 
-    /// Print a shell completion script.
+    /// Print a shell completion script (commands and flags; for task names and approval ids
+    /// from the cluster too, source `COMPLETE=<shell> orchestrator-cli` instead).
     #[command(after_help = "\
 Examples:
   orchestrator-cli completions bash > /etc/bash_completion.d/orchestrator-cli
   orchestrator-cli completions zsh > \"${fpath[1]}/_orchestrator-cli\"
-  orchestrator-cli completions fish > ~/.config/fish/completions/orchestrator-cli.fish")]
+  orchestrator-cli completions fish > ~/.config/fish/completions/orchestrator-cli.fish
+
+Completion that also offers the namespace's task names and a task's approval ids:
+  echo 'source <(COMPLETE=bash orchestrator-cli)' >> ~/.bashrc")]
     Completions {
         /// The shell.
         #[arg(value_enum)]
