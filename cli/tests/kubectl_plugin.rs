@@ -22,27 +22,45 @@ fn through_a_kubectl_orchestrator_link_the_usage_says_kubectl_orchestrator() {
     let out = Command::new(&link).arg("--help").output().expect("runs");
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{help}");
-    assert!(help.contains("Usage: kubectl orchestrator [OPTIONS] <COMMAND>"), "{help}");
-    assert!(help.contains("  kubectl orchestrator task list --phase Running"), "{help}");
+    assert!(
+        help.contains("Usage: kubectl orchestrator [OPTIONS] <COMMAND>"),
+        "{help}"
+    );
+    assert!(
+        help.contains("  kubectl orchestrator task list --phase Running"),
+        "{help}"
+    );
     assert!(!help.contains("orchestrator-cli "), "{help}");
 
     // A usage error names the plugin too.
-    let out = Command::new(&link).args(["task", "get"]).output().expect("runs");
+    let out = Command::new(&link)
+        .args(["task", "get"])
+        .output()
+        .expect("runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("Usage: kubectl orchestrator task get <NAME>"), "{err}");
+    assert!(
+        err.contains("Usage: kubectl orchestrator task get <NAME>"),
+        "{err}"
+    );
 
     // Under its own name nothing changes.
     let out = Command::new(BIN).arg("--help").output().expect("runs");
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("Usage: orchestrator-cli [OPTIONS] <COMMAND>"), "{help}");
+    assert!(
+        help.contains("Usage: orchestrator-cli [OPTIONS] <COMMAND>"),
+        "{help}"
+    );
 }
 
 #[test]
 fn the_krew_manifest_filled_in_is_a_plugin_krew_accepts() {
     let template = manifest_template();
     for placeholder in ["@VERSION@", "@RELEASE_URL@", "@SHA256_LINUX_AMD64@"] {
-        assert!(template.contains(placeholder), "{placeholder} is documented and used");
+        assert!(
+            template.contains(placeholder),
+            "{placeholder} is documented and used"
+        );
     }
     let filled = template
         .replace("@VERSION@", env!("CARGO_PKG_VERSION"))
@@ -56,13 +74,22 @@ fn the_krew_manifest_filled_in_is_a_plugin_krew_accepts() {
         .filter(|l| !l.trim_start().starts_with('#'))
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(!without_comments.contains('@'), "a placeholder is left:\n{filled}");
+    assert!(
+        !without_comments.contains('@'),
+        "a placeholder is left:\n{filled}"
+    );
     let m: serde_json::Value = serde_saphyr::from_str(&filled).expect("the manifest is YAML");
 
     // What krew's validation checks (krew's pkg/index/validation).
-    assert_eq!(m["apiVersion"], "krew.googlecontainertools.github.com/v1alpha2");
+    assert_eq!(
+        m["apiVersion"],
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
     assert_eq!(m["kind"], "Plugin");
-    assert_eq!(m["metadata"]["name"], "orchestrator", "kubectl orchestrator");
+    assert_eq!(
+        m["metadata"]["name"], "orchestrator",
+        "kubectl orchestrator"
+    );
     let version = m["spec"]["version"].as_str().expect("spec.version");
     assert_eq!(version, format!("v{}", env!("CARGO_PKG_VERSION")));
     assert!(
@@ -81,9 +108,15 @@ fn the_krew_manifest_filled_in_is_a_plugin_krew_accepts() {
             "krew installs archives: {uri}"
         );
         let sha = p["sha256"].as_str().expect("sha256");
-        assert!(sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()), "{sha}");
+        assert!(
+            sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()),
+            "{sha}"
+        );
         assert_eq!(p["bin"], "kubectl-orchestrator");
         let files = p["files"].as_array().expect("files");
-        assert!(files.iter().any(|f| f["from"] == "kubectl-orchestrator"), "{p}");
+        assert!(
+            files.iter().any(|f| f["from"] == "kubectl-orchestrator"),
+            "{p}"
+        );
     }
 }
