@@ -56,7 +56,12 @@ fn through_a_kubectl_orchestrator_link_the_usage_says_kubectl_orchestrator() {
 #[test]
 fn the_krew_manifest_filled_in_is_a_plugin_krew_accepts() {
     let template = manifest_template();
-    for placeholder in ["@VERSION@", "@RELEASE_URL@", "@SHA256_LINUX_AMD64@"] {
+    for placeholder in [
+        "@VERSION@",
+        "@RELEASE_URL@",
+        "@SHA256_LINUX_AMD64@",
+        "@SHA256_LINUX_ARM64@",
+    ] {
         assert!(
             template.contains(placeholder),
             "{placeholder} is documented and used"
@@ -68,7 +73,8 @@ fn the_krew_manifest_filled_in_is_a_plugin_krew_accepts() {
             "@RELEASE_URL@",
             "https://example.invalid/releases/download/v0.2.0",
         )
-        .replace("@SHA256_LINUX_AMD64@", &"ab".repeat(32));
+        .replace("@SHA256_LINUX_AMD64@", &"ab".repeat(32))
+        .replace("@SHA256_LINUX_ARM64@", &"cd".repeat(32));
     let without_comments: String = filled
         .lines()
         .filter(|l| !l.trim_start().starts_with('#'))
