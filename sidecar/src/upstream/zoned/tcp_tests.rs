@@ -423,13 +423,17 @@ async fn hostile_peers_are_cut_off_with_bounded_memory_and_the_zone_serves_on() 
     assert_eq!(started_count(dir.path()), 0);
 
     // An authenticated peer that sends a 4 GiB frame header: the connection and the process
-    // end; nothing is allocated for it.
+    // end; nothing is allocated for it. (The exit status is sent, but a peer that broke the
+    // protocol may not get it: the zone closes with the peer's bytes unread, and the reset that
+    // makes can discard it. What must hold is that its process ended.)
     let mut huge = authenticated(zone.addr, &k).await;
     huge.write_all(&[0, 0xff, 0xff, 0xff, 0xff])
         .await
         .expect("w");
-    let status = exit_frame(&mut huge).await.expect("an exit status");
-    assert!(status.starts_with("signal: 15"), "{status}");
+    if let Some(status) = exit_frame(&mut huge).await {
+        assert!(status.starts_with("signal: 15"), "{status}");
+    }
+    all_ended(dir.path(), 1).await;
     // One that sends beyond its stdin window to a process that does not read.
     let mut flood = authenticated(zone.addr, &k).await;
     let chunk = vec![b'y'; frames::MAX_FRAME];
@@ -438,8 +442,10 @@ async fn hostile_peers_are_cut_off_with_bounded_memory_and_the_zone_serves_on() 
             break;
         }
     }
-    let status = exit_frame(&mut flood).await.expect("an exit status");
-    assert!(status.starts_with("signal: 15"), "{status}");
+    if let Some(status) = exit_frame(&mut flood).await {
+        assert!(status.starts_with("signal: 15"), "{status}");
+    }
+    all_ended(dir.path(), 2).await;
 
     // The zone serves on.
     let server = ServerName::new("git");
@@ -451,6 +457,39 @@ async fn hostile_peers_are_cut_off_with_bounded_memory_and_the_zone_serves_on() 
     );
     signals.send(SignalName::Term).expect("supervised");
     assert!(exit_of(exit).await.starts_with("signal: 15"));
+}
+
+/// Waits (10 s at most) until none of the processes that recorded their pid in `dir` (the
+/// script's first command, `touch "$0/$$"`, before `exec sleep`) is running; at most `started`
+/// did (one killed before it got there never ran the sleep, so it is not left running either).
+async fn all_ended(dir: &Path, started: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let running: Vec<&String> = pids
+            .iter()
+            .filter(|pid| Path::new("/proc").join(pid).exists())
+            .collect();
+        assert!(
+            pids.len() <= started,
+            "{} processes for {started} starts",
+            pids.len()
+        );
+        if running.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {started} processes started, still running: {running:?}",
+            pids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Polls `value` until it stops changing for a while: a pipeline that is full.
