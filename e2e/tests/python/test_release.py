@@ -163,9 +163,13 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
         assert f"{registry}/orchestrator/agent:{VERSION}" in args, args
 
         # 3. A task on the real node: its images come from the registry.
-        for image in ("mcp-proxy", "agent"):  # pulled by this test, not imported
-            subprocess.run(["ctr", "--address", str(NODE_SOCK), "-n", "k8s.io", "images", "rm",
-                            f"{registry}/orchestrator/{image}:{VERSION}"], capture_output=True)
+        # The images are the release's (labelled with its version: other image IDs than the
+        # other tests' imports of the same layers), pulled by this test and removed after it.
+        pulled = [f"{registry}/orchestrator/{image}{suffix}" for image in ("mcp-proxy", "agent")
+                  for suffix in (f":{VERSION}", f"@{digest[image]}")]
+        remove = ["ctr", "--address", str(NODE_SOCK), "-n", "k8s.io", "images", "rm", *pulled]
+        subprocess.run(remove, capture_output=True)
+        cleanup.callback(subprocess.run, remove, capture_output=True)
         script = ('v=$(claude --version | head -c 100); h=$(command -v orchestrator-agent); '
                   'printf \'{"text":"%s at %s"}\' "$v" "$h" > /dev/termination-log')
         taskrun = {
@@ -193,8 +197,13 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
         assert seen["mcp-proxy"] == f"{registry}/orchestrator/mcp-proxy@{digest['mcp-proxy']}", seen
         events = story.json("get", "events", "-n", story.work_ns, "--field-selector",
                             f"involvedObject.name={pod['metadata']['name']}")["items"]
-        pulled = [e["message"] for e in events if e.get("reason") == "Pulled"]
-        assert any(f"{registry}/orchestrator/agent:{VERSION}" in m and "Successfully pulled" in m for m in pulled), pulled
+        messages = [e["message"] for e in events if e.get("reason") == "Pulled"]
+        assert any(f"{registry}/orchestrator/agent:{VERSION}" in m and "Successfully pulled" in m for m in messages), \
+            messages
+        inspected = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--config",
+                                    f"docker://{registry}/orchestrator/agent:{VERSION}"],
+                                   check=True, capture_output=True, text=True).stdout
+        assert json.loads(inspected)["config"]["Labels"]["org.opencontainers.image.version"] == VERSION
 
     # 4. Tampered: another image pushed under the agent's tag. Its verification fails; the
     # release's digest still verifies.
