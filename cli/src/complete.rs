@@ -13,7 +13,7 @@ use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use orchestrator_crds::approval::ApprovalState;
-use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::{Phase, TaskRun};
 
 /// How long a completion may take before it gives up (a shell waits for it).
 const LIMIT: Duration = Duration::from_secs(5);
@@ -158,14 +158,14 @@ pub fn task_names(current: &OsStr) -> Vec<CompletionCandidate> {
         .iter()
         .filter(|t| t.name_any().starts_with(prefix.as_ref()))
         .map(|t| {
-            let phase = t
-                .status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .map(|p| p.as_str())
-                .unwrap_or("no phase yet");
-            CompletionCandidate::new(t.name_any())
-                .help(Some(format!("task {} ({phase})", t.spec.task_id).into()))
+            CompletionCandidate::new(t.name_any()).help(Some(
+                format!(
+                    "task {} ({})",
+                    t.spec.task_id,
+                    Phase::label(t.status.as_ref().and_then(|s| s.phase))
+                )
+                .into(),
+            ))
         })
         .collect()
 }

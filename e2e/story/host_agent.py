@@ -109,19 +109,9 @@ def agent_helper_bin() -> str:
     layer_helper: the build `cargo test --workspace` makes; a no-op when up to date)."""
     if os.environ.get("AGENT_HELPER_BIN"):
         return os.environ["AGENT_HELPER_BIN"]
-    env = dict(os.environ)
-    if not env.get("CARGO_TARGET_DIR"):
-        env["CARGO_TARGET_DIR"] = subprocess.run([str(REPO / "scripts/target-dir")], check=True,
-                                                 capture_output=True, text=True).stdout.strip()
-    out = subprocess.run(["cargo", "test", "--workspace", "--no-run", "--quiet", "--locked",
-                          "--message-format=json-render-diagnostics"], cwd=REPO, env=env, check=True,
-                         stdout=subprocess.PIPE, text=True)
-    for line in out.stdout.splitlines():
-        msg = json.loads(line)
-        if msg.get("reason") == "compiler-artifact" and msg.get("executable") \
-                and msg["target"]["name"] == "orchestrator-agent" and not msg["profile"]["test"]:
-            return msg["executable"]
-    raise RuntimeError("cargo built no orchestrator-agent")
+    from story import cargo_binaries  # the workspace's binaries as `cargo test --workspace` builds them
+
+    return str(cargo_binaries()["orchestrator-agent"])
 
 
 def descendants(pid: int) -> list[int]:

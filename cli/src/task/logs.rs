@@ -43,7 +43,7 @@ pub enum Where {
 pub fn where_logs(tr: &TaskRun, pods: &[Pod], container: &str) -> Where {
     let name = tr.name_any();
     let status = tr.status.clone().unwrap_or_default();
-    let phase = status.phase.map(|p| p.as_str()).unwrap_or("no phase yet");
+    let phase = Phase::label(status.phase);
     let finished = status.phase.is_some_and(|p| p.is_terminal());
     let Some(job) = status.job_name else {
         return if finished {

@@ -30,7 +30,7 @@ mod validate_tests;
 
 use kube::Api;
 use kube::api::ListParams;
-use orchestrator_crds::taskrun::TaskRun;
+use orchestrator_crds::taskrun::{Phase, TaskRun};
 
 use crate::args::TaskRef;
 use crate::connect::Cluster;
@@ -108,13 +108,11 @@ pub async fn resolve(cluster: &Cluster, task: &TaskRef) -> Result<TaskRun> {
                     let names: Vec<String> = found
                         .iter()
                         .map(|t| {
-                            let phase = t
-                                .status
-                                .as_ref()
-                                .and_then(|s| s.phase)
-                                .map(|p| p.as_str())
-                                .unwrap_or("no phase yet");
-                            format!("{} ({phase})", t.metadata.name.as_deref().unwrap_or("?"))
+                            format!(
+                                "{} ({})",
+                                t.metadata.name.as_deref().unwrap_or("?"),
+                                Phase::label(t.status.as_ref().and_then(|s| s.phase))
+                            )
                         })
                         .collect();
                     Err(Error::Usage(format!(

@@ -103,6 +103,11 @@ impl Phase {
         matches!(self, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
     }
 
+    /// A task's phase as a person reads it: "no phase yet" before the operator's first status.
+    pub fn label(phase: Option<Phase>) -> &'static str {
+        phase.map_or("no phase yet", Phase::as_str)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
