@@ -332,6 +332,9 @@ class AgentScript:
     want_after: list[str] = field(default_factory=list)
     add_context_done: threading.Event = field(default_factory=threading.Event)
     ready_for_add_context: threading.Event = field(default_factory=threading.Event)
+    # The story measures the pod idle (the agent connected and listed, no call) before the model
+    # answers its first request with a call.
+    idle_measured: threading.Event = field(default_factory=threading.Event)
     seen: dict = field(default_factory=dict)
     said: list[str] = field(default_factory=list)
 
@@ -340,6 +343,7 @@ class AgentScript:
         self.seen["first"] = first
         check(offered == self.want_before,
               f"the model is offered {offered}, but the TaskRun allows exactly {self.want_before}")
+        check(self.idle_measured.wait(timeout=120), "the story did not measure the idle pod within 120 s")
         r = yield tool_use(MCP + "everything__get-sum", {"a": 2, "b": 3})
         result = tool_result_text(r)
         check("5" in result and not result.startswith("ERROR"), f"get-sum failed: {result}")
@@ -787,7 +791,10 @@ class Story:
         # The proxy and every server's container start before the agent (native sidecars, in order).
         self.figures["apply_to_agent_start_s"] = round(started - self.applied_at, 1)
         offered = first.mcp_tools()
-        self.memory(self.container_pids(pod), when="idle (the agent connected and listed, no call yet)", key="memory_idle_mib")
+        try:
+            self.idle(pod)
+        finally:
+            self.script.idle_measured.set()  # the model answers the first request now
         self.say(f"   the agent's first request to the model, {self.figures['agent_start_to_first_model_request_s']} s "
                  f"after the container started (kubelet time, 1 s resolution), offers {len(offered)} tools of the proxy "
                  f"(deferred, loaded with ToolSearch): {', '.join(offered)}")
@@ -926,6 +933,21 @@ class Story:
         self.say(f"   the agent's container: no env from a Secret, ANTHROPIC_BASE_URL={base}; none of its {seen} "
                  f"processes has the key in its env or command line; the model API got it on the first request")
 
+    def idle(self, pod: dict) -> None:
+        """The pod once the agent has connected and listed, before any call (the model holds its
+        first answer meanwhile): lazy start means no server process anywhere, neither under the
+        proxy nor under a zone's launcher, and no start in the proxy's log, whatever the agent
+        sent at connect."""
+        pids = self.container_pids(pod)
+        started = {name: descendants(pid) for name, pid in pids.items() if name != "agent"}
+        starts = self.server_starts(pod)
+        check(not any(started.values()) and not starts,
+              f"a server started before any call: processes per container {started}; the proxy's log: {starts}")
+        self.figures["upstream_processes_idle"] = sum(len(p) for p in started.values())
+        self.memory(pids, when="idle (the agent connected and listed, no call yet)", key="memory_idle_mib")
+        self.say(f"   no server started: {', '.join(f'{n} 0' for n in started if n != 'mcp-proxy')} processes "
+                 f"under the zones' launchers, none under the proxy, no start in its log")
+
     def memory(self, pids: dict[str, int], when: str, key: str = "memory_mib") -> None:
         """Per container of the pod: the PSS of its processes (the first one and its descendants)
         and its cgroup's peak; `proxy_pss`/`upstreams_pss` as before (the proxy alone, and every
@@ -960,6 +982,22 @@ class Story:
             "-o", "jsonpath={.data.catalog\\.yaml}",
         )
         return yaml.safe_load(text)
+
+    def server_starts(self, pod: dict) -> dict[str, str]:
+        """server -> why the proxy started it, from its log's `starting upstream server` lines
+        (JSON by the chart's default, else text)."""
+        log = self.kubectl("logs", "-n", self.work_ns, pod["metadata"]["name"], "-c", "mcp-proxy")
+        out = {}
+        for line in log.splitlines():
+            if "starting upstream server" not in line:
+                continue
+            try:
+                fields = json.loads(line).get("fields", {})
+            except ValueError:
+                fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+            server, reason = str(fields.get("server", "?")).strip('"'), str(fields.get("reason", "?")).strip('"')
+            out.setdefault(server, reason)
+        return out
 
     def audit_stream(self, pod: dict) -> list[dict]:
         """The proxy container's stdout as a log shipper reads it: the node's CRI log file
@@ -1006,8 +1044,11 @@ class Story:
         for r in records:  # the first call of each server also started its process (lazy start)
             first.setdefault(r.get("server", "?"), round(float(r.get("durationMs", 0)), 1))
         self.figures["first_call_ms"] = first
+        starts = self.server_starts(pod)
+        check(sorted(starts) == sorted(first) and all(why.startswith("tools/call ") for why in starts.values()),
+              f"each server should start once, for its first call ({sorted(first)}); the proxy's log: {starts}")
         self.say(f"   the first call of each server, which started its process: "
-                 + ", ".join(f"{s} {ms} ms" for s, ms in first.items()))
+                 + ", ".join(f"{s} {ms} ms ({starts[s]})" for s, ms in first.items()))
         self.say(f"   the proxy's audit: {len(records)} calls, one client identity {next(iter(clients))} "
                  f"across {len(sessions)} protocol session(s)")
         # The model's requests, and the Bash command it asked for between get-sum and

@@ -25,4 +25,7 @@ def test_the_story_from_helm_install_to_a_garbage_collected_taskrun(capsys):
     assert figures["add_context_to_proxy_reload_s"] <= figures["add_context_to_list_changed_s"]
     assert figures["add_context_to_list_changed_s"] <= figures["add_context_to_model_offered_s"]
     assert figures["apply_to_proxy_ready_s"] > 0
+    # Lazy start (issue 48): connecting and listing started no server; each started for its call.
+    assert figures["upstream_processes_idle"] == 0
+    assert set(figures["first_call_ms"]) == {"everything", "memory"}
     assert figures["memory_mib"]["proxy_pss"] > 0 and figures["memory_mib"]["agent_container_peak"] > 0
