@@ -86,9 +86,14 @@ def claude_bin() -> str:
 
 
 def proxy_bin() -> str:
-    """$MCP_PROXY_BIN, or the release build (the one the proxy image carries; built if missing)."""
+    """$MCP_PROXY_BIN, or the build the proxy image carries (built if missing): the release build,
+    or with ORCH_IMAGES_TEST_BUILD=1 (./test) the build `cargo test --workspace` makes."""
     if os.environ.get("MCP_PROXY_BIN"):
         return os.environ["MCP_PROXY_BIN"]
+    if os.environ.get("ORCH_IMAGES_TEST_BUILD") == "1":
+        from story import cargo_binaries
+
+        return str(cargo_binaries()["orchestrator-mcp-proxy"])
     env = dict(os.environ)
     if not env.get("CARGO_TARGET_DIR"):
         env["CARGO_TARGET_DIR"] = subprocess.run([str(REPO / "scripts/target-dir")], check=True,
