@@ -17,7 +17,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scripted_agent import CLIENT  # noqa: E402
-from story import MODEL_PORT, REAL_NODE, REPO, Story, wait_until  # noqa: E402
+from story import MODEL_PORT, PORT_BASE, REAL_NODE, REPO, Story, chart_object, wait_until  # noqa: E402
 
 COMPONENT = "shared-mcp-proxy"
 ALPHA_PORT = MODEL_PORT + 1
@@ -155,7 +155,9 @@ def shared_story(cleanup: ExitStack, records: Path, servers: list[tuple[str, int
     pods have no cluster DNS), and one HTTP tools server per (name, port[, tool...]) on the host
     (tools `read` and `write` unless named), in the catalog, each recording its calls in
     records/<name>.jsonl (story.records)."""
-    cluster_ip = f"10.96.15.{random.randrange(2, 250)}"
+    # A block of its own for each of ./test's two e2e processes (their shared proxies run at once).
+    block = 15 + (MODEL_PORT - PORT_BASE - 450) // 10
+    cluster_ip = f"10.96.{block}.{random.randrange(2, 250)}"
     story = Story(say=lambda *_: None, helm_values=[
         "sharedProxy.enabled=true",
         f"sharedProxy.service.clusterIP={cluster_ip}",
@@ -177,7 +179,7 @@ def shared_story(cleanup: ExitStack, records: Path, servers: list[tuple[str, int
         story.records[name] = record
     story.prepare(cleanup)
     # The servers join the catalog (the operator watches its ConfigMap).
-    cm = story.json("get", "configmap", "orchestrator-catalog", "-n", story.system_ns)
+    cm = story.json("get", "configmap", chart_object("catalog"), "-n", story.system_ns)
     catalog = yaml.safe_load(cm["data"]["catalog.yaml"])
     names = {name for name, *_ in servers}
     catalog["servers"] = [s for s in catalog["servers"] if s["name"] not in names] + [

@@ -67,8 +67,22 @@ from scripted_model import Recorded, ScriptedModel, text, tls_pair, tool_result_
 
 STATE = Path(os.environ.get("ORCH_E2E_STATE", REPO / "e2e/.cluster"))
 PORT_BASE = int(os.environ.get("ORCH_E2E_PORT_BASE", "26000"))
-# The node's pods reach 127.0.0.1:BASE+450..459 on the host at the same address (e2e/node/node).
-MODEL_PORT = PORT_BASE + 450
+# The node's pods reach 127.0.0.1:BASE+450..469 on the host at the same address (e2e/node/node):
+# ten ports for each of the two test processes ./test runs side by side, the second with
+# ORCH_E2E_MODEL_PORT_OFFSET=10 (its modules take MODEL_PORT..+9).
+MODEL_PORT = PORT_BASE + 450 + int(os.environ.get("ORCH_E2E_MODEL_PORT_OFFSET", "0"))
+# The chart's release name: it names the chart's cluster-wide objects (the approver ClusterRole,
+# the admission policies), so two test processes side by side install under two names
+# (ORCH_E2E_RELEASE), each taking over and deleting only its own.
+RELEASE = os.environ.get("ORCH_E2E_RELEASE", "orchestrator")
+
+
+def chart_object(suffix: str, release: str = RELEASE) -> str:
+    """The name of the chart's object `suffix` (operator, catalog, approver) in release `release`:
+    the chart's fullname (the release's name when it holds the chart's, else release-orchestrator)
+    and the suffix."""
+    full = release if "orchestrator" in release else f"{release}-orchestrator"
+    return f"{full}-{suffix}"
 # Where a pod on the real node reaches the API server (the node's portal, e2e/node/node): pods
 # have no kube-proxy, so the kubernetes Service's address does not work from them.
 POD_API_SERVER = "127.0.0.1:6443"
@@ -460,9 +474,9 @@ class Story:
         suffix = secrets.token_hex(3)
         self.system_ns = self.system_ns or f"orchestrator-system-{suffix}"
         self.work_ns = self.work_ns or f"story-{suffix}"
-        # Release "orchestrator": its objects are then named orchestrator-operator,
+        # Release "orchestrator" (RELEASE): its objects are then named orchestrator-operator,
         # orchestrator-catalog, ... (the CLI's defaults, when installed in orchestrator-system).
-        self.release = "orchestrator"
+        self.release = RELEASE
         self.bins = bin_dir()
         self.kubeconfig = STATE / "kubeconfig"
         check(self.kubeconfig.exists(), f"{self.kubeconfig} is missing: is the cluster up? (e2e/cluster up)")
@@ -488,7 +502,7 @@ class Story:
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         argv = [str(self.binaries["orchestrator-cli"]), "--kubeconfig", str(self.kubeconfig),
                 "-n", self.work_ns,
-                "--catalog-namespace", self.system_ns, "--catalog-name", "orchestrator-catalog",
+                "--catalog-namespace", self.system_ns, "--catalog-name", chart_object("catalog", self.release),
                 *args]
         return subprocess.run(argv, capture_output=True, text=True)
 
@@ -591,7 +605,7 @@ class Story:
             self.say(f"   images (built by e2e/images/build, imported into the node's containerd): "
                      f"sidecar {self.images['mcp-proxy']}, agent {self.images['agent']}")
 
-        deployment = self.json("get", "deployment", "orchestrator-operator", "-n", self.system_ns)
+        deployment = self.json("get", "deployment", chart_object("operator", self.release), "-n", self.system_ns)
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
         token = self.kubectl("create", "token", sa, "-n", self.system_ns, "--duration", "1h").strip()
@@ -978,7 +992,7 @@ class Story:
     def catalog(self) -> dict:
         """The catalog the operator uses: the chart's ConfigMap."""
         text = self.kubectl(
-            "get", "configmap", "orchestrator-catalog", "-n", self.system_ns,
+            "get", "configmap", chart_object("catalog", self.release), "-n", self.system_ns,
             "-o", "jsonpath={.data.catalog\\.yaml}",
         )
         return yaml.safe_load(text)

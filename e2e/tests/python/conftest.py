@@ -42,6 +42,33 @@ for path in (HERE, E2E / "model", E2E / "story"):
         sys.path.insert(0, str(path))
 
 
+# ./test runs this suite as two pytest processes side by side (ORCH_E2E_GROUP a and b; b with its
+# own chart release name and host ports: ORCH_E2E_RELEASE, ORCH_E2E_MODEL_PORT_OFFSET, story.py),
+# after the modules that must run alone first and before those that must run alone last. Without
+# ORCH_E2E_GROUP a run takes every module, one after the other.
+GROUPS = {
+    # It installs the chart's previous version: its CRDs (without status.result, refusing phase
+    # Cancelled) and cluster-wide admission policies for the time it runs.
+    "first": {"test_chart_upgrade.py"},
+    # It restarts the API server; operators of other modules lose their leases meanwhile.
+    "last": {"test_live_control.py"},
+    # The real node's longer modules, balanced against the rest (group a).
+    "b": {"test_model_key.py", "test_runtimes.py", "test_trust_zones.py", "test_real_node.py",
+          "test_release.py", "test_lifecycle.py", "test_zone_auth.py"},
+}
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    group = os.environ.get("ORCH_E2E_GROUP")
+    if not group or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if group not in ("a", *GROUPS):
+        raise pytest.UsageError(f"ORCH_E2E_GROUP={group}: one of a, {', '.join(GROUPS)}")
+    named = {n for g in GROUPS.values() for n in g}
+    mine = GROUPS.get(group, set()) if group != "a" else None
+    return (collection_path.name not in mine) if mine is not None else collection_path.name in named
+
+
 # Image names for pods that are never pulled (kwok nodes, or no Job at all).
 NO_IMAGES = {"agent": "example.invalid/agent:none", "mcp-proxy": "example.invalid/proxy:none"}
 

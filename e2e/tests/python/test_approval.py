@@ -35,6 +35,7 @@ from story import (
     ScriptedModel,
     Story,
     agent_task,
+    chart_object,
     text,
     tool_result_text,
     tool_use,
@@ -126,7 +127,7 @@ def test_approve_reject_and_expire_while_claude_code_waits_and_only_approvers_de
     story.kubectl("create", "secret", "generic", "anthropic", "-n", ns, "--from-literal=api-key=sk-ant-stand-in-approval")
     story.kubectl("create", "secret", "generic", "deploy", "-n", ns, f"--from-literal=passphrase={PASSPHRASE}")
     # alice may decide (the chart's ClusterRole, bound in the namespace); mallory may only read.
-    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver", "--user=alice")
+    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, f"--clusterrole={chart_object('approver')}", "--user=alice")
     story.kubectl("create", "role", "taskrun-reader", "-n", ns, "--verb=get,list,watch", "--resource=taskruns.orchestrator.io")
     story.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=taskrun-reader", "--user=mallory")
     apply_task(story, TASK, 3001, "echo four things", {

@@ -73,6 +73,7 @@ from story import (
     ScriptedModel,
     Story,
     agent_task,
+    chart_object,
     text,
     tool_result_text,
     tool_use,
@@ -137,7 +138,7 @@ class ConsoleCalls:
 def console_argv(story: Story, user: str, *extra: str) -> list[str]:
     return [str(story.binaries["orchestrator-cli"]), "--kubeconfig", str(story.kubeconfig),
             "-n", story.work_ns, "--catalog-namespace", story.system_ns,
-            "--catalog-name", "orchestrator-catalog", "--as", user,
+            "--catalog-name", chart_object("catalog"), "--as", user,
             "console", "--no-open", "--port", "0", *extra]
 
 
@@ -358,7 +359,7 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
     # alice: the chart's approver role, and what the page's other buttons need (add-context and
     # cancel patch the TaskRun; the audit reads the proxy through pods/portforward, with the
     # auditors' token).
-    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver", f"--user={APPROVER}")
+    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, f"--clusterrole={chart_object('approver')}", f"--user={APPROVER}")
     story.kubectl("create", "role", "task-operator", "-n", ns, "--verb=get,list,watch,patch", "--resource=taskruns.orchestrator.io")
     story.kubectl("create", "rolebinding", "alice-operates", "-n", ns, "--role=task-operator", f"--user={APPROVER}")
     story.kubectl("create", "role", "task-audit", "-n", ns, "--verb=get,list,create",
@@ -373,7 +374,7 @@ def test_the_console_shows_a_held_call_live_and_only_the_approver_can_approve_it
     story.kubectl("create", "rolebinding", "mallory-reads", "-n", ns, "--role=taskrun-reader", f"--user={VIEWER}")
     # Both read the catalog (the page's tool lines and its datalist).
     story.kubectl("create", "role", "catalog-reader", "-n", story.system_ns, "--verb=get",
-                  "--resource=configmaps", "--resource-name=orchestrator-catalog")
+                  "--resource=configmaps", f"--resource-name={chart_object('catalog')}")
     for user in (APPROVER, VIEWER):
         story.kubectl("create", "rolebinding", f"{user}-reads-catalog", "-n", story.system_ns,
                       "--role=catalog-reader", f"--user={user}")

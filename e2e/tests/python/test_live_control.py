@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 
 from bench import change, start_busy_task  # noqa: E402
-from story import Story, check, wait_until  # noqa: E402
+from story import Story, chart_object, check, wait_until  # noqa: E402
 
 
 def status(story: Story) -> dict:
@@ -34,7 +34,7 @@ def authorization_back(story: Story, timeout: float) -> float | None:
     if not within
     `timeout`."""
     pod = story.json("get", "pods", "-n", story.work_ns, "-l", "job-name=task-1001")["items"][0]
-    who = [(f"system:serviceaccount:{story.system_ns}:orchestrator-operator", "taskruns.orchestrator.io"),
+    who = [(f"system:serviceaccount:{story.system_ns}:{chart_object('operator')}", "taskruns.orchestrator.io"),
            (f"system:serviceaccount:{story.work_ns}:{pod['spec']['serviceAccountName']}",
             f"configmaps/{status(story)['configMapName']}")]
 

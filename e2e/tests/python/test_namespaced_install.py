@@ -23,7 +23,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from story import Story, cargo_binaries, wait_until
+from story import Story, cargo_binaries, chart_object, wait_until
 
 # What the operator's rules cover (operator/src/rbac.rs), as `kubectl auth can-i --list` names them.
 RESOURCES = {
@@ -92,7 +92,7 @@ def test_the_operators_account_has_a_role_in_each_watched_namespace_and_nothing_
     for verb, resource in [("list", "taskruns.orchestrator.io"), ("list", "pods"), ("get", "secrets"),
                            ("list", "configmaps"), ("create", "roles.rbac.authorization.k8s.io")]:
         assert can_i(story, verb, resource, "--all-namespaces") == "no", f"{verb} {resource} cluster-wide"
-    name = "orchestrator-operator"
+    name = chart_object("operator")
     bindings = [b["metadata"]["name"] for b in story.json("get", "clusterrolebindings")["items"]
                 if any(s.get("kind") == "ServiceAccount" and s.get("name") == name
                        and s.get("namespace") == story.system_ns for s in b.get("subjects") or [])]
@@ -135,7 +135,7 @@ def test_taskruns_in_the_watched_namespaces_are_reconciled_and_one_elsewhere_is_
 
 
 def test_an_operator_told_to_watch_a_namespace_without_its_role_exits_naming_it(story: Story):
-    deployment = story.json("get", "deployment", "orchestrator-operator", "-n", story.system_ns)
+    deployment = story.json("get", "deployment", chart_object("operator"), "-n", story.system_ns)
     env = {"PATH": os.environ["PATH"], "KUBECONFIG": str(story.workdir / "operator.kubeconfig")}
     for var in deployment["spec"]["template"]["spec"]["containers"][0]["env"]:
         if "value" in var:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from story import NODE_SOCK, REAL_NODE, REPO, STATE, Story, bin_dir, cargo_binaries, free_port, wait_until
+from story import NODE_SOCK, REAL_NODE, REPO, STATE, Story, bin_dir, cargo_binaries, chart_object, free_port, wait_until
 
 # The release's version is the workspace's (scripts/release refuses another).
 VERSION = next(line.split('"')[1] for line in (REPO / "Cargo.toml").read_text().splitlines()
@@ -155,7 +155,7 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
         story.binaries = cargo_binaries()
         story.images = {}
         story.install()
-        values = story.json("get", "deployment", "orchestrator-operator", "-n", story.system_ns)
+        values = story.json("get", "deployment", chart_object("operator"), "-n", story.system_ns)
         args = " ".join(values["spec"]["template"]["spec"]["containers"][0].get("args", []) +
                         [f"{e['name']}={e.get('value', '')}" for e in
                          values["spec"]["template"]["spec"]["containers"][0].get("env", [])])

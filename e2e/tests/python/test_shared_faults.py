@@ -32,6 +32,7 @@ from story import (
     ScriptedModel,
     Story,
     agent_task,
+    chart_object,
     text,
     tool_result_text,
     tool_use,
@@ -170,7 +171,7 @@ def test_a_replica_killed_mid_call_and_while_holding_an_approval_loses_neither(s
     story.model = ScriptedModel(script, port=MODEL_PORT).start()
     story.cleanup.callback(story.model.stop)
     story.kubectl("create", "secret", "generic", "anthropic", "-n", ns, "--from-literal=api-key=sk-ant-stand-in-faults")
-    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver",
+    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, f"--clusterrole={chart_object('approver')}",
                   "--user=alice")
     tr = agent_task(TASK, 32, "shared", "survive the replicas", {
         "policy": {"requireApproval": {"tools": ["delta/write"], "timeoutSeconds": 300}},

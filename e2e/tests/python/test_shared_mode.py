@@ -57,6 +57,7 @@ from story import (
     ScriptedModel,
     Story,
     agent_task,
+    chart_object,
     text,
     tls_pair,
     tool_result_text,
@@ -243,7 +244,7 @@ def test_claude_code_in_shared_mode_is_offered_its_tools_a_grant_on_its_next_tur
     story.kubectl("create", "secret", "generic", "anthropic", "-n", ns, f"--from-literal=api-key={api_key}")
     story.kubectl("create", "configmap", "model-ca", "-n", ns, f"--from-file=ca.crt={tls[0]}")
     story.kubectl("create", "secret", "generic", "deploy", "-n", ns, f"--from-literal=passphrase={PASSPHRASE}")
-    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, "--clusterrole=orchestrator-approver",
+    story.kubectl("create", "rolebinding", "alice-approves", "-n", ns, f"--clusterrole={chart_object('approver')}",
                   "--user=alice")
     tr = agent_task(task, 31, "shared", "read, then write, then echo", {
         "policy": {"requireApproval": {"tools": ["everything/echo"], "timeoutSeconds": 120}},

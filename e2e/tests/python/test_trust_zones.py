@@ -51,7 +51,7 @@ import yaml
 
 from scripted_agent import CLIENT
 from shared_mode import COMPONENT, NODE_PLACEMENT, shared_story
-from story import POD_API_SERVER, Story, descendants, wait_until
+from story import POD_API_SERVER, Story, chart_object, descendants, wait_until
 from test_real_node import environ, running_pod, secret
 
 AGENT_UID = 65532
@@ -757,7 +757,7 @@ def test_a_hostile_upstream_reads_only_its_own_secret_and_cannot_patch_the_lease
     story.kubectl("delete", "secret", "github", "-n", story.work_ns, "--ignore-not-found")
     secret(story, "github", "token", github)
     # Our server joins the catalog (the operator watches the ConfigMap).
-    cm = story.json("get", "configmap", "orchestrator-catalog", "-n", story.system_ns)
+    cm = story.json("get", "configmap", chart_object("catalog"), "-n", story.system_ns)
     catalog = yaml.safe_load(cm["data"]["catalog.yaml"])
     catalog["servers"] = [s for s in catalog["servers"] if s["name"] != "hostile"] + [{
         "name": "hostile",

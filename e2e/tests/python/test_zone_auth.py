@@ -28,7 +28,7 @@ import time
 import pytest
 import yaml
 
-from story import Story, descendants, wait_until
+from story import Story, chart_object, descendants, wait_until
 from test_real_node import running_pod, secret
 from test_trust_zones import SERVED, apply_task, zone_log, zones_of
 
@@ -96,7 +96,7 @@ def story(story):
 
 def add_relinker(story: Story) -> None:
     """Our server joins the catalog (the operator watches the ConfigMap)."""
-    cm = story.json("get", "configmap", "orchestrator-catalog", "-n", story.system_ns)
+    cm = story.json("get", "configmap", chart_object("catalog"), "-n", story.system_ns)
     catalog = yaml.safe_load(cm["data"]["catalog.yaml"])
     catalog["servers"] = [s for s in catalog["servers"] if s["name"] != "relinker"] + [{
         "name": "relinker",
