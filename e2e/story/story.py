@@ -349,12 +349,14 @@ class AgentScript:
     # The story measures the pod idle (the agent connected and listed, no call) before the model
     # answers its first request with a call.
     idle_measured: threading.Event = field(default_factory=threading.Event)
+    first_seen: threading.Event = field(default_factory=threading.Event)  # the first request came
     seen: dict = field(default_factory=dict)
     said: list[str] = field(default_factory=list)
 
     def __call__(self, first: Recorded):
         offered = first.mcp_tools()
         self.seen["first"] = first
+        self.first_seen.set()
         check(offered == self.want_before,
               f"the model is offered {offered}, but the TaskRun allows exactly {self.want_before}")
         check(self.idle_measured.wait(timeout=120), "the story did not measure the idle pod within 120 s")
@@ -786,10 +788,11 @@ class Story:
 
     def agent_works(self, taskrun: dict, pod: dict) -> None:
         self.say("\n== 4. the agent (Claude Code) starts; the model behind it is the scripted stand-in")
-        try:
-            first = self.model.wait_for(lambda r: True, timeout=120, what="the agent's first request to the model")
-        except TimeoutError as e:
-            raise StoryError(f"{e}\n{self.logs()}") from None
+        # The script holds its answer to the first request until the idle pod is measured, so the
+        # request is waited for as the script sees it (the stand-in records it once answered).
+        if not self.script.first_seen.wait(timeout=120):
+            raise StoryError(f"timed out after 120s waiting for the agent's first request to the model\n{self.logs()}")
+        first = self.script.seen["first"]
         if self.model.error is not None:
             raise StoryError(f"{self.model.error}\n{self.logs()}")
         check(first.headers.get("x-api-key") == self.api_key, "the model API got another API key than the Secret's")
