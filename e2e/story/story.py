@@ -1010,8 +1010,9 @@ class Story:
                 continue
             try:
                 fields = json.loads(line).get("fields", {})
-            except ValueError:
-                fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+            except ValueError:  # text: `... starting upstream server server=NAME reason=WHY restart=B`
+                found = re.search(r"server=(\S+) reason=(.*?) restart=", line)
+                fields = {"server": found.group(1), "reason": found.group(2)} if found else {}
             server, reason = str(fields.get("server", "?")).strip('"'), str(fields.get("reason", "?")).strip('"')
             out.setdefault(server, reason)
         return out
@@ -1062,7 +1063,7 @@ class Story:
             first.setdefault(r.get("server", "?"), round(float(r.get("durationMs", 0)), 1))
         self.figures["first_call_ms"] = first
         starts = self.server_starts(pod)
-        check(sorted(starts) == sorted(first) and all(why.startswith("tools/call ") for why in starts.values()),
+        check(sorted(starts) == sorted(first) and all(why.startswith("tools/call") for why in starts.values()),
               f"each server should start once, for its first call ({sorted(first)}); the proxy's log: {starts}")
         self.say(f"   the first call of each server, which started its process: "
                  + ", ".join(f"{s} {ms} ms ({starts[s]})" for s, ms in first.items()))
