@@ -453,7 +453,7 @@ RAW_INIT = {
 RAW_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
-def raw_exchange(proxy: Proxy, headers: dict, body, timeout: float = 10) -> tuple[int, list[dict], str]:
+def raw_exchange(proxy: Proxy, headers: dict, body, timeout: float = 30) -> tuple[int, list[dict], str]:
     """POSTs a body (JSON-encoded unless bytes) over plain HTTP; returns the status, the JSON-RPC
     messages of the answer (SSE events or a JSON body) and the raw text."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
