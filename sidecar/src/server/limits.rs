@@ -367,6 +367,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bodies_are_weighed_as_parsed_and_one_heavier_than_the_budget_is_refused() {
+        let mut held = None;
+        let light = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#;
+        assert!(reserve_weight(&mut held, light).is_ok() && held.is_none());
+        // 2 MB of text, a million values: far more once parsed than the whole budget.
+        let heavy = format!("[{}0]", "0,".repeat(1_000_000));
+        assert!(matches!(
+            reserve_weight(&mut held, heavy.as_bytes()),
+            Err(Collect::TooHeavy(weight)) if weight > memory::bounds().bodies
+        ));
+        assert!(held.is_none(), "nothing is held for a refused body");
+    }
+
+    #[test]
     fn only_initialize_requests_are_counted_as_new_sessions() {
         let init = br#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{}}"#;
         assert_eq!(initialize_id(init), Some(RequestId::Number(7)));
