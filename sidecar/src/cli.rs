@@ -362,6 +362,7 @@ mod tests {
             ("mask_secrets_dir", "MCP_PROXY_MASK_SECRETS_DIR"),
             ("metrics_listen", "MCP_PROXY_METRICS_LISTEN"),
             ("audit_otlp", "MCP_PROXY_AUDIT_OTLP"),
+            ("memory_limit_bytes", "MCP_PROXY_MEMORY_LIMIT"),
         ] {
             let arg = command
                 .get_arguments()

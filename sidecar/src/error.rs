@@ -96,6 +96,21 @@ pub enum Error {
     )]
     TooManySessions { limit: usize },
 
+    /// A tool list beyond a bound of the memory budget (`crate::memory`): refused whole.
+    #[error(
+        "upstream server {server:?} lists {seen} {what}, more than the proxy takes from one server \
+         ({max} {what}, {setting}); its tools are left out"
+    )]
+    ListTooLarge {
+        server: ServerName,
+        /// `tools` or `bytes of tool definitions`.
+        what: &'static str,
+        /// What it listed so far (the list is refused as soon as it is beyond).
+        seen: String,
+        max: String,
+        setting: &'static str,
+    },
+
     #[error("parse error: {0}")]
     Parse(String),
 
@@ -136,6 +151,7 @@ impl Error {
             Error::NoClient(_) => "PROXY.NO_CLIENT",
             Error::NotRelayable(_) => "PROXY.NOT_RELAYABLE",
             Error::TooManySessions { .. } => "PROXY.TOO_MANY_SESSIONS",
+            Error::ListTooLarge { .. } => "PROXY.LIST_TOO_LARGE",
             Error::Parse(_) => "PROXY.PARSE_ERROR",
             Error::InvalidRequest(_) => "PROXY.INVALID_REQUEST",
             Error::InvalidParams(_) => "PROXY.INVALID_PARAMS",
@@ -176,6 +192,13 @@ impl Error {
             data["server"] = json!(server);
             data["failures"] = json!(failures);
             data["retryAfterSeconds"] = json!(retry_in.as_secs_f64());
+        }
+        if let Error::ListTooLarge {
+            server, setting, ..
+        } = self
+        {
+            data["server"] = json!(server);
+            data["setting"] = json!(setting);
         }
         ErrorData::new(self.json_rpc_code(), self.to_string(), Some(data))
     }

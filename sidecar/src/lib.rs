@@ -6,7 +6,9 @@
 //!   names), `sync` (a lock helper), [`filter`] (allow/deny globs to a verdict naming the
 //!   deciding rule), [`probe`] (the exec probes' HTTP GET), [`conditions`] (CEL conditions on
 //!   calls: compiled, evaluated within a budget), [`decision`] (the external decision points:
-//!   Open Policy Agent's data API asked about each call, failing closed).
+//!   Open Policy Agent's data API asked about each call, failing closed), [`memory`] (the memory
+//!   budget: each bound derived from the container's limit, what each pool holds, JSON's
+//!   weight).
 //! - built on them: [`telemetry`] (logs, spans, the OTLP resource), [`error`] (protocol, transport and internal failures, each with its `PROXY.*`
 //!   code), [`config`] (strict parse, validation with stable codes, normalized
 //!   [`config::Config`]), [`metrics`] (Prometheus), [`audit`] (one JSON line per call, the
@@ -45,6 +47,7 @@ pub mod decision;
 pub mod error;
 pub mod filter;
 pub mod gateway;
+pub mod memory;
 pub mod metrics;
 pub mod names;
 pub mod policy;

@@ -68,6 +68,11 @@ struct KindLabels {
     kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: &'static str,
+}
+
 #[derive(Clone)]
 struct LatencyBuckets;
 
@@ -127,6 +132,9 @@ pub struct Families {
     list_changed: Family<KindLabels, Counter>,
     definition_changes: Family<ChangeLabels, Counter>,
     approvals: Family<ApprovalLabels, Counter>,
+    /// The memory budget's pools: their bounds, and what they hold (read at each scrape).
+    memory_limit: Family<PoolLabels, Gauge>,
+    memory_in_use: Family<PoolLabels, Gauge>,
     per_task: PerTask,
     audit_otlp_dropped: Counter,
     /// The model gateway's series.
@@ -235,6 +243,18 @@ impl Metrics {
             drop(approvals.get_or_create(&ApprovalLabels { outcome }));
         }
         let audit_otlp_dropped = Counter::default();
+        let memory_limit = Family::<PoolLabels, Gauge>::default();
+        let memory_in_use = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "memory_budget_bytes",
+            "The memory budget's bound on each pool (bodies: large request bodies at once, parsed; tool_lists: one server's list; validators: schemas compiled)",
+            memory_limit.clone(),
+        );
+        registry.register(
+            "memory_in_use_bytes",
+            "What each pool of the memory budget holds now (tool_lists: every list held)",
+            memory_in_use.clone(),
+        );
         registry.register(
             "build",
             "The proxy's build (always 1): its version",
@@ -344,6 +364,8 @@ impl Metrics {
             list_changed,
             definition_changes,
             approvals,
+            memory_limit,
+            memory_in_use,
             per_task,
             audit_otlp_dropped,
         };
@@ -488,6 +510,16 @@ impl Metrics {
 
     /// The text exposition format.
     pub fn encode(&self) -> String {
+        for pool in crate::memory::Pool::ALL {
+            let labels = PoolLabels { pool: pool.label() };
+            let bytes = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            self.memory_limit
+                .get_or_create(&labels)
+                .set(bytes(pool.limit()));
+            self.memory_in_use
+                .get_or_create(&labels)
+                .set(bytes(pool.in_use()));
+        }
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();

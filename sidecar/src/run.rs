@@ -59,6 +59,7 @@ pub struct Options {
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
+    crate::memory::install(opts.runtime.memory.clone());
     reaper::start();
     let metrics = Arc::new(Metrics::new());
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
@@ -263,6 +264,7 @@ fn bind_failed(listen: SocketAddr, e: &std::io::Error) -> anyhow::Error {
 
 /// Serves every task whose ConfigMap is labelled for the shared proxy in `opts.namespace`.
 pub async fn run_shared(opts: SharedOptions) -> anyhow::Result<()> {
+    crate::memory::install(opts.runtime.memory.clone());
     let (tenants, audit) = tenant::mode::Shared::new(&opts).await?;
     runtime::serve(&opts.runtime, tenants, audit).await
 }

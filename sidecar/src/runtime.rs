@@ -35,6 +35,8 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// Also export each audit record as an OTLP log record.
     pub audit_otlp: bool,
+    /// The memory bounds, installed before anything is served.
+    pub memory: crate::memory::Bounds,
 }
 
 /// A proxy mode, as [`serve`] runs it: in this order, [`Mode::listen`], [`Mode::metrics_app`],

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, SeccompProfile,
-    SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
+    ResourceFieldSelector, SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -97,6 +97,21 @@ pub fn field_env(name: &str, path: &str) -> EnvVar {
         value_from: Some(EnvVarSource {
             field_ref: Some(ObjectFieldSelector {
                 field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// An env var set from one of the container's own resources (`limits.memory`), in bytes.
+pub fn resource_env(name: &str, resource: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            resource_field_ref: Some(ResourceFieldSelector {
+                resource: resource.into(),
                 ..Default::default()
             }),
             ..Default::default()

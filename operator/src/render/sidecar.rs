@@ -14,7 +14,7 @@ use orchestrator_crds::taskrun::TaskRun;
 use super::names::config_map_name;
 use super::pod::{
     AGENT_TMP_VOLUME, PROXY_BINARY, PROXY_UID, PodInput, TOOLS_DIR, TOOLS_VOLUME, empty_dir, env,
-    field_env, mount, quantities, restricted_as, secret_env,
+    field_env, mount, quantities, resource_env, restricted_as, secret_env,
 };
 use super::proxy_volumes::{
     AGENT_CREDENTIAL_VOLUME, API_ACCESS_VOLUME, AUDITOR_DIR, AUDITOR_VOLUME, MASK_DIR, MASK_VOLUME,
@@ -64,7 +64,11 @@ pub fn pod_volumes(input: &PodInput<'_>) -> Vec<Volume> {
 /// writes, the auditors' token, the model key, each zone's socket, the API token (with the API
 /// watch on), the mask volume and the HTTP servers' Secret env.
 pub fn proxy_container(input: &PodInput<'_>) -> Container {
-    let mut vars = vec![env("HOME", "/tmp")];
+    // The proxy derives its memory budget from its own limit (without one: the node's memory).
+    let mut vars = vec![
+        env("HOME", "/tmp"),
+        resource_env("MCP_PROXY_MEMORY_LIMIT", "limits.memory"),
+    ];
     if let Some(endpoint) = &input.settings.sidecar_otlp_endpoint {
         vars.push(env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint));
     }

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
 
-use crate::runtime;
+use crate::{memory, runtime};
 
 // The help is the sidecar's; `shared` rewords `--max-sessions` and
 // `--header-read-timeout-seconds` (`mut_arg` on `SharedArgs`).
@@ -30,6 +30,34 @@ pub struct CommonArgs {
     /// (also how long an idle keep-alive connection stays open).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     header_read_timeout_seconds: u64,
+    /// The container's memory limit, in bytes (the operator passes `limits.memory` through the
+    /// Downward API); every bound below is derived from it unless set. Default: 256 MiB.
+    #[arg(long, env = "MCP_PROXY_MEMORY_LIMIT", value_parser = clap::value_parser!(u64).range(16 * 1024 * 1024..))]
+    memory_limit_bytes: Option<u64>,
+    /// Parsed bytes of large request bodies held at once (default: an eighth of the limit);
+    /// beyond it a body gets 503, or 413 when it alone is larger.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    max_bodies_bytes: Option<u64>,
+    /// Parsed bytes of one message from an upstream (a result, a page of a tool list; default:
+    /// a 32nd of the limit); a larger one is answered with an error naming it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(64 * 1024..))]
+    max_result_bytes: Option<u64>,
+    /// Tools one server may list (default: one per 64 KiB of the limit); a longer list is
+    /// refused.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_list_tools: Option<u64>,
+    /// Serialized bytes of one server's tool list (default: a 64th of the limit); a larger list
+    /// is refused.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(64 * 1024..))]
+    max_list_bytes: Option<u64>,
+    /// The largest inputSchema compiled (default: a 1024th of the limit); calls to a tool with a
+    /// larger one are refused.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1024..))]
+    max_schema_bytes: Option<u64>,
+    /// Schema bytes compiled into validators at once (default: a 16th of the limit); past it the
+    /// compiled ones are dropped and compiled again when called.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(64 * 1024..))]
+    max_validators_bytes: Option<u64>,
 }
 
 impl CommonArgs {
@@ -47,6 +75,27 @@ impl CommonArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
             metrics_listen,
             audit_otlp,
+            memory: self.memory(),
         }
+    }
+
+    /// The memory bounds: derived from the limit, then each one set overriding its share.
+    fn memory(&self) -> memory::Bounds {
+        let mut b =
+            memory::Bounds::for_limit(self.memory_limit_bytes.unwrap_or(memory::DEFAULT_LIMIT));
+        let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        for (flag, bound) in [
+            (self.max_bodies_bytes, &mut b.bodies),
+            (self.max_result_bytes, &mut b.result),
+            (self.max_list_tools, &mut b.list_tools),
+            (self.max_list_bytes, &mut b.list_bytes),
+            (self.max_schema_bytes, &mut b.schema),
+            (self.max_validators_bytes, &mut b.validators),
+        ] {
+            if let Some(v) = flag {
+                *bound = size(v);
+            }
+        }
+        b
     }
 }

@@ -1,7 +1,10 @@
 //! Argument validation: a call's arguments are checked against the tool's `inputSchema` before
-//! they leave the pod. Each schema is compiled once per definition hash and kept (bounded); a
-//! schema that does not compile (a remote `$ref`, a bad regex) or is beyond [`MAX_SCHEMA_BYTES`]
-//! or [`MAX_SCHEMA_DEPTH`] is not enforced and said so once.
+//! they leave the pod. Each schema is compiled once per definition hash and kept (bounded in
+//! count and in schema bytes, [`memory::Bounds::validators`]); a schema that does not compile (a
+//! remote `$ref`, a bad regex) is not enforced and said so once. A schema beyond
+//! [`memory::Bounds::schema`] bytes or [`MAX_SCHEMA_DEPTH`] levels is not compiled either (its
+//! validator could take more memory than the budget has), and the tool's calls are refused,
+//! naming the bound and its setting: a tool whose arguments cannot be checked is not called.
 //!
 //! The work of one check is bounded ([`super::budget`]): it runs on the calling thread within a
 //! small budget that every ordinary call fits in, and only a call that spends it is checked
@@ -18,15 +21,17 @@ use super::{
     budget::{self, Budget, Budgeted},
     definitions::DefinitionHash,
 };
-use crate::sync::lock;
+use crate::{
+    memory::{self, Pool},
+    sync::lock,
+};
 
 /// Compiled schemas kept at most; past it the cache starts over (a task has far fewer tools).
 const MAX_COMPILED: usize = 1024;
 /// Problems named in one error at most.
 const MAX_PROBLEMS: usize = 5;
-/// The largest input schema enforced (serialized bytes); a larger one is not compiled.
-pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
-/// The deepest input schema enforced (nested objects and arrays).
+/// The deepest input schema compiled (nested objects and arrays); calls to a tool with a deeper
+/// one are refused.
 pub const MAX_SCHEMA_DEPTH: usize = 64;
 /// Steps a check may take on the calling (runtime) thread before it moves to a blocking one.
 const INLINE_STEPS: u64 = 1_000;
@@ -37,13 +42,19 @@ const HEAVY_NICE: i32 = 10;
 
 enum Compiled {
     Enforced(jsonschema::Validator<Budgeted>),
-    /// The schema could not be compiled, or is too large to: calls pass unchecked.
+    /// The schema could not be compiled: calls pass unchecked.
     Unusable,
+    /// The schema is beyond the bounds: calls are refused.
+    TooLarge {
+        bytes: usize,
+        depth: usize,
+    },
 }
 
 /// Compiled input schemas by definition hash.
 pub struct Validators {
-    compiled: std::sync::Mutex<HashMap<DefinitionHash, Arc<Compiled>>>,
+    /// With each, the schema's bytes (counted in [`Pool::Validators`]).
+    compiled: std::sync::Mutex<HashMap<DefinitionHash, (Arc<Compiled>, usize)>>,
     heavy: tokio::sync::Semaphore,
 }
 
@@ -63,6 +74,8 @@ pub enum Refused {
     Invalid(Vec<String>),
     /// The check took its whole budget without an answer.
     TooCostly { steps: u64 },
+    /// The tool's schema is beyond the bounds of what is compiled.
+    SchemaTooLarge { bytes: usize, depth: usize },
 }
 
 impl Refused {
@@ -76,7 +89,21 @@ impl Refused {
                  deeply nested",
                 budget::DEADLINE.as_secs()
             )],
+            Refused::SchemaTooLarge { bytes, depth } => vec![format!(
+                "the tool's inputSchema ({}, {depth} levels deep) is beyond what the proxy \
+                 compiles ({}, --max-schema-bytes; {MAX_SCHEMA_DEPTH} levels), so its arguments \
+                 cannot be checked and its calls are refused",
+                memory::human(bytes),
+                memory::human(memory::bounds().schema)
+            )],
         }
+    }
+}
+
+impl Drop for Validators {
+    fn drop(&mut self) {
+        let held: usize = lock(&self.compiled).values().map(|(_, b)| b).sum();
+        Pool::Validators.sub(held);
     }
 }
 
@@ -89,8 +116,12 @@ impl Validators {
         arguments: Option<&JsonObject>,
     ) -> Result<(), Refused> {
         let compiled = self.compiled(definition, schema).await;
-        if matches!(*compiled, Compiled::Unusable) {
-            return Ok(());
+        match *compiled {
+            Compiled::Unusable => return Ok(()),
+            Compiled::TooLarge { bytes, depth } => {
+                return Err(Refused::SchemaTooLarge { bytes, depth });
+            }
+            Compiled::Enforced(_) => {}
         }
         let instance = match arguments {
             Some(args) => Value::Object(args.clone()),
@@ -132,20 +163,31 @@ impl Validators {
     }
 
     async fn compiled(&self, definition: &DefinitionHash, schema: &JsonObject) -> Arc<Compiled> {
-        if let Some(c) = lock(&self.compiled).get(definition) {
+        if let Some((c, _)) = lock(&self.compiled).get(definition) {
             return c.clone();
         }
         let schema = Value::Object(schema.clone());
         let name = definition.clone();
-        let compiled = tokio::task::spawn_blocking(move || compile(&name, &schema))
+        let (compiled, bytes) = tokio::task::spawn_blocking(move || compile(&name, &schema))
             .await
-            .unwrap_or(Compiled::Unusable);
+            .unwrap_or((Compiled::Unusable, 0));
         let compiled = Arc::new(compiled);
+        // Only what was compiled is held; a refusal costs nothing to keep.
+        let bytes = if matches!(*compiled, Compiled::Enforced(_)) {
+            bytes
+        } else {
+            0
+        };
         let mut all = lock(&self.compiled);
-        if all.len() >= MAX_COMPILED {
+        let held: usize = all.values().map(|(_, b)| b).sum();
+        if all.len() >= MAX_COMPILED || held + bytes > memory::bounds().validators {
             all.clear();
+            Pool::Validators.sub(held);
         }
-        all.insert(definition.clone(), compiled.clone());
+        if let Some((_, before)) = all.insert(definition.clone(), (compiled.clone(), bytes)) {
+            Pool::Validators.sub(before);
+        }
+        Pool::Validators.add(bytes);
         compiled
     }
 }
@@ -156,8 +198,15 @@ fn check_within(
     instance: &Value,
     budget: &Budget,
 ) -> Option<Result<(), Refused>> {
-    let Compiled::Enforced(validator) = compiled else {
-        return Some(Ok(()));
+    let validator = match compiled {
+        Compiled::Enforced(validator) => validator,
+        Compiled::Unusable => return Some(Ok(())),
+        Compiled::TooLarge { bytes, depth } => {
+            return Some(Err(Refused::SchemaTooLarge {
+                bytes: *bytes,
+                depth: *depth,
+            }));
+        }
     };
     let valid = validator.is_valid(budget.root(instance));
     if budget.exhausted() {
@@ -182,20 +231,23 @@ fn check_within(
     Some(Err(Refused::Invalid(problems)))
 }
 
-fn compile(definition: &DefinitionHash, schema: &Value) -> Compiled {
+/// The schema compiled, and its serialized bytes.
+fn compile(definition: &DefinitionHash, schema: &Value) -> (Compiled, usize) {
     let bytes = serde_json::to_vec(schema).map_or(usize::MAX, |b| b.len());
     let depth = depth(schema);
-    if bytes > MAX_SCHEMA_BYTES || depth > MAX_SCHEMA_DEPTH {
-        tracing::warn!(definition = %definition, bytes, depth, max_bytes = MAX_SCHEMA_BYTES, max_depth = MAX_SCHEMA_DEPTH, "a tool's inputSchema is too large to enforce; its calls are not validated");
-        return Compiled::Unusable;
+    let max_bytes = memory::bounds().schema;
+    if bytes > max_bytes || depth > MAX_SCHEMA_DEPTH {
+        tracing::warn!(definition = %definition, bytes, depth, max_bytes, max_depth = MAX_SCHEMA_DEPTH, "a tool's inputSchema is too large to compile; its calls are refused");
+        return (Compiled::TooLarge { bytes, depth }, bytes);
     }
-    match jsonschema::options_for::<Budgeted>().build(schema) {
+    let compiled = match jsonschema::options_for::<Budgeted>().build(schema) {
         Ok(v) => Compiled::Enforced(v),
         Err(e) => {
             tracing::warn!(definition = %definition, error = %e.masked(), "a tool's inputSchema does not compile; its calls are not validated");
             Compiled::Unusable
         }
-    }
+    };
+    (compiled, bytes)
 }
 
 /// How deeply `value` nests (a scalar: 0), without recursion.
@@ -317,7 +369,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn schemas_beyond_the_size_or_depth_bounds_are_not_enforced() {
+    async fn calls_to_a_tool_whose_schema_is_beyond_the_bounds_are_refused() {
         let v = Validators::default();
         let mut deep = serde_json::json!({"type": "string"});
         for _ in 0..MAX_SCHEMA_DEPTH {
@@ -326,15 +378,20 @@ mod tests {
         let deep = object(deep);
         assert!(depth(&Value::Object(deep.clone())) > MAX_SCHEMA_DEPTH);
         let args = object(serde_json::json!({"a": 1}));
-        assert_eq!(
+        assert!(matches!(
             v.check(&"sha256:deep".into(), &deep, Some(&args)).await,
-            Ok(())
-        );
+            Err(Refused::SchemaTooLarge { depth, .. }) if depth > MAX_SCHEMA_DEPTH
+        ));
         let big = object(serde_json::json!({
             "type": "object",
-            "description": "x".repeat(MAX_SCHEMA_BYTES),
+            "description": "x".repeat(memory::bounds().schema),
             "required": ["a"]
         }));
-        assert_eq!(v.check(&"sha256:big".into(), &big, None).await, Ok(()));
+        let refused = v.check(&"sha256:big".into(), &big, None).await;
+        let text = refused.expect_err("refused").problems().join("\n");
+        assert!(
+            text.contains("--max-schema-bytes") && text.contains("256 KiB"),
+            "{text}"
+        );
     }
 }

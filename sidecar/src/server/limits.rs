@@ -1,15 +1,13 @@
 //! Bounds on what a client can make the HTTP front hold: the request body ([`MAX_BODY`], the same
-//! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]), and all bodies at once: those larger
-//! than [`SMALL_BODY`] share the process-wide [`BODY_BUDGET`] from their first byte to their
-//! answer's last (a body is held several times over while it is parsed, checked, masked and
-//! forwarded), so many concurrent large bodies get 503 instead of the container's memory limit
-//! (the session cap is `sessions`'). Also the JSON-RPC answer to a body rmcp cannot read as a
-//! message.
+//! limit rmcp applies, read within [`BODY_READ_TIMEOUT`]), and all bodies at once: those whose
+//! [`weight`](crate::memory::weight) is larger than [`SMALL_BODY`] share the process-wide budget
+//! of large bodies ([`memory::Bounds::bodies`]) from their first byte to their answer's last (a
+//! body is held several times over while it is parsed, checked, masked and forwarded), so many
+//! concurrent large bodies get 503 instead of the container's memory limit, and one that could
+//! never fit gets 413 (the session cap is `sessions`'). Also the JSON-RPC answer to a body rmcp
+//! cannot read as a message.
 
-use std::{
-    sync::{Arc, LazyLock},
-    time::Duration,
-};
+use std::time::Duration;
 
 use axum::{
     body::{Body, BodyDataStream, Bytes},
@@ -20,30 +18,26 @@ use axum::{
 };
 use futures::StreamExt;
 use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, RequestId};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
-use crate::{error::Error, names::clip};
+use crate::{
+    error::Error,
+    memory::{self, BODY_UNIT as UNIT},
+    names::clip,
+};
 
 /// The largest request body, in bytes; rmcp is given the same limit.
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
 /// The largest model request body (`/model`): the Messages API's own limit (32 MB), so the
-/// gateway refuses nothing the API would take. It shares [`BODY_BUDGET`]: one this large waits
-/// for no other large body to be in flight (503 and `retry-after` otherwise).
+/// gateway refuses nothing the API would take. It shares the budget of large bodies: one this
+/// large waits for no other large body to be in flight (503 and `retry-after` otherwise).
 pub const MAX_MODEL_BODY: usize = 32 * 1024 * 1024;
 /// A request body must arrive within this (a client trickling one holds a connection).
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Bodies up to this size are not counted: with at most `listener::MAX_CONNECTIONS` requests at
-/// once they hold 16 MiB at most, and an agent's ordinary calls are far smaller.
+/// Bodies up to this size and weight are not counted: with at most `listener::MAX_CONNECTIONS`
+/// requests at once they hold 16 MiB at most (parsed), and an agent's ordinary calls are far
+/// smaller.
 pub const SMALL_BODY: usize = 64 * 1024;
-/// Bytes of larger bodies held at once, by the whole process (every task in shared mode): eight
-/// bodies of [`MAX_BODY`]. Each is held about four times over at its peak (the bytes, the parsed
-/// message, what is forwarded), well under the sidecar's 256 MiB limit.
-pub const BODY_BUDGET: usize = 32 * 1024 * 1024;
-/// The budget's unit: a permit is one KiB.
-const UNIT: usize = 1024;
-
-static BUDGET: LazyLock<Arc<Semaphore>> =
-    LazyLock::new(|| Arc::new(Semaphore::new(BODY_BUDGET / UNIT)));
 
 /// Takes `bytes` more of the budget onto `held` (none: the first), or says it is spent.
 fn reserve(held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> Result<(), Collect> {
@@ -51,7 +45,7 @@ fn reserve(held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> Result<(), 
     if units == 0 {
         return Ok(());
     }
-    let more = BUDGET
+    let more = memory::bodies()
         .clone()
         .try_acquire_many_owned(units)
         .map_err(|_| Collect::Busy)?;
@@ -64,7 +58,24 @@ fn reserve(held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> Result<(), 
 
 /// The budget left, in bytes (tests, metrics).
 pub fn budget_left() -> usize {
-    BUDGET.available_permits() * UNIT
+    memory::bodies().available_permits() * UNIT
+}
+
+/// Takes the rest of what `bytes` weighs once parsed onto `held`: `Busy` when the budget cannot
+/// hold it now, `TooLarge` when it never could.
+fn reserve_weight(held: &mut Option<OwnedSemaphorePermit>, bytes: &[u8]) -> Result<(), Collect> {
+    let weight = memory::weight(bytes);
+    if weight <= SMALL_BODY {
+        return Ok(());
+    }
+    if weight > memory::bounds().bodies {
+        return Err(Collect::TooHeavy(weight));
+    }
+    let have = held.as_ref().map_or(0, |h| h.num_permits() * UNIT);
+    if weight > have {
+        reserve(held, weight - have)?;
+    }
+    Ok(())
 }
 
 /// Reads a POST body whole (bounded in size and time) before anything else looks at it, so the
@@ -122,9 +133,15 @@ async fn read_body_upto(max: usize, answer: Refusal, request: Request, next: Nex
     }
     let mut stream = body.into_data_stream();
     let read = collect(&mut stream, max, declared.map(|n| n as usize), &mut held);
-    let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, read).await;
+    let read = match read {
+        Ok(Ok(bytes)) => Ok(reserve_weight(&mut held, &bytes).map(|()| bytes)),
+        other => other,
+    };
+    let bytes = match read {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(Collect::TooLarge)) => return too_large(max, answer),
+        Ok(Err(Collect::TooHeavy(weight))) => return too_heavy(weight, answer),
         Ok(Err(Collect::Busy)) => return busy(stream, max, answer).await,
         Ok(Err(Collect::Broken)) => {
             return answer(
@@ -189,6 +206,8 @@ fn unreadable(body: &[u8]) -> Response {
 
 enum Collect {
     TooLarge,
+    /// Its weight once parsed, beyond the whole budget.
+    TooHeavy(usize),
     Broken,
     Busy,
 }
@@ -265,14 +284,28 @@ async fn busy(mut stream: BodyDataStream, max: usize, answer: Refusal) -> Respon
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
             "Service Unavailable: large request bodies in flight already hold the proxy's budget \
-             ({} MiB); send it again in a moment\n",
-            BODY_BUDGET / (1024 * 1024)
+             ({}, --max-bodies-bytes); send it again in a moment\n",
+            memory::human(memory::bounds().bodies)
         ),
     );
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
+}
+
+/// 413 for a body within [`MAX_BODY`] whose parsed size would be beyond the whole budget.
+fn too_heavy(weight: usize, answer: Refusal) -> Response {
+    answer(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "Payload Too Large: the request body would take about {} once parsed, more than the \
+             proxy's budget for request bodies ({}, --max-bodies-bytes); send fewer or flatter \
+             values",
+            memory::human(weight),
+            memory::human(memory::bounds().bodies)
+        ),
+    )
 }
 
 fn too_large(max: usize, answer: Refusal) -> Response {
@@ -332,6 +365,20 @@ pub fn json_rpc_error(status: StatusCode, error: Error, id: Option<RequestId>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_are_weighed_as_parsed_and_one_heavier_than_the_budget_is_refused() {
+        let mut held = None;
+        let light = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#;
+        assert!(reserve_weight(&mut held, light).is_ok() && held.is_none());
+        // 2 MB of text, a million values: far more once parsed than the whole budget.
+        let heavy = format!("[{}0]", "0,".repeat(1_000_000));
+        assert!(matches!(
+            reserve_weight(&mut held, heavy.as_bytes()),
+            Err(Collect::TooHeavy(weight)) if weight > memory::bounds().bodies
+        ));
+        assert!(held.is_none(), "nothing is held for a refused body");
+    }
 
     #[test]
     fn only_initialize_requests_are_counted_as_new_sessions() {

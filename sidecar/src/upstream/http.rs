@@ -69,6 +69,8 @@ pub fn transport(
     }
     let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.clone());
     config.custom_headers = headers;
+    // One message on a call's stream (rmcp bounds a plain JSON answer at 16 MiB itself).
+    config.max_sse_event_size = crate::memory::bounds().result;
     let client = reqwest::Client::builder()
         .build()
         .map_err(|e| Error::StartFailed {

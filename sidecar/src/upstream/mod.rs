@@ -15,11 +15,13 @@
 mod backoff;
 pub mod cache;
 mod connection;
+mod framing;
 pub mod guard;
 pub mod handler;
 mod handshake;
 pub mod http;
 pub mod listen;
+mod listing;
 pub mod pool;
 mod revision;
 pub mod routes;
@@ -430,7 +432,11 @@ impl Upstream {
                 })?;
                 let transport: Tap<_> = Tap::new(
                     IntoTransport::<RoleClient, std::io::Error, _>::into_transport((
-                        spawned.stdout,
+                        framing::bounded(
+                            spawned.stdout,
+                            name.clone(),
+                            crate::memory::bounds().result,
+                        ),
                         spawned.stdin,
                     )),
                     forward_tx.clone(),

@@ -43,6 +43,12 @@ pub struct Pool {
     /// Per server and revision (and its spec: a new spec starts afresh), the tool definitions
     /// first seen.
     first_seen: Mutex<HashMap<(ServerName, Revision), (SpecHash, FirstSeen)>>,
+    /// The serialized bytes of the lists held, as counted in `memory::Pool::Lists` (which every
+    /// task's pool adds to in shared mode).
+    held: std::sync::atomic::AtomicUsize,
+    /// One list fetched at a time per server: clients that list at once wait for the first
+    /// fetch and take its list, instead of each holding a copy of it while it is read.
+    turns: Mutex<HashMap<ServerName, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Pool {
@@ -52,6 +58,8 @@ impl Pool {
             upstreams: Default::default(),
             lists: Default::default(),
             first_seen: Default::default(),
+            held: Default::default(),
+            turns: Default::default(),
         }
     }
 
@@ -184,6 +192,20 @@ impl Pool {
     ) -> Result<Arc<Vec<Tool>>> {
         let upstream = self.upstream(server);
         let conn = upstream.connect(&StartReason::ListTools, session).await?;
+        let turn = lock(&self.turns)
+            .entry(server.name.clone())
+            .or_default()
+            .clone();
+        let _turn = turn.lock().await;
+        // Fetched by another client while this one waited for its turn.
+        let revision = Revision::of(&conn.protocol);
+        let known = lock(&self.lists)
+            .get(&(server.name.clone(), revision))
+            .filter(|e| e.hash == server.spec_hash)
+            .map(|e| e.list.tools.clone());
+        if let Some(tools) = known {
+            return Ok(tools);
+        }
         self.list_from(server, &conn).await
     }
 
@@ -197,14 +219,10 @@ impl Pool {
         conn.listed
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let timeout = self.deps.start_timeout;
-        let tools = match tokio::time::timeout(timeout, conn.peer.list_all_tools()).await {
+        let listed = super::listing::list_all(&conn.peer, &server.name);
+        let tools = match tokio::time::timeout(timeout, listed).await {
             Ok(Ok(tools)) => tools,
-            Ok(Err(e)) => {
-                return Err(Error::Upstream {
-                    server: server.name.clone(),
-                    source: e,
-                });
-            }
+            Ok(Err(e)) => return Err(e),
             Err(_) => {
                 return Err(Error::Timeout {
                     server: server.name.clone(),
@@ -260,6 +278,13 @@ impl Pool {
                 },
             );
         }
+        let lists = lock(&self.lists);
+        let held = super::listing::held(lists.values().map(|e| e.list.tools.as_slice()));
+        // Under the lock, so two lists stored at once count in the order they were stored.
+        let before = self.held.swap(held, std::sync::atomic::Ordering::Relaxed);
+        drop(lists);
+        crate::memory::Pool::Lists.add(held);
+        crate::memory::Pool::Lists.sub(before);
         tools
     }
 
@@ -328,5 +353,11 @@ impl Pool {
 
     pub fn kill_grace(&self) -> Duration {
         self.deps.kill_grace
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        crate::memory::Pool::Lists.sub(*self.held.get_mut());
     }
 }
