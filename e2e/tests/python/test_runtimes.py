@@ -6,6 +6,8 @@ with its own CA, as a private endpoint is), through the task's proxy: its MCP se
 gateway.
 
 For each runtime, what a platform team would check:
+- connecting and listing starts no server (the proxy's log at the runtime's first model request,
+  whose answer makes the first call); that call starts its server;
 - the model is offered exactly the TaskRun's allowed MCP tools, and none of a disabled server;
 - the built-in shell the TaskRun denies (`Bash`) is not offered (each runtime's own name for it);
 - the allowed MCP call goes through the proxy and is in its audit, from the agent's client;
@@ -110,8 +112,9 @@ class Script:
     """The model's side: call the allowed tool, keep the agent busy until the granted tool is
     offered, call it, answer."""
 
-    def __init__(self, runtime: Runtime, want_before: list[str]):
+    def __init__(self, runtime: Runtime, want_before: list[str], starts=None):
         self.named = runtime.named
+        self.starts = starts  # the servers the proxy has started (story.server_starts), or None
         self.want_before = [runtime.named(t) for t in want_before]
         self.granted = threading.Event()
         self.called = threading.Event()
@@ -119,6 +122,9 @@ class Script:
 
     def __call__(self, first):
         self.seen["first"] = first
+        # The runtime has connected and listed (its first request offers the tools); its first
+        # call is only in the answer to come: no server may have started yet (lazy start).
+        self.seen["started_at_connect"] = self.starts() if self.starts else {}
         r = yield tool_use(first.mcp_name(self.named("everything__get-sum")), {"a": 2, "b": 3})
         self.seen["sum"] = tool_result_text(r)
         self.called.set()
@@ -175,7 +181,8 @@ def test_the_runtime_gets_exactly_its_tools_through_the_proxy_and_its_key_stays_
     }
     allowed = expected_tools(taskrun, story.catalog())
     check(allowed == ["everything__get-sum"], f"the TaskRun allows {allowed}")
-    script = Script(runtime, allowed)
+    script = Script(runtime, allowed, starts=lambda: story.server_starts(
+        story.json("get", "pods", "-n", story.work_ns, "-l", f"job-name={name}")["items"][0]))
     model = runtime.server(script, port=PORT, tls=story.tls[1:], **runtime.options).start()
     try:
         applied = time.time()
@@ -243,8 +250,13 @@ def test_the_runtime_gets_exactly_its_tools_through_the_proxy_and_its_key_stays_
             model.wait_for(lambda r: script.called.is_set(), timeout=120, what="the get-sum call's result")
         except TimeoutError as e:
             raise AssertionError(f"{e}\n{logs()}") from None
+        check(script.seen["started_at_connect"] == {},
+              f"{runtime.name} connected and listed, and the proxy had already started "
+              f"{script.seen['started_at_connect']} (server: why) before any call")
         check("5" in script.seen["sum"] and not script.seen["sum"].startswith("ERROR"),
               f"get-sum through the proxy answered {script.seen['sum']!r}")
+        check(set(story.server_starts(the_pod)) == {"everything"},
+              f"the first call should have started everything alone: {story.server_starts(the_pod)}")
         started = time.time()
         cli = story.cli("task", "add-context", name, "--enable-tools", "everything:echo", "--wait-synced")
         check(cli.returncode == 0, f"add-context failed ({cli.returncode}):\n{cli.stdout}{cli.stderr}")
