@@ -300,3 +300,25 @@ def test_hostile_upstreams_and_clients_leave_the_proxy_within_its_memory_limit(t
     assert not unanswered, f"requests without an answer: {unanswered}"
     assert set(answers["bodies"]) <= {200, 413, 503}, statuses
     assert benign.answers >= 10 and not benign.failures, benign.failures[:5]
+
+
+def test_a_call_to_a_server_whose_list_is_refused_is_told_why(tools, make_proxy):
+    """A server that lists more tools than `--max-list-tools` (here 100,000 in pages of 1,000): its
+    list is refused and its tools are not offered, and a call to one of them is answered with the
+    refusal (the server, the bound, its flag), not as an unknown tool; the other server is served."""
+    line = f"exec {tools.python} {SUPPORT / 'hostile_server.py'} many 100000 1000"
+    proxy = make_proxy({"servers": [
+        {"name": "many", "stdio": {"command": "/bin/sh", "args": ["-c", line]}},
+        {"name": "fine", "stdio": {"command": str(tools.python), "args": [str(SUPPORT / "hostile_server.py"), "benign"]}},
+    ]})
+    headers = raw_session(proxy)
+    status, text = post(proxy, headers, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode())
+    listed = [t["name"] for m in messages(text) for t in m.get("result", {}).get("tools", [])]
+    assert status == 200 and listed == ["fine__echo"], (status, listed, text[:500])
+    status, text = post(proxy, headers, call_body("many__t000001", {}))
+    error = next((m for m in messages(text) if "error" in m or m.get("result", {}).get("isError")), None)
+    assert status == 200 and error is not None, (status, text[:500])
+    said = json.dumps(error)
+    assert "PROXY.LIST_TOO_LARGE" in said and "many" in said and "--max-list-tools" in said, said[:800]
+    status, text = post(proxy, headers, call_body("fine__echo", {"text": "still here"}))
+    assert status == 200 and "still here" in text, text[:500]
