@@ -76,6 +76,17 @@ fn the_shared_proxy_renders_with_its_autoscaler_and_the_operator_pointed_at_it()
     ] {
         assert!(args.contains(&want), "{want} in {args:?}");
     }
+    // Its memory budget follows its container's limit (the Downward API), as a task pod's proxy's.
+    let limit = c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "MCP_PROXY_MEMORY_LIMIT")
+        .expect("MCP_PROXY_MEMORY_LIMIT in the shared proxy's env");
+    assert_eq!(
+        limit["valueFrom"]["resourceFieldRef"],
+        json!({"containerName": "mcp-proxy", "resource": "limits.memory"})
+    );
     assert_eq!(
         c["readinessProbe"]["exec"]["command"],
         json!([
