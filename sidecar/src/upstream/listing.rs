@@ -29,7 +29,7 @@ pub async fn list_all(peer: &Peer<RoleClient>, server: &ServerName) -> Result<Ve
                 server: server.clone(),
                 source,
             })?;
-        bytes += page.tools.iter().map(size).sum::<usize>();
+        bytes += size_of(&page.tools);
         tools.extend(page.tools);
         within(server, tools.len(), bytes, bounds)?;
         cursor = page.next_cursor;
@@ -67,9 +67,9 @@ fn within(server: &ServerName, count: usize, bytes: usize, bounds: &memory::Boun
     Ok(())
 }
 
-/// The serialized bytes of `lists` (every server and revision a pool holds).
-pub fn held<'a>(lists: impl Iterator<Item = &'a [Tool]>) -> usize {
-    lists.map(|l| l.iter().map(size).sum::<usize>()).sum()
+/// The serialized bytes of a list.
+pub fn size_of(tools: &[Tool]) -> usize {
+    tools.iter().map(size).sum()
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ use crate::{
 struct ListEntry {
     hash: SpecHash,
     list: KnownList,
+    /// The list's serialized bytes (counted once, when it is stored).
+    bytes: usize,
 }
 
 /// The tool lists a session of one revision is served.
@@ -157,6 +159,7 @@ impl Pool {
             key,
             ListEntry {
                 hash: server.spec_hash.clone(),
+                bytes: super::listing::size_of(&list.tools),
                 list: list.clone(),
             },
         );
@@ -265,6 +268,7 @@ impl Pool {
         tools: Vec<Tool>,
     ) -> Arc<Vec<Tool>> {
         let tools = Arc::new(tools);
+        let bytes = super::listing::size_of(&tools);
         for &revision in revisions {
             if let Some(cache) = self.cache() {
                 cache.store(server.name.as_str(), &server.spec_hash, revision, &tools);
@@ -275,11 +279,12 @@ impl Pool {
                 ListEntry {
                     hash: server.spec_hash.clone(),
                     list,
+                    bytes,
                 },
             );
         }
         let lists = lock(&self.lists);
-        let held = super::listing::held(lists.values().map(|e| e.list.tools.as_slice()));
+        let held = lists.values().map(|e| e.bytes).sum();
         // Under the lock, so two lists stored at once count in the order they were stored.
         let before = self.held.swap(held, std::sync::atomic::Ordering::Relaxed);
         drop(lists);
