@@ -3,12 +3,15 @@
 //! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` (`-o wide`: also those of priority
 //! above 0). The rows carry their objects (`includeObject=Object`), which the phase filter, the
 //! order (newest first) and `-A`'s NAMESPACE column read. A server that answers with objects
-//! instead (no Table support) gets the CLI's own columns, with a note.
+//! instead (no Table support) gets the CLI's own columns, with a note. `task list --watch` watches
+//! the same table: each event a Table of the one row that changed (without the columns).
 
+use futures::Stream;
 use http::header::ACCEPT;
 use kube::Client;
+use kube::core::WatchEvent;
 use orchestrator_crds::taskrun::{GROUP, TaskRun};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -26,7 +29,12 @@ pub struct Query<'a> {
     pub name: Option<&'a str>,
     pub labels: Option<&'a str>,
     pub fields: Option<&'a str>,
+    /// A watch from this resourceVersion (the list's), else a GET.
+    pub watch_from: Option<&'a str>,
 }
+
+/// How long one watch request lasts before it is made again (as kube's watcher).
+const WATCH_SECONDS: &str = "290";
 
 /// A column the server declares.
 #[derive(Clone, Debug, Deserialize)]
@@ -44,13 +52,31 @@ pub struct Row {
     pub object: Value,
 }
 
-/// The API server's `meta.k8s.io/v1` Table.
-#[derive(Clone, Debug, Deserialize)]
+/// The API server's `meta.k8s.io/v1` Table. A watch event's has no columns (`null`).
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerTable {
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub column_definitions: Vec<Column>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub rows: Vec<Row>,
+    #[serde(default)]
+    pub metadata: TableMeta,
+}
+
+/// A Table's list metadata.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableMeta {
+    /// Where a watch of what the table lists starts.
+    #[serde(default)]
+    pub resource_version: Option<String>,
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> std::result::Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// What the server answered.
@@ -78,6 +104,11 @@ fn path(q: &Query) -> String {
     if let Some(f) = q.fields {
         query.append_pair("fieldSelector", f);
     }
+    if let Some(from) = q.watch_from {
+        query.append_pair("watch", "true");
+        query.append_pair("resourceVersion", from);
+        query.append_pair("timeoutSeconds", WATCH_SECONDS);
+    }
     format!("{path}?{}", query.finish())
 }
 
@@ -93,6 +124,23 @@ pub async fn fetch(client: &Client, q: &Query<'_>, action: &str) -> Result<Answe
         .await
         .map_err(|e| Error::kube(action.to_string(), e))?;
     parse(value).map_err(|e| Error::Cluster(format!("{action}: the API server's answer: {e}")))
+}
+
+/// Watches the table of the TaskRuns `q` names from `q.watch_from`: an event per changed row,
+/// until the server ends the request (after `WATCH_SECONDS`) or the stream fails.
+pub async fn watch(
+    client: &Client,
+    q: &Query<'_>,
+    action: &str,
+) -> Result<impl Stream<Item = std::result::Result<WatchEvent<ServerTable>, kube::Error>> + use<>> {
+    let request = http::Request::get(path(q))
+        .header(ACCEPT, TABLE_ACCEPT)
+        .body(Vec::new())
+        .map_err(|e| Error::Cluster(format!("{action}: {e}")))?;
+    client
+        .request_events::<ServerTable>(request)
+        .await
+        .map_err(|e| Error::kube(action.to_string(), e))
 }
 
 /// The answer as a Table, or as the objects when the server sent those.
@@ -153,33 +201,56 @@ impl ServerTable {
         });
     }
 
-    /// The table as kubectl prints it: upper-case headers, an absent value empty, each
-    /// cell with the characters a terminal would act on escaped.
-    pub fn render(&self, shape: Shape) -> String {
-        let shown: Vec<usize> = (0..self.column_definitions.len())
+    /// The indices of the columns `shape` shows.
+    fn shown(&self, shape: Shape) -> Vec<usize> {
+        (0..self.column_definitions.len())
             .filter(|&i| shape.wide || self.column_definitions[i].priority == 0)
-            .collect();
-        let mut headers: Vec<String> = shown
+            .collect()
+    }
+
+    /// The headers `shape` shows, upper-case as kubectl prints them.
+    pub fn headers(&self, shape: Shape) -> Vec<String> {
+        let mut headers: Vec<String> = self
+            .shown(shape)
             .iter()
             .map(|&i| self.column_definitions[i].name.to_uppercase())
             .collect();
         if shape.namespaces {
             headers.insert(0, "NAMESPACE".into());
         }
+        headers
+    }
+
+    /// `row`'s cells under this table's columns (a watch event's row: under the first
+    /// table's), an absent value empty, each with the characters a terminal would act on
+    /// escaped.
+    pub fn cells(&self, row: &Row, shape: Shape) -> Vec<String> {
+        let mut cells: Vec<String> = self
+            .shown(shape)
+            .iter()
+            .map(|&i| cell(row.cells.get(i).unwrap_or(&Value::Null)))
+            .collect();
+        if shape.namespaces {
+            let ns = row.object.pointer("/metadata/namespace");
+            cells.insert(0, ns.map(cell).unwrap_or_else(|| "<none>".into()));
+        }
+        cells
+    }
+
+    /// The table as kubectl prints it.
+    pub fn render(&self, shape: Shape) -> String {
+        self.to_table(shape).render_with(shape.headers)
+    }
+
+    /// The table to print.
+    pub fn to_table(&self, shape: Shape) -> Table {
+        let headers = self.headers(shape);
         let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
         let mut t = Table::new(&header_refs);
         for row in &self.rows {
-            let mut cells: Vec<String> = shown
-                .iter()
-                .map(|&i| cell(row.cells.get(i).unwrap_or(&Value::Null)))
-                .collect();
-            if shape.namespaces {
-                let ns = row.object.pointer("/metadata/namespace");
-                cells.insert(0, ns.map(cell).unwrap_or_else(|| "<none>".into()));
-            }
-            t.row(cells);
+            t.row(self.cells(row, shape));
         }
-        t.render_with(shape.headers)
+        t
     }
 }
 

