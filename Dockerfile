@@ -3,12 +3,14 @@
 #   docker build --target operator  -t orchestrator-operator:dev .
 #   docker build --target mcp-proxy -t orchestrator-mcp-proxy:dev .
 #   docker build --target cli       -t orchestrator-cli:dev .
-#   docker build --target agent     -t orchestrator-agent:dev .   (Claude Code, linux/amd64)
-#   docker build --target agent-codex    -t orchestrator-agent-codex:dev .     (Codex CLI, linux/amd64)
+#   docker build --target agent     -t orchestrator-agent:dev .   (Claude Code)
+#   docker build --target agent-codex    -t orchestrator-agent-codex:dev .     (Codex CLI)
 #   docker build --target agent-gemini   -t orchestrator-agent-gemini:dev .    (Gemini CLI)
 #   docker build --target agent-opencode -t orchestrator-agent-opencode:dev .  (OpenCode, linux/amd64)
-# (No container engine runs on our development machines; CI builds and tests the binaries
-# directly. These targets are for users and release automation.)
+# Each for linux/amd64 or linux/arm64 (`docker buildx build --platform linux/arm64 ...`: every
+# stage runs on that platform, npm takes its platform packages), but agent-opencode, amd64 only
+# (docs/release.md). (No container engine runs on our development machines: releases are built by
+# scripts/release from e2e/images/build, which these targets mirror; they are for users.)
 
 ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-bookworm AS build
@@ -75,7 +77,7 @@ COPY --from=node:22-bookworm-slim /usr/local/bin/node /usr/local/bin/node
 COPY --from=node:22-bookworm-slim /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/npm
 COPY e2e/images/agent/ /tmp/agent/
 RUN cd /tmp/agent && node /usr/local/lib/node_modules/npm/bin/npm-cli.js ci --no-audit --no-fund \
- && install -m 0755 node_modules/@anthropic-ai/claude-code-linux-x64/claude /usr/local/bin/claude \
+ && install -m 0755 "node_modules/@anthropic-ai/claude-code-linux-$(node -p process.arch)/claude" /usr/local/bin/claude \
  && rm -rf /tmp/agent /usr/local/lib/node_modules /usr/local/bin/node /root/.npm \
  && mkdir -p /workspace && chown 65532:65532 /workspace
 # The default agent script's result reader (operator/src/report), in every agent image.
@@ -90,7 +92,10 @@ ENTRYPOINT ["/usr/local/bin/claude"]
 # its CLI runs, on the same base as `agent`; the operator runs them with the files it renders.
 FROM node:22-bookworm-slim AS agent-npm-codex
 COPY e2e/images/agent-codex/ /tmp/agent/
-RUN cd /tmp/agent && npm ci --ignore-scripts --no-audit --no-fund
+RUN cd /tmp/agent && npm ci --ignore-scripts --no-audit --no-fund \
+ && cpu=$(node -p process.arch) && machine=$(case $cpu in x64) echo x86_64 ;; arm64) echo aarch64 ;; esac) \
+ && vendor=node_modules/@openai/codex-linux-$cpu/vendor/$machine-unknown-linux-musl \
+ && install -D -m 0755 "$vendor/bin/codex" /out/codex && install -D -m 0755 "$vendor/codex-path/rg" /out/rg
 FROM node:22-bookworm-slim AS agent-npm-gemini
 COPY e2e/images/agent-gemini/ /tmp/agent/
 RUN cd /tmp/agent && npm ci --ignore-scripts --no-audit --no-fund
@@ -109,8 +114,8 @@ WORKDIR /workspace
 
 # Codex CLI: its static musl binary (no Node at run time) and the rg it ships.
 FROM agent-runtime-base AS agent-codex
-COPY --from=agent-npm-codex /tmp/agent/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex /usr/local/bin/codex
-COPY --from=agent-npm-codex /tmp/agent/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-path/rg /usr/local/bin/rg
+COPY --from=agent-npm-codex /out/codex /usr/local/bin/codex
+COPY --from=agent-npm-codex /out/rg /usr/local/bin/rg
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/codex"]
 
@@ -129,7 +134,8 @@ ENV GEMINI_CLI_NO_RELAUNCH=true
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/gemini"]
 
-# OpenCode: its single linux-x64 binary. It does not update itself or fetch its model list.
+# OpenCode: its single linux-x64 binary (linux/amd64 only). It does not update itself or fetch its
+# model list.
 FROM agent-runtime-base AS agent-opencode
 COPY --from=agent-npm-opencode /tmp/agent/node_modules/opencode-linux-x64/bin/opencode /usr/local/bin/opencode
 ENV OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_SHARE=1

@@ -134,6 +134,20 @@ fn the_servers_rows_follow_changes_under_its_first_tables_columns() {
     assert_eq!(p.changed(&new.rows[0]), "task-8   Pending   0s\n");
     assert_eq!(p.deleted(&running.rows[0]), "task-7   Deleted   6m\n");
     assert_eq!(p.deleted(&running.rows[0]), "", "once");
+    // A cell with a terminal escape (a phase, a result: text others wrote): printed escaped.
+    let hostile = server_table(
+        false,
+        json!([server_row(
+            "task-8",
+            "Failed\u{1b}]0;owned\u{7}",
+            "1s",
+            "web"
+        )]),
+    );
+    assert_eq!(
+        p.changed(&hostile.rows[0]),
+        "task-8   Failed\\u{1b}]0;owned\\u{7}   1s\n"
+    );
     // A list after the watch was cut off: what changed, and what went meanwhile.
     let relisted = server_table(true, json!([server_row("task-9", "Running", "1s", "web")]));
     assert_eq!(
