@@ -6,7 +6,7 @@
 //! answers without a Table gets the CLI's own columns from a watch of the objects, as
 //! `-o json|yaml|name|jsonpath` does, which prints each new version of an object whole.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -92,9 +92,9 @@ impl TablePrinter {
     /// A list: the first is printed whole (newest first); a later one (after the watch was
     /// cut off) prints the rows that changed meanwhile, and those that went as `Deleted`.
     pub fn listed(&mut self, mut table: ServerTable) -> String {
-        table.rows.retain(|r| self.wanted(r));
         table.select(None);
         if self.columns.is_none() {
+            table.rows.retain(|r| self.wanted(r));
             let headers = table.headers(self.shape);
             let find = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
             self.age = find("Age");
@@ -110,13 +110,16 @@ impl TablePrinter {
             self.columns = Some(table);
             return text;
         }
-        let now: HashMap<String, &Row> = table.rows.iter().map(|r| (Self::key(r), r)).collect();
-        let gone: Vec<String> = self
+        // Gone: not in the list at all (one that is there but no longer wanted, another phase
+        // say, is dropped quietly by `changed`, as during the watch).
+        let present: HashSet<String> = table.rows.iter().map(Self::key).collect();
+        let mut gone: Vec<String> = self
             .shown
             .keys()
-            .filter(|k| !now.contains_key(*k))
+            .filter(|k| !present.contains(*k))
             .cloned()
             .collect();
+        gone.sort();
         let mut out = String::new();
         for row in &table.rows {
             out.push_str(&self.changed(row));

@@ -183,6 +183,20 @@ fn the_servers_rows_keep_to_phase_and_service() {
     let done = server_table(false, json!([server_row("c", "Succeeded", "3m", "web")]));
     assert_eq!(p.changed(&done.rows[0]), "", "no longer wanted");
     assert_eq!(p.deleted(&done.rows[0]), "", "not shown any more");
+    // A list after a cut-off watch: a TaskRun now in another phase is dropped quietly, one that
+    // went is Deleted.
+    let relisted = server_table(
+        true,
+        json!([
+            server_row("a", "Succeeded", "4m", "web"),
+            server_row("b", "Running", "4m", "api")
+        ]),
+    );
+    assert_eq!(p.listed(relisted), "");
+    let c = server_table(false, json!([server_row("c", "Running", "5m", "web")]));
+    assert_eq!(p.changed(&c.rows[0]), "c   Running   5m\n");
+    let relisted = server_table(true, json!([]));
+    assert_eq!(p.listed(relisted), "c   Deleted\n");
 }
 
 #[test]
