@@ -142,7 +142,7 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
         assert listed == release["platforms"][name] and sorted(listed) == sorted(PLATFORMS), (listed, release["platforms"])
     # The CLI, also as the kubectl plugin, with its checksums.
     sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=release["dist"], capture_output=True, text=True)
-    assert sums.returncode == 0 and sums.stdout.count(": OK") == 2, sums.stdout + sums.stderr
+    assert sums.returncode == 0 and sums.stdout.count(": OK") == 2 * len(PLATFORMS), sums.stdout + sums.stderr
     krew = yaml.safe_load((release["dist"] / "krew-orchestrator.yaml").read_text())
     archive = release["dist"] / "kubectl-orchestrator-linux-amd64.tar.gz"
     platform = krew["spec"]["platforms"][0]
@@ -277,9 +277,11 @@ def test_the_arm64_images_run_on_arm64(release, tmp_path):
         subprocess.run(["umoci", "unpack", "--image", f"{layout}:arm64", tmp_path / f"{name}-bundle"], check=True,
                        capture_output=True)
     proxy, agent = (tmp_path / f"{n}-bundle/rootfs" for n in IMAGES)
+    chroot = shutil.which("chroot")
+    assert chroot, "chroot (coreutils) is on the PATH"
 
     def run(rootfs: Path, *argv: str) -> str:
-        done = subprocess.run(["chroot", "--userspec=65532:65532", rootfs, *argv], capture_output=True, text=True,
+        done = subprocess.run([chroot, "--userspec=65532:65532", rootfs, *argv], capture_output=True, text=True,
                               timeout=300, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp"})
         assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
         return done.stdout.strip()
