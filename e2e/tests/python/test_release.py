@@ -266,11 +266,12 @@ def test_the_arm64_images_run_on_arm64(release, tmp_path):
     (here under qemu-user-static, which the kernel starts for AArch64 programs through
     binfmt_misc, as e2e/images/build registered it), and their SBOMs list our crates (the
     binaries are built with cargo auditable)."""
-    registry = release["registry"]
+    # By the index's digest (the other test pushes another image under the agent's tag).
+    index = {r.split("@")[0].rsplit("/", 1)[1].split(":")[0]: by_digest(r) for r in release["refs"][:-1]}
     for name in IMAGES:
         layout = tmp_path / name
         subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", "--override-arch", "arm64",
-                        f"docker://{registry}/orchestrator/{name}:{VERSION}", f"oci:{layout}:arm64"], check=True)
+                        f"docker://{index[name]}", f"oci:{layout}:arm64"], check=True)
         config = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci:{layout}:arm64"], check=True,
                                            capture_output=True, text=True).stdout)
         assert (config["os"], config["architecture"]) == ("linux", "arm64"), config
