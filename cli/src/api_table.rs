@@ -334,5 +334,17 @@ mod tests {
             "/apis/orchestrator.io/v1/namespaces/team-a/taskruns?includeObject=Object\
              &labelSelector=a+in+%28b%2Cc%29&fieldSelector=spec.serviceName%3Dx"
         );
+        // A watch of the same table, from the list's resourceVersion, ended by the server
+        // after WATCH_SECONDS.
+        let watch = Query {
+            watch_from: Some("41"),
+            ..q
+        };
+        assert_eq!(
+            path(&watch),
+            "/apis/orchestrator.io/v1/namespaces/team-a/taskruns?includeObject=Object\
+             &labelSelector=a+in+%28b%2Cc%29&fieldSelector=spec.serviceName%3Dx\
+             &watch=true&resourceVersion=41&timeoutSeconds=290"
+        );
     }
 }

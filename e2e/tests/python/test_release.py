@@ -110,7 +110,7 @@ def release(registry):
     platforms: dict[str, dict[str, str]] = {}
     for line in (work / "dist/platforms.txt").read_text().splitlines():
         ref, platform, digest = line.split()
-        platforms.setdefault(ref.split("@")[0].rsplit("/", 1)[1].split(":")[0], {})[platform.split("/")[1]] = digest
+        platforms.setdefault(image_name(ref), {})[platform.split("/")[1]] = digest
     yield {"cosign": cosign, "key": work / "cosign.key", "pub": work / "cosign.pub", "refs": refs, "platforms": platforms,
            "notes": (work / "dist/release-notes.md").read_text(), "registry": registry, "dist": work / "dist"}
     shutil.rmtree(work, ignore_errors=True)
@@ -119,6 +119,11 @@ def release(registry):
 def verify(release: dict, ref: str) -> subprocess.CompletedProcess:
     return subprocess.run([release["cosign"], "verify", "--key", release["pub"], "--insecure-ignore-tlog",
                            "--allow-http-registry", ref], capture_output=True, text=True)
+
+
+def image_name(ref: str) -> str:
+    """host:port/orchestrator/agent:0.2.0@sha256:... -> agent"""
+    return ref.split("@")[0].rsplit("/", 1)[1].split(":")[0]
 
 
 def by_digest(ref: str) -> str:
@@ -136,7 +141,7 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
     for ref in refs[:-1]:
         index = json.loads(subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{by_digest(ref)}"],
                                           check=True, capture_output=True, text=True).stdout)
-        name = ref.split("@")[0].rsplit("/", 1)[1].split(":")[0]
+        name = image_name(ref)
         assert index["mediaType"] == "application/vnd.oci.image.index.v1+json", index
         listed = {m["platform"]["architecture"]: m["digest"] for m in index["manifests"]}
         assert listed == release["platforms"][name] and sorted(listed) == sorted(PLATFORMS), (listed, release["platforms"])
@@ -180,7 +185,7 @@ def test_the_release_is_signed_installs_from_oci_and_the_node_pulls_its_images(r
     assert krew["spec"]["homepage"] == PROJECT_URL, krew
 
     # 2. helm install oci://, no image values.
-    digest = {r.split("@")[0].rsplit("/", 1)[1].split(":")[0]: r.split("@")[1] for r in refs}
+    digest = {image_name(r): r.split("@")[1] for r in refs}
     story = Story(say=lambda *_: None, chart=f"oci://{registry}/charts/orchestrator",
                   chart_args=["--version", VERSION, "--plain-http"])
     with ExitStack() as cleanup:
@@ -267,7 +272,7 @@ def test_the_arm64_images_run_on_arm64(release, tmp_path):
     binfmt_misc, as e2e/images/build registered it), and their SBOMs list our crates (the
     binaries are built with cargo auditable)."""
     # By the index's digest (the other test pushes another image under the agent's tag).
-    index = {r.split("@")[0].rsplit("/", 1)[1].split(":")[0]: by_digest(r) for r in release["refs"][:-1]}
+    index = {image_name(r): by_digest(r) for r in release["refs"][:-1]}
     for name in IMAGES:
         layout = tmp_path / name
         subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", "--override-arch", "arm64",
