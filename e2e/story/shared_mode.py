@@ -17,7 +17,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scripted_agent import CLIENT  # noqa: E402
-from story import MODEL_PORT, PORT_BASE, REAL_NODE, REPO, Story, chart_object, wait_until  # noqa: E402
+from story import MODEL_PORT, MODEL_PORT_OFFSET, REAL_NODE, REPO, Story, chart_object, wait_until  # noqa: E402
 
 COMPONENT = "shared-mcp-proxy"
 ALPHA_PORT = MODEL_PORT + 1
@@ -156,7 +156,7 @@ def shared_story(cleanup: ExitStack, records: Path, servers: list[tuple[str, int
     (tools `read` and `write` unless named), in the catalog, each recording its calls in
     records/<name>.jsonl (story.records)."""
     # A block of its own for each of ./test's two e2e processes (their shared proxies run at once).
-    block = 15 + (MODEL_PORT - PORT_BASE - 450) // 10
+    block = 15 + MODEL_PORT_OFFSET // 10
     cluster_ip = f"10.96.{block}.{random.randrange(2, 250)}"
     story = Story(say=lambda *_: None, helm_values=[
         "sharedProxy.enabled=true",

@@ -70,7 +70,8 @@ PORT_BASE = int(os.environ.get("ORCH_E2E_PORT_BASE", "26000"))
 # The node's pods reach 127.0.0.1:BASE+450..469 on the host at the same address (e2e/node/node):
 # ten ports for each of the two test processes ./test runs side by side, the second with
 # ORCH_E2E_MODEL_PORT_OFFSET=10 (its modules take MODEL_PORT..+9).
-MODEL_PORT = PORT_BASE + 450 + int(os.environ.get("ORCH_E2E_MODEL_PORT_OFFSET", "0"))
+MODEL_PORT_OFFSET = int(os.environ.get("ORCH_E2E_MODEL_PORT_OFFSET", "0"))
+MODEL_PORT = PORT_BASE + 450 + MODEL_PORT_OFFSET
 # The chart's release name: it names the chart's cluster-wide objects (the approver ClusterRole,
 # the admission policies), so two test processes side by side install under two names
 # (ORCH_E2E_RELEASE), each taking over and deleting only its own.

@@ -177,30 +177,35 @@ impl TablePrinter {
     }
 }
 
-/// The watch of the server's table, until it fails for good (the first list refused, say).
-/// `Ok(None)`: the server answered the first list without a Table.
+/// The watch of the server's table. It runs until it fails for good (the first list refused,
+/// say: `Err`), or returns `Ok` at once when the server answers the first list without a Table.
 async fn run_table(
     global: &Global,
     args: &ListArgs,
     cluster: &Cluster,
     where_: &str,
-) -> Result<Option<()>> {
-    let namespace = Some(cluster.namespace.as_str()).filter(|_| !args.all_namespaces);
+) -> Result<()> {
+    let list = Query {
+        namespace: Some(cluster.namespace.as_str()).filter(|_| !args.all_namespaces),
+        labels: args.selector.as_deref(),
+        ..Query::default()
+    };
     let action = format!("watching TaskRuns in {where_}");
     let mut printer = TablePrinter::new(shape(global, args.all_namespaces), args);
     let mut from: Option<String> = None;
     let mut retry = Duration::from_millis(500);
+    // A failed list or watch: said, then the next list after a wait that doubles each time.
+    async fn back_off(retry: &mut Duration, e: Error) {
+        tracing::warn!("{e}; listing again in {retry:?}");
+        tokio::time::sleep(*retry).await;
+        *retry = (*retry * 2).min(RETRY_MAX);
+    }
     loop {
         let version = match from.take() {
             Some(v) => v,
             None => {
-                let query = Query {
-                    namespace,
-                    labels: args.selector.as_deref(),
-                    ..Query::default()
-                };
                 let first = printer.columns.is_none();
-                match api_table::fetch(&cluster.client, &query, &action).await {
+                match api_table::fetch(&cluster.client, &list, &action).await {
                     Ok(Answer::Table(table)) => {
                         let version = table.metadata.resource_version.clone().unwrap_or_default();
                         let text = printer.listed(table);
@@ -212,7 +217,7 @@ async fn run_table(
                         }
                         version
                     }
-                    Ok(Answer::Objects(_)) if first => return Ok(None),
+                    Ok(Answer::Objects(_)) if first => return Ok(()),
                     Ok(Answer::Objects(_)) => {
                         return Err(Error::Cluster(format!(
                             "{action}: the API server stopped answering with a Table"
@@ -221,19 +226,15 @@ async fn run_table(
                     // A refusal (RBAC, a bad selector) is an answer, not something to retry.
                     Err(e) if first => return Err(e),
                     Err(e) => {
-                        tracing::warn!("{e}; listing again in {retry:?}");
-                        tokio::time::sleep(retry).await;
-                        retry = (retry * 2).min(RETRY_MAX);
+                        back_off(&mut retry, e).await;
                         continue;
                     }
                 }
             }
         };
         let query = Query {
-            namespace,
-            labels: args.selector.as_deref(),
             watch_from: Some(&version),
-            ..Query::default()
+            ..list
         };
         match watch_once(&cluster.client, &query, &action, &mut printer).await {
             // The server ended the request: watch again from where it was.
@@ -243,11 +244,7 @@ async fn run_table(
             }
             // Too old a resourceVersion (410 Gone): list again.
             Ok(None) => {}
-            Err(e) => {
-                tracing::warn!("{e}; listing again in {retry:?}");
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(RETRY_MAX);
-            }
+            Err(e) => back_off(&mut retry, e).await,
         }
     }
 }
@@ -427,27 +424,22 @@ impl Printer {
 /// `task list --watch`.
 pub async fn run(global: &Global, args: &ListArgs) -> Result<()> {
     let cluster = connect(global).await?;
+    let where_ = if args.all_namespaces {
+        "all namespaces".to_string()
+    } else {
+        format!("namespace {}", cluster.namespace)
+    };
     if global.output.is_table() {
-        let where_ = if args.all_namespaces {
-            "all namespaces".to_string()
-        } else {
-            format!("namespace {}", cluster.namespace)
-        };
-        if run_table(global, args, &cluster, &where_).await?.is_some() {
-            return Ok(());
-        }
+        run_table(global, args, &cluster, &where_).await?;
         output::note(
             "the API server did not answer with a Table (its printer columns); \
              showing the CLI's own columns",
         );
     }
-    let (api, where_): (Api<TaskRun>, String) = if args.all_namespaces {
-        (Api::all(cluster.client.clone()), "all namespaces".into())
+    let api: Api<TaskRun> = if args.all_namespaces {
+        Api::all(cluster.client.clone())
     } else {
-        (
-            super::api(&cluster),
-            format!("namespace {}", cluster.namespace),
-        )
+        super::api(&cluster)
     };
     let mut params = ListParams::default().limit(1);
     let mut config = watcher::Config::default();
