@@ -345,8 +345,7 @@ class ScriptedModel:
         """Records a request that is not a model turn (side) and answers it with `body`."""
         r.side = True
         self._record(r)
-        h.json(status, body)
-        self._replied(r, body if status == 200 else {"status": status})
+        h.json(status, body, lambda _sent: self._replied(r, body if status == 200 else {"status": status}))
 
     def _turn_of(self, h, r: Recorded, stream: bool) -> None:
         """Records a model request and answers it: from the script (a conversation request) or
@@ -356,13 +355,19 @@ class ScriptedModel:
             reply = self.side_reply(r) if r.side else self._answer(r)
         except BaseException as e:  # noqa: BLE001
             status, body = self._error(e)
-            h.json(status, body)
-            return self._replied(r, {"error": repr(e)})
+            return h.json(status, body, lambda _sent: self._replied(r, {"error": repr(e)}))
         if reply.delay:
             time.sleep(reply.delay)
         usage = self._usage(r, reply)
-        r.sent = h.sse(self._events(r, reply, usage)) if stream else h.json(200, self._whole(r, reply, usage))
-        self._replied(r, {"blocks": reply.blocks, "stop_reason": reply.stop_reason, "usage": usage})
+
+        def answered(sent: bytes) -> None:
+            r.sent = sent
+            self._replied(r, {"blocks": reply.blocks, "stop_reason": reply.stop_reason, "usage": usage})
+
+        if stream:
+            h.sse(self._events(r, reply, usage), answered)
+        else:
+            h.json(200, self._whole(r, reply, usage), answered)
 
     # The Messages API: the hooks the other APIs' stand-ins override.
 
@@ -401,8 +406,13 @@ class ScriptedModel:
             def log_message(self, *args):  # quiet: the test prints what matters
                 pass
 
-            def json(self, status: int, body: dict) -> bytes:
+            # `answered(sent)` runs before the client can read the answer's last byte, so that a
+            # test which has its answer finds the request's record holding it.
+
+            def json(self, status: int, body: dict, answered: Callable[[bytes], None] | None = None) -> bytes:
                 data = json.dumps(body).encode()
+                if answered:
+                    answered(data)
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -410,7 +420,7 @@ class ScriptedModel:
                 self.wfile.write(data)
                 return data
 
-            def sse(self, events: Events) -> bytes:
+            def sse(self, events: Events, answered: Callable[[bytes], None]) -> bytes:
                 # As the APIs stream: chunked, an event per chunk, the connection kept.
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
@@ -423,6 +433,7 @@ class ScriptedModel:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk.encode()), chunk.encode()))
                     self.wfile.flush()
                     sent += chunk.encode()
+                answered(sent)
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 return sent

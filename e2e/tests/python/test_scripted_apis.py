@@ -8,6 +8,7 @@ there), the model and key read from the path and header. Their `usage()` is what
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -143,3 +144,29 @@ def test_gemini_side_requests_get_json_that_fits_their_schema_and_unknown_paths_
         missing, _ = post(f"{model.url}/v1beta/models/flash:embedContent", {})
     assert (status, answer) == (200, {"reasoning": "", "next_speaker": "user"})
     assert missing == 404 and all(r.side for r in model.requests)
+
+
+def test_a_request_s_record_holds_its_answer_by_the_time_its_client_has_read_it():
+    """A test reads `requests` and `usage()` as soon as its client has the answer (CI once found
+    the /v1/models reply not yet recorded). The stand-in records what it answers before the
+    answer's last byte leaves; a slow bookkeeping thread here would otherwise lose that race."""
+    def script(first):
+        yield tool_use(first.mcp_name("echo"), {"text": "hi"})
+
+    with ScriptedResponses(script) as model:
+        replied = model._replied
+
+        def slow_replied(r, reply):
+            time.sleep(0.3)
+            replied(r, reply)
+
+        model._replied = slow_replied
+        status = urllib.request.urlopen(f"{model.url}/v1/models", timeout=10).status
+        assert status == 200 and model.requests[-1].reply == {"models": []}
+        status, raw = post(f"{model.url}/v1/responses", {"model": "m", "stream": True, "tools": [NAMESPACE], "input": "go"})
+        assert status == 200 and model.requests[-1].sent == raw and model.requests[-1].reply["usage"]
+        status, raw = post(f"{model.url}/v1/responses", {"model": "m", "input": "title?"})
+        assert status == 200 and model.requests[-1].sent == raw and model.requests[-1].reply["blocks"]
+        status, _ = post(f"{model.url}/v1/nothing", {"model": "m"})
+        assert status == 404 and model.requests[-1].reply == {"status": 404}
+        assert model.usage()["requests"] == 2

@@ -413,7 +413,7 @@ async def test_a_held_call_its_client_gives_up_on_is_withdrawn(make_proxy, kube,
             await client.call_tool("every__echo", {"message": "never mind"}, read_timeout_seconds=1)
         assert "timed out" in abandoned.value.message.lower()
         await await_for(lambda: approvals(proxy, "withdrawn") == 1, what="the proxy to withdraw the request")
-        assert task.requests() == []
+        await await_for(lambda: task.requests() == [], what="the withdrawn request to leave the Lease")
     [record] = echo_records(proxy)
     assert record["decision"] == "withdrawn" and "cancelled by the client" in record["error"], record
     assert record["approvalId"]
@@ -515,7 +515,8 @@ async def test_an_approval_of_call_a_does_not_run_call_b_with_the_same_id(make_p
         "held": request["digest"],
     }
     assert text_of(result).startswith(f"approval {x} names another call (sha256:"), text_of(result)
-    assert task.requests() == []
+    # The Lease is written after the answer (as for every verdict), not before it.
+    await await_for(lambda: task.requests() == [], what="the mismatched request to leave the Lease")
     # Once: a verdict naming B's own digest now changes nothing.
     task.decide(request, "approve", "alice@example.com")
     await anyio.sleep(1)
