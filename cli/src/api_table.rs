@@ -52,6 +52,16 @@ pub struct Row {
     pub object: Value,
 }
 
+impl Row {
+    /// Whether the row's TaskRun is in `phase` (case-insensitive) and of `service`, each when
+    /// given: `task list --phase --service`.
+    pub fn is(&self, phase: Option<&str>, service: Option<&str>) -> bool {
+        let at = |p: &str| self.object.pointer(p).and_then(Value::as_str);
+        phase.is_none_or(|p| at("/status/phase").is_some_and(|have| have.eq_ignore_ascii_case(p)))
+            && service.is_none_or(|s| at("/spec/serviceName") == Some(s))
+    }
+}
+
 /// The API server's `meta.k8s.io/v1` Table. A watch event's has no columns (`null`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -170,17 +180,10 @@ pub struct Shape {
 }
 
 impl ServerTable {
-    /// Keeps the rows whose object's `status.phase` is `phase` (case-insensitive), and puts
-    /// them newest first (by name within the same second).
-    pub fn select(&mut self, phase: Option<&str>) {
-        if let Some(p) = phase {
-            self.rows.retain(|r| {
-                r.object
-                    .pointer("/status/phase")
-                    .and_then(Value::as_str)
-                    .is_some_and(|have| have.eq_ignore_ascii_case(p))
-            });
-        }
+    /// Keeps the rows whose TaskRun [`Row::is`] in `phase` and of `service`, and puts them
+    /// newest first (by name within the same second).
+    pub fn select(&mut self, phase: Option<&str>, service: Option<&str>) {
+        self.rows.retain(|r| r.is(phase, service));
         let created = |r: &Row| {
             r.object
                 .pointer("/metadata/creationTimestamp")
@@ -293,7 +296,7 @@ mod tests {
     #[test]
     fn the_servers_columns_newest_first_wide_adds_priority_columns() {
         let mut t = table();
-        t.select(None);
+        t.select(None, None);
         let shape = Shape {
             headers: true,
             ..Shape::default()
@@ -311,7 +314,7 @@ mod tests {
             t.render(wide),
             "b   new   Succeeded             3\na   old   Running     sidecar\n"
         );
-        t.select(Some("running"));
+        t.select(Some("running"), None);
         assert_eq!(t.rows.len(), 1);
     }
 

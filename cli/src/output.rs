@@ -186,7 +186,6 @@ impl Table {
         out
     }
 
-    /// Each column's width: its widest cell so far, header included.
     /// The column widths with the header line, or (`--no-headers`) of the rows alone.
     pub fn widths_with(&self, headers: bool) -> Vec<usize> {
         if headers {
@@ -199,6 +198,7 @@ impl Table {
         .widths()
     }
 
+    /// Each column's width: its widest cell so far, header included.
     pub fn widths(&self) -> Vec<usize> {
         let columns = self.headers.len();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();

@@ -69,14 +69,7 @@ impl TablePrinter {
 
     /// Whether the row's TaskRun is one `--phase` and `--service` ask for.
     fn wanted(&self, row: &Row) -> bool {
-        let at = |p: &str| row.object.pointer(p).and_then(Value::as_str);
-        self.phase
-            .as_deref()
-            .is_none_or(|p| at("/status/phase").is_some_and(|have| have.eq_ignore_ascii_case(p)))
-            && self
-                .service
-                .as_deref()
-                .is_none_or(|s| at("/spec/serviceName") == Some(s))
+        row.is(self.phase.as_deref(), self.service.as_deref())
     }
 
     fn without_age(&self, cells: &[String]) -> String {
@@ -92,7 +85,7 @@ impl TablePrinter {
     /// A list: the first is printed whole (newest first); a later one (after the watch was
     /// cut off) prints the rows that changed meanwhile, and those that went as `Deleted`.
     pub fn listed(&mut self, mut table: ServerTable) -> String {
-        table.select(None);
+        table.select(None, None);
         if self.columns.is_none() {
             table.rows.retain(|r| self.wanted(r));
             let headers = table.headers(self.shape);

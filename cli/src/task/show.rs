@@ -44,7 +44,7 @@ pub async fn get(global: &Global, args: &GetArgs) -> Result<()> {
             _ => false,
         };
         if found && let Ok(Answer::Table(mut t)) = answer {
-            t.select(None);
+            t.select(None, None);
             return output::print(&t.render(shape(global, false)));
         }
     }
@@ -117,15 +117,7 @@ pub async fn list(global: &Global, args: &ListArgs) -> Result<()> {
         };
         match answer {
             Answer::Table(mut t) => {
-                if let Some(service) = &args.service {
-                    t.rows.retain(|r| {
-                        r.object
-                            .pointer("/spec/serviceName")
-                            .and_then(|s| s.as_str())
-                            == Some(service.as_str())
-                    });
-                }
-                t.select(args.phase.as_deref());
+                t.select(args.phase.as_deref(), args.service.as_deref());
                 if t.rows.is_empty() {
                     eprintln!("No tasks found in {where_}.");
                     return Ok(());
