@@ -555,7 +555,10 @@ def test_a_flood_of_large_bodies_leaves_the_proxy_alive_with_bounded_memory_and_
           f"{statuses.count(503)} got 503, other {[s for s in statuses if s not in (200, 503)]}; "
           f"the proxy's peak RSS {peak_kib / 1024:.0f} MiB (limit 256 MiB), restarts {proxy['restartCount']}; "
           f"a small call meanwhile {seen['small_s']:.2f} s")
-    assert len(statuses) == n and set(statuses) <= {200, 503}, statuses
+    # Every request gets an HTTP answer. A body the budget admitted but that did not arrive
+    # within 30 s gets 408 (docs/proxy.md): on a loaded machine the flood's own 200 uploads,
+    # the refused ones drained before their 503, can leave an admitted one that slow.
+    assert len(statuses) == n and set(statuses) <= {200, 503, 408}, statuses
     assert statuses.count(200) >= 1 and statuses.count(503) >= 1, statuses
     assert "is 5" in json.dumps(seen["small"]), seen["small"]
     assert proxy["restartCount"] == 0 and proxy["ready"], proxy
